@@ -1,0 +1,34 @@
+# Two commands for a fresh machine: `make demo` (the main job) and `make test` (the test suite).
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: demo test lint bench diagram clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	# torch first, pinned: 2.13.0 is a local CPU wheel here (fast); pyproject admits a range.
+	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q -e '.[dev,plot]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/stagefate check
+
+test: $(STAMP)
+	$(BIN)/python -m pytest tests
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/mypy --strict -p stagefate
+
+bench: $(STAMP)
+	$(BIN)/stagefate bench
+
+diagram: $(STAMP)
+	$(BIN)/stagefate diagram
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache .hypothesis

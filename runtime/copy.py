@@ -1,0 +1,117 @@
+"""Moving KV between L3, the host bounce buffer and the device pool.
+
+* L3 → host (``read_into_host``): runs on the IO side; it only writes bounce slots.
+* host → device (``h2d``): a gather from the bounce and a scatter into device slots. On CUDA it
+  runs on a dedicated stream, copies non-blocking from pinned memory, and records one event per
+  load; completion is queried (``CopyHandle.done``), never busy-waited. On the CPU the copy is
+  synchronous and its handle is done at once: the same behaviour, without the overlap.
+* device → host → L3 (``pages_of``): the producer side of ``write_through``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+import torch
+
+from .pools import SlotPool
+from .storage import Storage
+
+
+class CopyHandle(Protocol):
+    def done(self) -> bool: ...
+
+    def wait(self) -> None: ...
+
+
+class _Finished:
+    def done(self) -> bool:
+        return True
+
+    def wait(self) -> None:
+        return None
+
+
+class _CudaEvent:
+    def __init__(self, event: torch.cuda.Event) -> None:
+        self._event = event
+
+    def done(self) -> bool:
+        return bool(self._event.query())  # type: ignore[no-untyped-call]
+
+    def wait(self) -> None:
+        self._event.synchronize()
+
+
+FINISHED: CopyHandle = _Finished()
+
+
+class CopyEngine:
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self._stream = (
+            torch.cuda.Stream(device)  # type: ignore[no-untyped-call]
+            if device.type == "cuda"
+            else None
+        )
+
+    def read_into_host(
+        self,
+        storage: Storage,
+        keys: Sequence[str],
+        host_pool: SlotPool,
+        host_indices: torch.Tensor,
+        page_size: int,
+    ) -> int:
+        """Read pages in order into the bounce; stop at the first missing or malformed page.
+
+        Returns the tokens read (whole pages only). Pages after a miss are not read: a staged
+        span must be a contiguous prefix of what was asked.
+        """
+        expected = host_pool.layout.shape(page_size)
+        pages: list[torch.Tensor] = []
+        for tensor in storage.batch_get(keys):
+            if tensor is None or tuple(tensor.shape) != expected:
+                break
+            pages.append(tensor)
+        if pages:
+            block = torch.cat(pages, dim=2).to(host_pool.kv.dtype)
+            host_pool.kv[:, :, host_indices[: block.shape[2]]] = block
+        return len(pages) * page_size
+
+    def h2d(
+        self,
+        src_pool: SlotPool,
+        src_indices: torch.Tensor,
+        dst_pool: SlotPool,
+        dst_indices: torch.Tensor,
+    ) -> CopyHandle:
+        """Queue ``dst[dst_indices] = src[src_indices]``; returns a handle to query."""
+        if src_indices.numel() != dst_indices.numel():
+            raise ValueError(
+                f"h2d: {src_indices.numel()} source slots but {dst_indices.numel()} destinations"
+            )
+        if src_indices.numel() == 0:
+            return FINISHED
+        if self._stream is None:
+            dst_pool.kv[:, :, dst_indices] = src_pool.kv[:, :, src_indices].to(dst_pool.device)
+            return FINISHED
+        staging = src_pool.kv[:, :, src_indices]
+        if src_pool.kv.is_pinned():
+            staging = staging.pin_memory()
+        dst = dst_indices.to(self.device, non_blocking=True)
+        with torch.cuda.stream(self._stream):
+            dst_pool.kv[:, :, dst] = staging.to(self.device, non_blocking=True)
+            event = torch.cuda.Event()  # type: ignore[no-untyped-call]
+            event.record(self._stream)
+        return _CudaEvent(event)
+
+    @staticmethod
+    def pages_of(pool: SlotPool, indices: torch.Tensor, page_size: int) -> list[torch.Tensor]:
+        """The KV of ``indices`` as host page tensors ``[layers, 2, page_size, heads, dim]``."""
+        host = pool.kv[:, :, indices.to(pool.device)].to("cpu")
+        return [
+            host[:, :, start : start + page_size].contiguous()
+            for start in range(0, indices.numel() - page_size + 1, page_size)
+        ]

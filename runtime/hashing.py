@@ -1,0 +1,54 @@
+"""Page keys: a SHA-256 chain over page tokens, seeded by the request namespace.
+
+``key[i] = sha256(key[i-1] || page_i tokens)`` with ``key[-1] = sha256(namespace)``, so a page's
+key commits to every token before it and to ``(extra_key, cache_salt)``: equal tokens under
+different namespaces never share a key, in the tree or in L3.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from array import array
+from collections.abc import Sequence
+
+Namespace = tuple[str | None, str | None]
+ROOT_NAMESPACE: Namespace = (None, None)
+
+
+def namespace_of(extra_key: str | None, cache_salt: str | None) -> Namespace:
+    for name, value in (("extra_key", extra_key), ("cache_salt", cache_salt)):
+        if value is not None and not isinstance(value, str):
+            raise TypeError(f"{name} must be a str or None, got {type(value).__name__}")
+    return (extra_key, cache_salt)
+
+
+def namespace_seed(namespace: Namespace) -> bytes:
+    extra_key, cache_salt = namespace
+    text = f"stagefate/v1\x00{extra_key!r}\x00{cache_salt!r}"
+    return hashlib.sha256(text.encode()).digest()
+
+
+def page_hashes(
+    tokens: Sequence[int], page_size: int, namespace: Namespace, seed: bytes | None = None
+) -> list[bytes]:
+    """Chained digests of every whole page of ``tokens`` (a trailing partial page is ignored).
+
+    ``seed`` continues a chain (the digest of the page before ``tokens``); by default the chain
+    starts at the namespace seed.
+    """
+    previous = namespace_seed(namespace) if seed is None else seed
+    digests = []
+    for start in range(0, len(tokens) - page_size + 1, page_size):
+        page = array("q", tokens[start : start + page_size]).tobytes()
+        previous = hashlib.sha256(previous + page).digest()
+        digests.append(previous)
+    return digests
+
+
+def storage_key(digest: bytes) -> str:
+    return digest.hex()
+
+
+def aux_storage_key(digest: bytes) -> str:
+    """The key of a page's sliding-window (aux) KV, stored beside its main KV."""
+    return digest.hex() + ".aux"

@@ -1,0 +1,178 @@
+"""IO executors: where storage operations and H2D copies run, and when they complete.
+
+An operation is a closure with an id; its completion is posted as a :class:`Completion` and
+picked up by the pipeline's ``poll()`` on the caller's thread, which is where every state change
+happens. The executors never touch lifecycle state.
+
+* :class:`ManualIO` runs nothing until told: tests and fuzzers choose which operation completes,
+  when, fully, short or with an error.
+* :class:`ThreadedIO` runs storage operations on a worker pool and posts completions to a queue;
+  H2D copies are launched on the caller's thread (CUDA streams belong to it) and complete when
+  their handle reports done.
+"""
+
+from __future__ import annotations
+
+import queue
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+from .copy import FINISHED, CopyHandle
+
+OpKind = Literal["exists", "read", "load"]
+
+
+@dataclass(frozen=True)
+class IOResult:
+    """What an operation produced: tokens found or read, and whether its aux part is whole."""
+
+    tokens: int = 0
+    aux_complete: bool = True
+    handle: CopyHandle = FINISHED
+
+
+@dataclass(frozen=True)
+class IOOp:
+    op_id: int
+    kind: OpKind
+    run: Callable[[int | None], IOResult]
+    """Run the operation; the argument caps the tokens a read may bring (a short read)."""
+
+
+@dataclass(frozen=True)
+class Completion:
+    op_id: int
+    kind: OpKind
+    tokens: int = 0
+    aux_complete: bool = True
+    error: str | None = None
+
+
+class IOExecutor(Protocol):
+    def submit(self, op: IOOp) -> None: ...
+
+    def drain(self) -> list[Completion]:
+        """Completions posted since the last drain, in completion order."""
+        ...
+
+    def pending(self) -> int: ...
+
+    def close(self) -> None: ...
+
+
+def _completion(op: IOOp, result: IOResult) -> Completion:
+    return Completion(op.op_id, op.kind, result.tokens, result.aux_complete)
+
+
+class ManualIO:
+    """Deterministic IO: operations wait in submission order until completed by hand."""
+
+    def __init__(self) -> None:
+        self._queued: dict[int, IOOp] = {}
+        self._done: list[Completion] = []
+
+    def submit(self, op: IOOp) -> None:
+        self._queued[op.op_id] = op
+
+    def pending(self) -> int:
+        return len(self._queued)
+
+    def queued(self, kind: OpKind | None = None) -> list[int]:
+        """Ids of waiting operations (of one kind), oldest first."""
+        return [op_id for op_id, op in self._queued.items() if kind is None or op.kind == kind]
+
+    def kind_of(self, op_id: int) -> OpKind:
+        return self._take_peek(op_id).kind
+
+    def _take_peek(self, op_id: int) -> IOOp:
+        try:
+            return self._queued[op_id]
+        except KeyError:
+            raise KeyError(f"no queued IO operation {op_id}; see ManualIO.queued()") from None
+
+    def complete(self, op_id: int, limit: int | None = None) -> None:
+        """Run operation ``op_id`` now (a read capped at ``limit`` tokens is a short read)."""
+        op = self._take_peek(op_id)
+        del self._queued[op_id]
+        result = op.run(limit)
+        result.handle.wait()
+        self._done.append(_completion(op, result))
+
+    def complete_short(self, op_id: int, tokens: int) -> None:
+        self.complete(op_id, limit=tokens)
+
+    def fail(self, op_id: int, error: str = "injected IO error") -> None:
+        """End operation ``op_id`` with an error, without running it."""
+        op = self._take_peek(op_id)
+        del self._queued[op_id]
+        self._done.append(Completion(op.op_id, op.kind, error=error))
+
+    def complete_all(self) -> None:
+        """Complete every queued operation, oldest first (ones they submit wait for next time)."""
+        for op_id in list(self._queued):
+            self.complete(op_id)
+
+    def drain(self) -> list[Completion]:
+        done, self._done = self._done, []
+        return done
+
+    def close(self) -> None:
+        self._queued.clear()
+
+
+@dataclass
+class _Launched:
+    op: IOOp
+    result: IOResult
+
+
+@dataclass
+class ThreadedIO:
+    """Storage operations on ``workers`` threads; H2D loads launched on the caller's thread."""
+
+    workers: int = 2
+    _results: queue.SimpleQueue[Completion] = field(default_factory=queue.SimpleQueue)
+    _loads: list[_Launched] = field(default_factory=list)
+    _in_flight: int = 0
+
+    def __post_init__(self) -> None:
+        self._pool = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="stagefate-io")
+
+    def submit(self, op: IOOp) -> None:
+        if op.kind == "load":
+            self._loads.append(_Launched(op, op.run(None)))
+            return
+        self._in_flight += 1
+        self._pool.submit(self._run, op)
+
+    def _run(self, op: IOOp) -> None:
+        try:
+            completion = _completion(op, op.run(None))
+        except Exception as exc:  # the IO side reports failures; the caller decides
+            completion = Completion(op.op_id, op.kind, error=f"{type(exc).__name__}: {exc}")
+        self._results.put(completion)
+
+    def drain(self) -> list[Completion]:
+        done: list[Completion] = []
+        while True:
+            try:
+                done.append(self._results.get_nowait())
+            except queue.Empty:
+                break
+        self._in_flight -= len(done)
+        still = []
+        for launched in self._loads:
+            if launched.result.handle.done():
+                done.append(_completion(launched.op, launched.result))
+            else:
+                still.append(launched)
+        self._loads = still
+        return done
+
+    def pending(self) -> int:
+        return self._in_flight + len(self._loads)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True)

@@ -1,0 +1,135 @@
+"""Slot pools: device KV (L1), host bounce buffer, and the sliding-window (aux) pool.
+
+Every pool stores KV as ``[layers, 2, slots, kv_heads, head_dim]``. Slots are handed out as int64
+index tensors on the CPU. Ownership is tracked per slot, so a double free (or freeing a slot
+that was never handed out) raises and names the slots, instead of corrupting the free list.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class KVLayout:
+    """Per-token KV shape shared by every pool and every L3 page."""
+
+    layers: int
+    kv_heads: int
+    head_dim: int
+    dtype: torch.dtype = torch.float16
+
+    def __post_init__(self) -> None:
+        for name in ("layers", "kv_heads", "head_dim"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"KVLayout.{name} must be a positive int, got {value!r}")
+        if not isinstance(self.dtype, torch.dtype):
+            raise TypeError(f"KVLayout.dtype must be a torch.dtype, got {self.dtype!r}")
+
+    def shape(self, slots: int) -> tuple[int, int, int, int, int]:
+        return (self.layers, 2, slots, self.kv_heads, self.head_dim)
+
+    @property
+    def bytes_per_token(self) -> int:
+        itemsize = torch.empty((), dtype=self.dtype).element_size()
+        return self.layers * 2 * self.kv_heads * self.head_dim * itemsize
+
+
+def resolve_device(device: str) -> torch.device:
+    """``auto`` is ``cuda`` when a GPU is visible, else ``cpu``."""
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+class PoolError(RuntimeError):
+    """A slot was freed twice or freed without being allocated."""
+
+
+class SlotPool:
+    """A fixed number of KV slots with an O(n) vectorised alloc/free per call."""
+
+    def __init__(
+        self,
+        name: str,
+        layout: KVLayout,
+        slots: int,
+        device: torch.device,
+        pin_memory: bool = False,
+    ) -> None:
+        if not isinstance(slots, int) or slots < 0:
+            raise ValueError(f"{name}: slots must be a non-negative int, got {slots!r}")
+        self.name = name
+        self.layout = layout
+        self.capacity = slots
+        self.device = device
+        self.kv = torch.zeros(layout.shape(slots), dtype=layout.dtype, device=device)
+        if pin_memory and device.type == "cpu" and torch.cuda.is_available():
+            self.kv = self.kv.pin_memory()
+        self._free = torch.arange(slots, dtype=torch.int64)
+        self._top = slots
+        self._owned = torch.zeros(slots, dtype=torch.bool)
+
+    def available(self) -> int:
+        return self._top
+
+    def alloc(self, n: int) -> torch.Tensor | None:
+        """``n`` slot indices, or ``None`` (nothing taken) when fewer than ``n`` are free."""
+        if not isinstance(n, int) or n < 0:
+            raise ValueError(f"{self.name}.alloc: n must be a non-negative int, got {n!r}")
+        if n > self._top:
+            return None
+        indices = self._free[self._top - n : self._top].clone()
+        self._top -= n
+        self._owned[indices] = True
+        return indices
+
+    def free(self, indices: torch.Tensor) -> None:
+        """Return slots; raise :class:`PoolError` (nothing freed) on a double or foreign free."""
+        indices = indices.to(device="cpu", dtype=torch.int64).reshape(-1)
+        if indices.numel() == 0:
+            return
+        if bool(((indices < 0) | (indices >= self.capacity)).any()):
+            raise PoolError(f"{self.name}: slots out of range: {indices.tolist()[:16]}")
+        unique, counts = torch.unique(indices, return_counts=True)
+        not_owned = unique[~self._owned[unique]]
+        repeated = unique[counts > 1]
+        if not_owned.numel() or repeated.numel():
+            bad = sorted(set(not_owned.tolist()) | set(repeated.tolist()))
+            raise PoolError(
+                f"{self.name}: double free of slots {bad[:16]}"
+                f"{' …' if len(bad) > 16 else ''} (they are not allocated, or repeated in the "
+                f"call); each slot must be freed exactly once by its owner"
+            )
+        self._owned[indices] = False
+        self._free[self._top : self._top + indices.numel()] = indices
+        self._top += indices.numel()
+
+    def owned(self) -> int:
+        return self.capacity - self._top
+
+
+class DevicePool(SlotPool):
+    """The GPU KV pool (L1); on ``cuda`` when available, else ``cpu``."""
+
+    def __init__(self, layout: KVLayout, slots: int, device: str | torch.device = "auto") -> None:
+        resolved = resolve_device(device) if isinstance(device, str) else device
+        super().__init__("device_pool", layout, slots, resolved)
+
+
+class HostPool(SlotPool):
+    """The host bounce buffer: staging only, pinned when a GPU is present."""
+
+    def __init__(self, layout: KVLayout, slots: int, name: str = "host_pool") -> None:
+        super().__init__(name, layout, slots, torch.device("cpu"), pin_memory=True)
+
+
+class AuxPool(SlotPool):
+    """The device pool for the sliding-window (SWA) KV of spliced tails."""
+
+    def __init__(self, layout: KVLayout, slots: int, device: str | torch.device = "auto") -> None:
+        resolved = resolve_device(device) if isinstance(device, str) else device
+        super().__init__("aux_pool", layout, slots, resolved)

@@ -1,0 +1,157 @@
+"""The typed, frozen shape of ``lifecycle.yaml``.
+
+Every model is immutable (Automat's rule: the machine is a declaration, not an object that is
+edited at run time). Cross-references between sections (a branch naming a state, a guard or an
+effect) are resolved here when they can be checked without knowing the implementations; the
+static checks in :mod:`stagefate.spec.checks` prove the rest.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+SAME = "same"
+"""A branch target meaning: stay in the source state."""
+
+
+class Level(str, Enum):
+    """How surely a state holds a resource."""
+
+    NONE = "none"
+    MAYBE = "maybe"
+    ALWAYS = "always"
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class StateSpec(_Frozen):
+    doc: str
+    holds: dict[str, Literal["maybe", "always"]] = Field(default_factory=dict)
+    terminal: bool = False
+
+    def level(self, resource: str) -> Level:
+        return Level(self.holds.get(resource, "none"))
+
+
+class EffectSpec(_Frozen):
+    doc: str
+    acquires: tuple[str, ...] = ()
+    may_acquire: tuple[str, ...] = ()
+    releases: tuple[str, ...] = ()
+
+
+class BranchSpec(_Frozen):
+    """One guarded outcome of a (state, event) row."""
+
+    to: str
+    guard: str | None = None
+    reason: str | None = None
+    effects: tuple[str, ...] = ()
+    count: tuple[str, ...] = ()
+
+
+class TransitionSpec(_Frozen):
+    """A row: the same ordered branches for every source state listed in ``from``."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+
+    sources: tuple[str, ...] = Field(alias="from", min_length=1)
+    event: str
+    branches: tuple[BranchSpec, ...] = Field(min_length=1)
+
+
+class InvariantSpec(_Frozen):
+    id: str
+    statement: str
+    checked_by: tuple[str, ...]
+
+
+class LifecycleSpec(_Frozen):
+    version: Literal[1]
+    resources: dict[str, str]
+    states: dict[str, StateSpec]
+    initial: str
+    events: dict[str, str]
+    guards: dict[str, str]
+    effects: dict[str, EffectSpec]
+    reasons: dict[str, str]
+    transitions: tuple[TransitionSpec, ...]
+    invariants: tuple[InvariantSpec, ...]
+
+    @model_validator(mode="after")
+    def _names_resolve(self) -> LifecycleSpec:
+        problems: list[str] = []
+        if self.initial not in self.states:
+            problems.append(f"initial state {self.initial!r} is not declared under 'states'")
+        for name, state in self.states.items():
+            for resource in state.holds:
+                if resource not in self.resources:
+                    problems.append(
+                        f"state {name!r} holds unknown resource {resource!r}; "
+                        f"declare it under 'resources' or fix the name"
+                    )
+        for name, effect in self.effects.items():
+            for resource in (*effect.acquires, *effect.may_acquire, *effect.releases):
+                if resource not in self.resources:
+                    problems.append(f"effect {name!r} names unknown resource {resource!r}")
+        for index, row in enumerate(self.transitions):
+            where = f"transitions[{index}] ({row.event})"
+            if row.event not in self.events:
+                problems.append(f"{where}: unknown event {row.event!r}; declare it under 'events'")
+            for source in row.sources:
+                if source not in self.states:
+                    problems.append(f"{where}: unknown source state {source!r}")
+            for branch in row.branches:
+                problems.extend(self._branch_problems(where, branch))
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+    def _branch_problems(self, where: str, branch: BranchSpec) -> list[str]:
+        problems = []
+        if branch.to != SAME and branch.to not in self.states:
+            problems.append(f"{where}: unknown target state {branch.to!r}")
+        if branch.guard is not None and branch.guard not in self.guards:
+            problems.append(f"{where}: unknown guard {branch.guard!r}; declare it under 'guards'")
+        for effect in branch.effects:
+            if effect not in self.effects:
+                problems.append(f"{where}: unknown effect {effect!r}; declare it under 'effects'")
+        target = self.states.get(branch.to)
+        if target is not None and target.terminal and branch.reason is None:
+            problems.append(f"{where}: a branch into terminal state {branch.to!r} needs a reason")
+        if branch.reason is not None:
+            if target is None or not target.terminal:
+                problems.append(f"{where}: reason {branch.reason!r} on a non-terminal target")
+            elif branch.reason not in self.reasons:
+                problems.append(f"{where}: unknown reason {branch.reason!r}")
+        return problems
+
+    # Derived views used by the generated machine, the checks and the diagrams.
+
+    @property
+    def terminal_states(self) -> tuple[str, ...]:
+        return tuple(name for name, state in self.states.items() if state.terminal)
+
+    @property
+    def counters(self) -> tuple[str, ...]:
+        """Every counter the spec increments: branch counters, then one per reason."""
+        names: dict[str, None] = {}
+        for row in self.transitions:
+            for branch in row.branches:
+                names.update(dict.fromkeys(branch.count))
+        names.update(dict.fromkeys(self.reasons))
+        return tuple(names)
+
+    def rows(self) -> list[tuple[str, str, tuple[BranchSpec, ...]]]:
+        """``(state, event, branches)`` for every source state of every row, in spec order."""
+        return [
+            (source, row.event, row.branches) for row in self.transitions for source in row.sources
+        ]
+
+    def target_of(self, source: str, branch: BranchSpec) -> str:
+        return source if branch.to == SAME else branch.to

@@ -1,0 +1,43 @@
+"""stagefate: the fate of staged KV-cache prefetches, as a formally specified state machine.
+
+The public face: everything an engine scheduler or a test needs is importable from here.
+"""
+
+from .runtime import (
+    AuxPool,
+    DevicePool,
+    FileStorage,
+    HostPool,
+    KVLayout,
+    ManualIO,
+    MatchResult,
+    MemoryStorage,
+    RadixTree,
+    Storage,
+    ThreadedIO,
+)
+from .statemachine.config import PipelineConfig
+from .statemachine.errors import LifecycleError, OwnershipViolation
+from .statemachine.pipeline import BufferPipeline, Record, TransitionEvent
+from .statemachine.stats import Stats
+
+__all__ = [
+    "AuxPool",
+    "BufferPipeline",
+    "DevicePool",
+    "FileStorage",
+    "HostPool",
+    "KVLayout",
+    "LifecycleError",
+    "ManualIO",
+    "MatchResult",
+    "MemoryStorage",
+    "OwnershipViolation",
+    "PipelineConfig",
+    "RadixTree",
+    "Record",
+    "Stats",
+    "Storage",
+    "ThreadedIO",
+    "TransitionEvent",
+]

@@ -1,0 +1,1 @@
+"""Benchmarks behind ``stagefate bench``; results go to ``docs/benchmarks.md``."""

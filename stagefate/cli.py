@@ -1,0 +1,114 @@
+"""The ``stagefate`` command line: check, diagram, bench (and the jobs added beside them)."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from rich.console import Console
+
+from .spec import load_spec, run_static_checks
+from .spec.diagram import spec_digest, stale_diagrams, write_diagrams
+from .spec.load import DEFAULT_SPEC_PATH, SpecError
+
+console = Console(highlight=False)
+
+
+def _cmd_check(args: argparse.Namespace) -> int:
+    from .statemachine.bindings import implemented_names
+
+    spec_path = Path(args.spec) if args.spec else DEFAULT_SPEC_PATH
+    spec = load_spec(spec_path)
+    guards, effects = implemented_names()
+    findings = run_static_checks(spec, guards, effects)
+    for finding in findings:
+        console.print(f"[red]FAIL[/red] {finding}")
+    if findings:
+        console.print(f"{len(findings)} static finding(s) in {spec_path}")
+        return 1
+    console.print(
+        f"static checks passed: {len(spec.states)} states, {len(spec.rows())} (state, event) rows, "
+        f"{len(spec.guards)} guards, {len(spec.effects)} effects, all implemented"
+    )
+    return 0
+
+
+def _cmd_diagram(args: argparse.Namespace) -> int:
+    spec_path = Path(args.spec) if args.spec else DEFAULT_SPEC_PATH
+    spec = load_spec(spec_path)
+    digest = spec_digest(spec_path)
+    out = Path(args.out)
+    if args.check:
+        problems = stale_diagrams(spec, out, digest)
+        for problem in problems:
+            console.print(f"[red]STALE[/red] {problem}; run `stagefate diagram` and commit docs/")
+        return 1 if problems else 0
+    for path in write_diagrams(spec, out, digest):
+        console.print(f"wrote {path}")
+    return 0
+
+
+def _bench_runners() -> dict[str, Callable[[], object]]:
+    from .bench import dispatch
+
+    return {"dispatch": dispatch.run}
+
+
+def _cmd_bench(args: argparse.Namespace) -> int:
+    from .bench.report import write_section
+
+    runners = _bench_runners()
+    names = list(runners) if args.which == "all" else [args.which]
+    for name in names:
+        console.print(f"running bench {name} …")
+        section = runners[name]()
+        command = "stagefate bench " + " ".join(shlex.quote(a) for a in args.argv)
+        write_section(section, command.strip(), Path(args.report))  # type: ignore[arg-type]
+        console.print(section.body)  # type: ignore[attr-defined]
+    console.print(f"results written to {args.report}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="stagefate", description="Staged KV-cache prefetch lifecycle: spec, checks, jobs."
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    check = sub.add_parser("check", help="static checks of the lifecycle spec")
+    check.add_argument("--spec", help="spec file (default: the shipped lifecycle.yaml)")
+    check.add_argument("--static", action="store_true", help="static checks only")
+    check.set_defaults(func=_cmd_check)
+
+    diagram = sub.add_parser("diagram", help="regenerate docs/lifecycle.md and .svg from the spec")
+    diagram.add_argument("--spec", help="spec file (default: the shipped lifecycle.yaml)")
+    diagram.add_argument("--out", default="docs", help="output folder (default: docs)")
+    diagram.add_argument("--check", action="store_true", help="exit 1 if docs/ is out of step")
+    diagram.set_defaults(func=_cmd_diagram)
+
+    bench = sub.add_parser("bench", help="run benchmarks, write docs/benchmarks.md")
+    bench.add_argument("which", nargs="?", default="all", choices=["all", *_bench_runners()])
+    bench.add_argument("--report", default="docs/benchmarks.md", help="report file")
+    bench.set_defaults(func=_cmd_bench)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI; returns the exit status (0 success, 1 a check failed, 2 bad usage)."""
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    args = parser.parse_args(args_list)
+    args.argv = args_list[1:]
+    try:
+        result: int = args.func(args)
+    except SpecError as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        return 2
+    return result
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,106 @@
+"""``PipelineConfig``: every knob of a :class:`BufferPipeline`, validated with the fix named."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+from pydantic import BaseModel, ConfigDict, field_validator, model_validator
+
+_DTYPE_NAMES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
+
+
+class PipelineConfig(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
+
+    page_size: int = 1
+    layers: int = 2
+    kv_heads: int = 1
+    head_dim: int = 4
+    dtype: torch.dtype = torch.float16
+    device_tokens: int = 64
+    host_tokens: int = 64
+    sliding_window: int | None = None
+    """Tokens of the sliding-window (aux) KV a staged fetch carries; None: no aux pool."""
+    device: str = "auto"
+    io: Literal["manual", "threaded"] = "manual"
+    io_workers: int = 2
+    prefetch_threshold: int = 1
+    anchor_lock_cap_fraction: float = 0.5
+    max_context_len: int = 32
+    retry_interval: int = 8
+    retry_max_attempts: int = 8
+    check_oracle: bool = False
+    """Run the ``transitions`` oracle in lockstep; any disagreement raises (slow; for fuzzing)."""
+
+    @field_validator("dtype", mode="before")
+    @classmethod
+    def _dtype(cls, value: object) -> torch.dtype:
+        if isinstance(value, str):
+            if value not in _DTYPE_NAMES:
+                raise ValueError(
+                    f"dtype {value!r} is not supported; use one of {list(_DTYPE_NAMES)}"
+                )
+            return _DTYPE_NAMES[value]
+        if not isinstance(value, torch.dtype):
+            raise ValueError(f"dtype must be a torch.dtype such as torch.float16, got {value!r}")
+        return value
+
+    @field_validator("page_size", "layers", "kv_heads", "head_dim", "io_workers")
+    @classmethod
+    def _positive(cls, value: int) -> int:
+        if value < 1:
+            raise ValueError(f"must be at least 1, got {value}")
+        return value
+
+    @field_validator(
+        "device_tokens",
+        "host_tokens",
+        "prefetch_threshold",
+        "max_context_len",
+        "retry_interval",
+        "retry_max_attempts",
+    )
+    @classmethod
+    def _non_negative(cls, value: int) -> int:
+        if value < 0:
+            raise ValueError(f"must be 0 or more, got {value}")
+        return value
+
+    @field_validator("anchor_lock_cap_fraction")
+    @classmethod
+    def _fraction(cls, value: float) -> float:
+        if not 0.0 <= value <= 1.0:
+            raise ValueError(f"must lie in [0, 1] (a share of the device pool), got {value}")
+        return value
+
+    @field_validator("device")
+    @classmethod
+    def _device(cls, value: str) -> str:
+        if value != "auto" and not value.startswith(("cpu", "cuda")):
+            raise ValueError(f"device must be 'auto', 'cpu' or 'cuda[:N]', got {value!r}")
+        return value
+
+    @model_validator(mode="after")
+    def _aligned(self) -> PipelineConfig:
+        page = self.page_size
+        for name in ("device_tokens", "host_tokens"):
+            if getattr(self, name) % page:
+                raise ValueError(
+                    f"{name}={getattr(self, name)} is not a multiple of page_size={page}; "
+                    f"round it to whole pages"
+                )
+        if self.sliding_window is not None and (
+            self.sliding_window < 1 or self.sliding_window % page
+        ):
+            raise ValueError(
+                f"sliding_window={self.sliding_window} must be a positive multiple of "
+                f"page_size={page} (or None for no aux window)"
+            )
+        return self
+
+    @property
+    def anchor_lock_cap(self) -> int:
+        """Tokens that prefetch anchor pins may protect at once."""
+        by_fraction = int(self.anchor_lock_cap_fraction * self.device_tokens)
+        return max(0, min(by_fraction, self.device_tokens - self.max_context_len))

@@ -1,0 +1,723 @@
+"""``BufferPipeline``: staged prefetches driven through the generated lifecycle.
+
+Theory of operation
+-------------------
+Each request id has at most one live :class:`Record`. Every change of a record's state goes
+through :meth:`_fire`, which asks the compiled machine (built from ``spec/lifecycle.yaml``) for
+the first branch whose guard holds and runs that branch's effects. Guards and effects are the
+``_guard_*`` and ``_effect_*`` methods below, bound by name; the machine refuses to build unless
+the two sets are exactly the spec's (so the spec cannot name something this class lacks, and
+this class cannot grow lifecycle logic the spec does not show).
+
+Guards read the live tree: no stored node id is ever trusted. A guard may split a tree node or
+refresh its access time while matching (that changes no match result); it allocates and frees
+nothing. Public commands validate their arguments first and raise before anything changes.
+
+IO completions carry an operation id. ``poll()`` drains them on the caller's thread; a
+completion whose record has ended, or whose id is not the record's current operation (a request
+id may be reused), is dropped and counted in ``stale_completions``.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import ClassVar, Literal
+
+import torch
+
+from ..runtime import (
+    AuxPool,
+    Completion,
+    CopyEngine,
+    DevicePool,
+    HostPool,
+    IOExecutor,
+    IOOp,
+    IOResult,
+    KVLayout,
+    ManualIO,
+    MemoryStorage,
+    RadixTree,
+    Storage,
+    ThreadedIO,
+    TreeNode,
+    namespace_of,
+    page_hashes,
+)
+from ..runtime.hashing import Namespace, aux_storage_key, storage_key
+from ..spec import LifecycleSpec, load_spec
+from .config import PipelineConfig
+from .errors import LifecycleError, OwnershipViolation
+from .machine import CompiledMachine, Outcome
+from .oracle import OracleMachine, OracleModel
+from .retry import RetryBook
+from .stats import Stats
+
+LockOutcome = Literal["locked", "no_anchor", "cap_skip", "anchor_lost"]
+_HOLD_STATES = frozenset({"staged", "trimmed"})
+_EMPTY = torch.empty(0, dtype=torch.int64)
+
+
+@dataclass(eq=False)
+class Record:
+    """One prefetch: what was asked, what it holds, and the arguments of the event being fired."""
+
+    request_id: str
+    tokens: tuple[int, ...]
+    """The request's tokens, cut to whole pages: the span ends at ``len(tokens)``."""
+    matched_len: int
+    namespace: Namespace
+    digests: list[bytes]
+    """Page-key chain of ``tokens``; the span's keys are the tail from ``matched_len``."""
+    state: str = "issued"
+    span_end: int = 0
+    pinned_node: TreeNode | None = None
+    pinned_tokens: int = 0
+    anchor: TreeNode | None = None
+    op_id: int | None = None
+    hit_tokens: int = 0
+    host_indices: torch.Tensor | None = None
+    host_aux_indices: torch.Tensor | None = None
+    aux_tokens: int = 0
+    read_issued: bool = False
+    plan_prefix: int | None = None
+    device_indices: torch.Tensor | None = None
+    spliced_node: TreeNode | None = None
+    aux_device_indices: torch.Tensor | None = None
+    # arguments of the event being fired, read by its guards and effects
+    arg_prefix_len: int = 0
+    arg_prefix_indices: torch.Tensor = field(default_factory=lambda: _EMPTY)
+    arg_completion: Completion | None = None
+
+    @property
+    def span_tokens(self) -> int:
+        return self.span_end - self.matched_len
+
+
+@dataclass(frozen=True)
+class TransitionEvent:
+    """What instruments receive after every transition."""
+
+    request_id: str
+    outcome: Outcome
+
+
+Instrument = Callable[[TransitionEvent], None]
+
+
+class BufferPipeline:
+    """The staged-prefetch lifecycle over a live tree, pools, L3 storage and an IO executor."""
+
+    GUARDS: ClassVar[frozenset[str]]
+    EFFECTS: ClassVar[frozenset[str]]
+
+    def __init__(
+        self,
+        config: PipelineConfig | None = None,
+        storage: Storage | None = None,
+        io: IOExecutor | None = None,
+        spec: LifecycleSpec | None = None,
+    ) -> None:
+        self.config = cfg = config or PipelineConfig()
+        self.layout = KVLayout(cfg.layers, cfg.kv_heads, cfg.head_dim, cfg.dtype)
+        self.device_pool = DevicePool(self.layout, cfg.device_tokens, cfg.device)
+        self.host_pool = HostPool(self.layout, cfg.host_tokens)
+        window = cfg.sliding_window
+        self.aux_pool = (
+            None
+            if window is None
+            else AuxPool(self.layout, cfg.device_tokens, self.device_pool.device)
+        )
+        self.host_aux_pool = (
+            None if window is None else HostPool(self.layout, cfg.host_tokens, name="host_aux_pool")
+        )
+        self.tree = RadixTree(cfg.page_size, self.device_pool, self.aux_pool)
+        self.storage: Storage = storage if storage is not None else MemoryStorage()
+        self.io: IOExecutor = (
+            io
+            if io is not None
+            else (ManualIO() if cfg.io == "manual" else ThreadedIO(cfg.io_workers))
+        )
+        self.copy = CopyEngine(self.device_pool.device)
+        self.spec = spec or load_spec()
+        guards = {name: getattr(self, f"_guard_{name}") for name in self.GUARDS}
+        effects = {name: getattr(self, f"_effect_{name}") for name in self.EFFECTS}
+        self.machine: CompiledMachine[Record] = CompiledMachine(self.spec, guards, effects)
+        self._oracle = OracleMachine(self.spec, guards) if cfg.check_oracle else None
+        self._oracle_models: dict[str, OracleModel] = {}
+        self.cap = cfg.anchor_lock_cap
+        self.pinned_tokens = 0
+        self.records: dict[str, Record] = {}
+        self._ops: dict[int, str] = {}
+        self._op_ids = itertools.count(1)
+        self._hits: OrderedDict[str, None] = OrderedDict()
+        self._parked: OrderedDict[str, None] = OrderedDict()
+        self._counts: dict[str, int] = dict.fromkeys(Stats.model_fields, 0)
+        self.retries = RetryBook(cfg.retry_interval, cfg.retry_max_attempts)
+        self.polls = 0
+        self.instruments: list[Instrument] = []
+
+    # ================================================================== public commands
+
+    def prefetch_from_storage(
+        self,
+        req_id: str,
+        tokens: Sequence[int] | torch.Tensor,
+        matched_len: int,
+        extra_key: str | None = None,
+        cache_salt: str | None = None,
+    ) -> str:
+        """Issue a prefetch of ``tokens[matched_len:]``; returns the state it is in afterwards.
+
+        A live request id returns its current state and issues nothing. A span below
+        ``prefetch_threshold`` ends at once as ``released`` (``declined_too_short``).
+        """
+        token_tuple = self._check_tokens(tokens)
+        self._check_request_id(req_id)
+        namespace = namespace_of(extra_key, cache_salt)
+        page = self.config.page_size
+        if not isinstance(matched_len, int) or isinstance(matched_len, bool):
+            raise TypeError(f"matched_len must be an int, got {type(matched_len).__name__}")
+        if matched_len < 0 or matched_len > len(token_tuple):
+            raise ValueError(
+                f"matched_len={matched_len} must lie in [0, len(tokens)={len(token_tuple)}]: it "
+                f"is the length of the device prefix the request matched"
+            )
+        if matched_len % page:
+            raise ValueError(f"matched_len={matched_len} must be a multiple of page_size={page}")
+        self._counts["attempts"] += 1
+        live = self.records.get(req_id)
+        if live is not None:
+            return live.state
+        self.retries.disarm(req_id)
+        aligned = token_tuple[: len(token_tuple) - len(token_tuple) % page]
+        record = Record(
+            request_id=req_id,
+            tokens=aligned,
+            matched_len=matched_len,
+            namespace=namespace,
+            digests=page_hashes(aligned, page, namespace),
+            span_end=len(aligned),
+        )
+        self.records[req_id] = record
+        if self._oracle is not None:
+            self._oracle_models[req_id] = self._oracle.add(record)
+        self._fire(record, "lock")
+        if record.state != "released":
+            self._submit(record, "exists", self._exists_op(record))
+        return record.state
+
+    def try_lock_anchor(self, req_id: str) -> LockOutcome:
+        """Re-match the anchor on the live tree and pin it if allowed (idempotent when locked)."""
+        record = self._live(req_id, "lock")
+        outcome = self._fire(record, "lock")
+        state = outcome.target
+        assert state in ("locked", "no_anchor", "cap_skip", "anchor_lost")
+        return state  # type: ignore[return-value]
+
+    def poll(self) -> None:
+        """One scheduling pass: drain IO completions, then run IO commits (parked first)."""
+        self.polls += 1
+        for completion in self.io.drain():
+            self._on_completion(completion)
+        self._run_commits()
+
+    def staged_splice_tokens(self, req_id: str, device_prefix_len: int) -> int:
+        """Tokens a plan at ``device_prefix_len`` would splice (0: unusable); changes nothing."""
+        self._check_prefix_len(device_prefix_len)
+        record = self.records.get(req_id)
+        if record is None or record.state not in _HOLD_STATES:
+            return 0
+        record.arg_prefix_len = device_prefix_len
+        outcome = self.machine.decide(record, "plan")
+        return 0 if outcome.target == "released" else record.span_end - device_prefix_len
+
+    def plan_staged_splice(self, req_id: str, device_prefix_len: int) -> tuple[int, int]:
+        """Charge the splice at admission: ``(kv_tokens, swa_tokens)``; frees an unusable hold."""
+        self._check_prefix_len(device_prefix_len)
+        record = self.records.get(req_id)
+        if record is None or record.state not in _HOLD_STATES:
+            return (0, 0)
+        record.arg_prefix_len = device_prefix_len
+        if self._fire(record, "plan").target == "released":
+            return (0, 0)
+        return (record.span_end - device_prefix_len, record.aux_tokens)
+
+    def init_load_back(self, req_id: str, prefix_indices: torch.Tensor) -> torch.Tensor:
+        """Splice the planned tail after ``prefix_indices``; returns its device slots.
+
+        Returns an empty tensor when the live prefix moved since the plan (the hold is released
+        as ``dropped``) or the device pool cannot hold the tail (``device_capacity``).
+        """
+        if not isinstance(prefix_indices, torch.Tensor) or prefix_indices.dtype != torch.int64:
+            raise TypeError(
+                "prefix_indices must be the int64 device indices of the request's prefix "
+                "(MatchResult.device_indices)"
+            )
+        record = self._live(req_id, "consume")
+        if record.plan_prefix is None:
+            raise LifecycleError(
+                req_id,
+                record.state,
+                "consume",
+                self.machine.legal_events(record.state),
+                hint="no plan was made: call plan_staged_splice(req_id, device_prefix_len) first",
+            )
+        record.arg_prefix_indices = prefix_indices.reshape(-1).cpu()
+        if not self._guard_plan_stale(record):
+            self._make_room(record)
+        if self._fire(record, "consume").target != "consumed":
+            return _EMPTY
+        assert record.device_indices is not None
+        return record.device_indices
+
+    def release_staged_hold(self, req_id: str) -> bool:
+        """Free a staged hold the scheduler will not consume; False when there is none."""
+        record = self.records.get(req_id)
+        if record is None or record.state not in _HOLD_STATES:
+            return False
+        self._fire(record, "release_hold")
+        return True
+
+    def release_aborted_request(self, req_id: str) -> None:
+        """Abort: release everything the request holds (a read in flight ends on completion)."""
+        self.retries.forget(req_id)
+        record = self.records.get(req_id)
+        if record is not None:
+            self._fire(record, "abort")
+
+    def due_retries(self, waiting_req_ids: Sequence[str]) -> list[str]:
+        """Waiting requests whose paced retry is due now (the queue head never waits)."""
+        return self.retries.due(waiting_req_ids, self.polls)
+
+    def write_through(
+        self,
+        tokens: Sequence[int] | torch.Tensor,
+        device_indices: torch.Tensor,
+        extra_key: str | None = None,
+        cache_salt: str | None = None,
+        aux_indices: torch.Tensor | None = None,
+    ) -> int:
+        """Producer side: store the KV of ``tokens`` (whole pages) in L3; returns pages written.
+
+        ``aux_indices`` are aux-pool slots of the trailing window (whole pages, ending at the
+        last whole page); their KV is stored beside those pages so a consumer can splice it.
+        """
+        token_tuple = self._check_tokens(tokens)
+        namespace = namespace_of(extra_key, cache_salt)
+        page = self.config.page_size
+        aligned = token_tuple[: len(token_tuple) - len(token_tuple) % page]
+        if device_indices.numel() < len(aligned):
+            raise ValueError(
+                f"write_through: {len(aligned)} tokens but {device_indices.numel()} device slots"
+            )
+        digests = page_hashes(aligned, page, namespace)
+        pages = self.copy.pages_of(self.device_pool, device_indices[: len(aligned)], page)
+        self.storage.batch_set([storage_key(d) for d in digests], pages)
+        if aux_indices is not None:
+            if self.aux_pool is None:
+                raise ValueError("write_through: aux_indices given but sliding_window is None")
+            if aux_indices.numel() % page or aux_indices.numel() > len(aligned):
+                raise ValueError("write_through: aux_indices must be whole pages of the tail")
+            aux_pages = self.copy.pages_of(self.aux_pool, aux_indices, page)
+            tail = digests[len(digests) - len(aux_pages) :]
+            self.storage.batch_set([aux_storage_key(d) for d in tail], aux_pages)
+        return len(digests)
+
+    # ================================================================== public queries
+
+    def state(self, req_id: str) -> str | None:
+        record = self.records.get(req_id)
+        return None if record is None else record.state
+
+    @property
+    def stats(self) -> Stats:
+        return Stats(**self._counts)
+
+    def is_idle(self) -> bool:
+        """No live record and no IO in flight."""
+        return not self.records and self.io.pending() == 0
+
+    # ================================================================== firing
+
+    def _fire(self, record: Record, event: str) -> Outcome:
+        model = self._oracle_models.get(record.request_id) if self._oracle else None
+        if model is not None and self._oracle is not None:
+            expected = self._oracle.trigger(model, event)
+        outcome = self.machine.fire(record, event)
+        if model is not None and expected != outcome.target:
+            raise AssertionError(
+                f"oracle disagreement on {record.request_id!r}: {outcome.source} --{event}--> "
+                f"compiled {outcome.target!r}, transitions {expected!r}"
+            )
+        for counter in outcome.counters:
+            self._counts[counter] += 1
+        if outcome.source == "parked" and outcome.target != "parked":
+            self._parked.pop(record.request_id, None)
+        if outcome.reason is not None:
+            self._end(record, outcome.reason)
+        for instrument in self.instruments:
+            instrument(TransitionEvent(record.request_id, outcome))
+        return outcome
+
+    def _end(self, record: Record, reason: str) -> None:
+        self._counts[reason] += 1
+        request_id = record.request_id
+        del self.records[request_id]
+        self._hits.pop(request_id, None)
+        self._parked.pop(request_id, None)
+        if record.op_id is not None:
+            self._ops.pop(record.op_id, None)
+        if self._oracle is not None:
+            self._oracle.remove(self._oracle_models.pop(request_id))
+        if reason == "filled":
+            self.retries.forget(request_id)
+
+    def _live(self, req_id: str, event: str) -> Record:
+        self._check_request_id(req_id)
+        record = self.records.get(req_id)
+        if record is None:
+            raise LifecycleError(
+                req_id, None, event, hint="issue it with prefetch_from_storage first"
+            )
+        if not self.machine.allows(record.state, event):
+            raise LifecycleError(
+                req_id, record.state, event, self.machine.legal_events(record.state)
+            )
+        return record
+
+    def _on_completion(self, completion: Completion) -> None:
+        request_id = self._ops.pop(completion.op_id, None)
+        record = None if request_id is None else self.records.get(request_id)
+        if record is None or record.op_id != completion.op_id:
+            self._counts["stale_completions"] += 1
+            return
+        record.op_id = None
+        record.arg_completion = completion
+        event = {"exists": "hit", "read": "read_done", "load": "ack"}[completion.kind]
+        self._fire(record, event)
+
+    def _run_commits(self) -> None:
+        for request_id in list(self._parked):
+            record = self.records[request_id]
+            if self._fire(record, "commit").target == "parked":
+                break  # FIFO: a parked hit is not overtaken by later parked ones
+        while self._hits:
+            request_id, _ = self._hits.popitem(last=False)
+            self._fire(self.records[request_id], "commit")
+
+    def _submit(
+        self,
+        record: Record,
+        kind: Literal["exists", "read", "load"],
+        run: Callable[[int | None], IOResult],
+    ) -> None:
+        op_id = next(self._op_ids)
+        record.op_id = op_id
+        self._ops[op_id] = record.request_id
+        self.io.submit(IOOp(op_id, kind, run))
+
+    def _make_room(self, record: Record) -> None:
+        """Evict before allocating the tail, with the request's live prefix locked meanwhile."""
+        assert record.plan_prefix is not None
+        need = record.span_end - record.plan_prefix
+        short = need - self.device_pool.available()
+        aux_short = 0
+        if self.aux_pool is not None:
+            aux_short = record.aux_tokens - self.aux_pool.available()
+        if short <= 0 and aux_short <= 0:
+            return
+        prefix = self.tree.match_prefix(
+            record.tokens[: record.plan_prefix], *record.namespace
+        ).last_node
+        self.tree.inc_lock_ref(prefix)
+        try:
+            self.tree.evict(max(short, aux_short, 0))
+            if self.aux_pool is not None:
+                while self.aux_pool.available() < record.aux_tokens and self.tree.evict(1):
+                    pass
+        finally:
+            self.tree.dec_lock_ref(prefix)
+
+    # ================================================================== IO operations
+
+    def _span_keys(self, record: Record, tokens: int) -> list[str]:
+        first = record.matched_len // self.config.page_size
+        last = first + tokens // self.config.page_size
+        return [storage_key(d) for d in record.digests[first:last]]
+
+    def _exists_op(self, record: Record) -> Callable[[int | None], IOResult]:
+        keys = self._span_keys(record, record.span_tokens)
+        storage, page = self.storage, self.config.page_size
+
+        def run(_limit: int | None) -> IOResult:
+            return IOResult(tokens=storage.batch_exists(keys) * page)
+
+        return run
+
+    def _read_op(self, record: Record, tokens: int) -> Callable[[int | None], IOResult]:
+        page = self.config.page_size
+        keys = self._span_keys(record, tokens)
+        host_indices = record.host_indices
+        aux_indices = record.host_aux_indices
+        end_page = (record.matched_len + tokens) // page
+        aux_pages = record.aux_tokens // page
+        aux_keys = [aux_storage_key(d) for d in record.digests[end_page - aux_pages : end_page]]
+        storage, copy, host_pool, host_aux_pool = (
+            self.storage,
+            self.copy,
+            self.host_pool,
+            self.host_aux_pool,
+        )
+        assert host_indices is not None
+
+        def run(limit: int | None) -> IOResult:
+            wanted = keys if limit is None else keys[: max(0, limit) // page]
+            read = copy.read_into_host(storage, wanted, host_pool, host_indices, page)
+            if not aux_keys:
+                return IOResult(tokens=read)
+            if read < tokens or host_aux_pool is None or aux_indices is None:
+                return IOResult(tokens=read, aux_complete=False)
+            aux_read = copy.read_into_host(storage, aux_keys, host_aux_pool, aux_indices, page)
+            return IOResult(tokens=read, aux_complete=aux_read == len(aux_keys) * page)
+
+        return run
+
+    # ================================================================== guards
+
+    def _live_anchor_len(self, record: Record) -> int:
+        match = self.tree.match_prefix(record.tokens[: record.matched_len], *record.namespace)
+        record.anchor = match.last_node
+        return match.length
+
+    def _guard_below_threshold(self, record: Record) -> bool:
+        return record.span_tokens < self.config.prefetch_threshold or record.span_tokens == 0
+
+    def _guard_root_prefix(self, record: Record) -> bool:
+        return record.matched_len == 0
+
+    def _guard_live_match_short(self, record: Record) -> bool:
+        return self._live_anchor_len(record) < record.matched_len
+
+    def _guard_over_cap(self, record: Record) -> bool:
+        return self.pinned_tokens + record.matched_len > self.cap
+
+    def _guard_zero_pages(self, record: Record) -> bool:
+        completion = record.arg_completion
+        return completion is None or completion.error is not None or completion.tokens == 0
+
+    def _guard_hit_below_threshold(self, record: Record) -> bool:
+        assert record.arg_completion is not None
+        return record.arg_completion.tokens < self.config.prefetch_threshold
+
+    def _guard_device_covers_span(self, record: Record) -> bool:
+        match = self.tree.match_prefix(record.tokens, *record.namespace)
+        return match.length >= record.span_end
+
+    def _read_plan(self, record: Record) -> tuple[int, int]:
+        """Tokens the read will bring (the hit, within the span) and its aux window."""
+        tokens = min(record.hit_tokens, record.span_tokens)
+        window = self.config.sliding_window
+        return tokens, (0 if window is None else min(window, tokens))
+
+    def _guard_host_short(self, record: Record) -> bool:
+        tokens, aux = self._read_plan(record)
+        if self.host_pool.available() < tokens:
+            return True
+        return self.host_aux_pool is not None and self.host_aux_pool.available() < aux
+
+    def _guard_read_empty(self, record: Record) -> bool:
+        completion = record.arg_completion
+        assert completion is not None
+        return completion.error is not None or completion.tokens == 0 or not completion.aux_complete
+
+    def _guard_prefix_shrank(self, record: Record) -> bool:
+        return record.arg_prefix_len < record.matched_len
+
+    def _guard_span_device_resident(self, record: Record) -> bool:
+        return record.arg_prefix_len >= record.span_end
+
+    def _guard_aux_cut(self, record: Record) -> bool:
+        return record.aux_tokens > record.span_end - record.arg_prefix_len
+
+    def _guard_trim_positive(self, record: Record) -> bool:
+        return record.arg_prefix_len > record.matched_len
+
+    def _guard_plan_stale(self, record: Record) -> bool:
+        planned = record.plan_prefix
+        given = record.arg_prefix_indices
+        if planned is None or given.numel() != planned:
+            return True
+        match = self.tree.match_prefix(record.tokens, *record.namespace)
+        return match.length != planned or not torch.equal(match.device_indices, given)
+
+    def _guard_device_short(self, record: Record) -> bool:
+        assert record.plan_prefix is not None
+        if self.device_pool.available() < record.span_end - record.plan_prefix:
+            return True
+        return self.aux_pool is not None and self.aux_pool.available() < record.aux_tokens
+
+    # ================================================================== effects
+
+    def _pin(self, record: Record, node: TreeNode, charged_tokens: int) -> None:
+        self.tree.inc_lock_ref(node)
+        record.pinned_node = node
+        record.pinned_tokens = charged_tokens
+        self.pinned_tokens += charged_tokens
+
+    def _effect_pin_anchor(self, record: Record) -> None:
+        assert record.anchor is not None and record.pinned_node is None
+        self._pin(record, record.anchor, record.matched_len)
+
+    def _effect_pin_if_possible(self, record: Record) -> None:
+        if record.pinned_node is not None or record.matched_len == 0:
+            return
+        if record.anchor is None or self._guard_over_cap(record):
+            return
+        self._pin(record, record.anchor, record.matched_len)
+
+    def _effect_unpin(self, record: Record) -> None:
+        if record.pinned_node is None:
+            return
+        self.tree.dec_lock_ref(record.pinned_node)
+        self.pinned_tokens -= record.pinned_tokens
+        record.pinned_node = None
+        record.pinned_tokens = 0
+
+    def _effect_arm_retry(self, record: Record) -> None:
+        if self.retries.arm(record.request_id, self.polls):
+            self._counts["retries_armed"] += 1
+        else:
+            self._counts["retries_exhausted"] += 1
+
+    def _effect_record_hit(self, record: Record) -> None:
+        assert record.arg_completion is not None
+        record.hit_tokens = record.arg_completion.tokens
+        self._hits[record.request_id] = None
+
+    def _effect_enqueue_parked(self, record: Record) -> None:
+        self._parked.setdefault(record.request_id, None)
+
+    def _effect_alloc_bounce(self, record: Record) -> None:
+        tokens, aux = self._read_plan(record)
+        record.host_indices = self.host_pool.alloc(tokens)
+        if self.host_aux_pool is not None:
+            record.host_aux_indices = self.host_aux_pool.alloc(aux)
+        record.aux_tokens = aux
+        assert record.host_indices is not None
+
+    def _effect_launch_read(self, record: Record) -> None:
+        tokens, _aux = self._read_plan(record)
+        record.read_issued = True
+        self._counts["l3_reads"] += 1
+        self._counts["l3_read_tokens"] += tokens
+        self._submit(record, "read", self._read_op(record, tokens))
+
+    def _effect_stage_read(self, record: Record) -> None:
+        assert record.arg_completion is not None and record.host_indices is not None
+        read = record.arg_completion.tokens
+        unread = record.host_indices[read:]
+        if unread.numel():
+            self.host_pool.free(unread)
+        record.host_indices = record.host_indices[:read]
+        record.span_end = record.matched_len + read
+
+    def _effect_free_bounce(self, record: Record) -> None:
+        if record.host_indices is not None:
+            self.host_pool.free(record.host_indices)
+            record.host_indices = None
+        if record.host_aux_indices is not None and self.host_aux_pool is not None:
+            self.host_aux_pool.free(record.host_aux_indices)
+            record.host_aux_indices = None
+
+    def _effect_record_plan(self, record: Record) -> None:
+        record.plan_prefix = record.arg_prefix_len
+
+    def _effect_alloc_device(self, record: Record) -> None:
+        assert record.plan_prefix is not None
+        record.device_indices = self.device_pool.alloc(record.span_end - record.plan_prefix)
+        assert record.device_indices is not None
+
+    def _effect_queue_h2d(self, record: Record) -> None:
+        assert record.plan_prefix is not None and record.host_indices is not None
+        assert record.device_indices is not None
+        trim = record.plan_prefix - record.matched_len
+        source = record.host_indices[trim:]
+        target = record.device_indices
+        aux_source = record.host_aux_indices
+        aux_target = None
+        if self.aux_pool is not None and aux_source is not None and aux_source.numel():
+            aux_target = self.aux_pool.alloc(aux_source.numel())
+            assert aux_target is not None
+        record.aux_device_indices = aux_target
+        copy, host, device = self.copy, self.host_pool, self.device_pool
+        host_aux, aux_pool = self.host_aux_pool, self.aux_pool
+
+        def run(_limit: int | None) -> IOResult:
+            handle = copy.h2d(host, source, device, target)
+            if aux_target is not None and host_aux is not None and aux_pool is not None:
+                assert aux_source is not None
+                handle = copy.h2d(host_aux, aux_source, aux_pool, aux_target)
+            return IOResult(handle=handle)
+
+        self._submit(record, "load", run)
+
+    def _effect_insert_tail(self, record: Record) -> None:
+        assert record.plan_prefix is not None and record.device_indices is not None
+        slots = torch.cat([record.arg_prefix_indices, record.device_indices])
+        present, node = self.tree.insert_node(record.tokens, slots, *record.namespace)
+        if present != record.plan_prefix:
+            raise OwnershipViolation(
+                f"request {record.request_id!r}: the tree already held {present} tokens where "
+                f"the plan expected {record.plan_prefix}; an insert may only add nodes"
+            )
+        if record.aux_device_indices is not None:
+            self.tree.attach_aux(node, record.aux_device_indices)
+        record.spliced_node = node
+        self._counts["spliced_tokens"] += record.span_end - record.plan_prefix
+        self._counts["trimmed_tokens"] += record.plan_prefix - record.matched_len
+
+    def _effect_move_pin(self, record: Record) -> None:
+        self._effect_unpin(record)
+        assert record.spliced_node is not None
+        self._pin(record, record.spliced_node, 0)
+
+    # ================================================================== argument checks
+
+    @staticmethod
+    def _check_request_id(req_id: object) -> None:
+        if not isinstance(req_id, str):
+            raise TypeError(f"req_id must be a str, got {type(req_id).__name__}")
+
+    @staticmethod
+    def _check_tokens(tokens: object) -> tuple[int, ...]:
+        if isinstance(tokens, torch.Tensor):
+            if tokens.dtype.is_floating_point or tokens.dim() != 1:
+                raise TypeError("tokens must be a 1-D integer tensor or a sequence of ints")
+            return tuple(tokens.tolist())
+        if isinstance(tokens, (str, bytes)) or not isinstance(tokens, Sequence):
+            raise TypeError(f"tokens must be a sequence of ints, got {type(tokens).__name__}")
+        out = tuple(tokens)
+        if not all(isinstance(t, int) and not isinstance(t, bool) for t in out):
+            raise TypeError("tokens must contain ints only (token ids)")
+        return out
+
+    def _check_prefix_len(self, device_prefix_len: object) -> None:
+        if not isinstance(device_prefix_len, int) or isinstance(device_prefix_len, bool):
+            raise TypeError("device_prefix_len must be an int (len(req.prefix_indices))")
+        if device_prefix_len < 0 or device_prefix_len % self.config.page_size:
+            raise ValueError(
+                f"device_prefix_len={device_prefix_len} must be a non-negative multiple of "
+                f"page_size={self.config.page_size}"
+            )
+
+
+BufferPipeline.GUARDS = frozenset(
+    name.removeprefix("_guard_") for name in vars(BufferPipeline) if name.startswith("_guard_")
+)
+BufferPipeline.EFFECTS = frozenset(
+    name.removeprefix("_effect_") for name in vars(BufferPipeline) if name.startswith("_effect_")
+)

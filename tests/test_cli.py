@@ -1,0 +1,44 @@
+"""The CLI's check and diagram commands, through ``stagefate.cli.main``."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from stagefate.cli import main
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def test_check_passes_on_the_shipped_spec() -> None:
+    assert main(["check", "--static"]) == 0
+
+
+def test_committed_diagrams_are_in_step_with_the_spec() -> None:
+    assert main(["diagram", "--check", "--out", str(REPO / "docs")]) == 0
+
+
+def test_diagram_check_detects_stale_docs(tmp_path: Path) -> None:
+    assert main(["diagram", "--out", str(tmp_path)]) == 0
+    assert main(["diagram", "--check", "--out", str(tmp_path)]) == 0
+    text = (tmp_path / "lifecycle.md").read_text()
+    (tmp_path / "lifecycle.md").write_text(text.replace("abandoned", "abandonned", 1))
+    assert main(["diagram", "--check", "--out", str(tmp_path)]) == 1
+
+
+def test_mermaid_labels_every_edge_with_event_guard_and_effects() -> None:
+    text = (REPO / "docs" / "lifecycle.md").read_text()
+    assert "reading --> abandoned : abort [else] / unpin" in text
+    assert "locked --> released : commit [live_match_short] / unpin, arm_retry" in text
+
+
+def test_check_reports_a_broken_spec(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    broken = tmp_path / "lifecycle.yaml"
+    shutil.copy(REPO / "spec" / "lifecycle.yaml", broken)
+    broken.write_text(
+        broken.read_text().replace("effects: [unpin, free_bounce]}", "effects: [unpin]}", 1)
+    )
+    assert main(["check", "--spec", str(broken)]) == 1
+    assert "leaks 'bounce'" in capsys.readouterr().out

@@ -1,0 +1,176 @@
+"""The spec loads, has DESIGN §3's states, passes every static check, and each check has teeth."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from stagefate.spec import SpecError, load_spec, parse_spec, run_static_checks
+from stagefate.spec.checks import (
+    check_determinism,
+    check_implementations,
+    check_reachability,
+    check_resource_balance,
+    check_terminal,
+    check_termination,
+    check_unused,
+)
+from stagefate.spec.load import DEFAULT_SPEC_PATH
+from stagefate.statemachine.bindings import implemented_names
+
+DESIGN_STATES = {
+    "issued",
+    "locked",
+    "no_anchor",
+    "cap_skip",
+    "anchor_lost",
+    "parked",
+    "reading",
+    "abandoned",
+    "staged",
+    "trimmed",
+    "consumed",
+    "released",
+}
+
+
+def document() -> dict[str, Any]:
+    loaded: dict[str, Any] = yaml.safe_load(DEFAULT_SPEC_PATH.read_text())
+    return copy.deepcopy(loaded)
+
+
+def row(doc: dict[str, Any], source: str, event: str) -> dict[str, Any]:
+    for item in doc["transitions"]:
+        if source in item["from"] and item["event"] == event:
+            return item  # type: ignore[no-any-return]
+    raise KeyError((source, event))
+
+
+def test_spec_has_every_design_state_and_one_terminal() -> None:
+    spec = load_spec()
+    assert set(spec.states) == DESIGN_STATES
+    assert spec.terminal_states == ("released",)
+    assert spec.initial == "issued"
+
+
+def test_shipped_spec_passes_every_static_check_with_the_pipeline_bound() -> None:
+    guards, effects = implemented_names()
+    assert run_static_checks(load_spec(), guards, effects) == []
+
+
+def test_unknown_name_is_rejected_with_field_path_and_fix() -> None:
+    doc = document()
+    row(doc, "reading", "read_done")["branches"][0]["guard"] = "read_emptyy"
+    with pytest.raises(SpecError) as info:
+        parse_spec(doc, "broken.yaml")
+    message = str(info.value)
+    assert "broken.yaml" in message and "read_emptyy" in message and "declare it" in message
+
+
+def test_malformed_field_names_its_path() -> None:
+    doc = document()
+    doc["states"]["locked"]["holds"] = {"pin": "sometimes"}
+    with pytest.raises(SpecError, match=r"states\.locked\.holds\.pin"):
+        parse_spec(doc)
+
+
+def test_unreadable_spec_file_says_so(tmp_path: Path) -> None:
+    with pytest.raises(SpecError, match="cannot read"):
+        load_spec(tmp_path / "missing.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("states: [")
+    with pytest.raises(SpecError, match="not valid YAML"):
+        load_spec(bad)
+
+
+def test_implementations_check_names_the_missing_guard() -> None:
+    guards, effects = implemented_names()
+    findings = check_implementations(load_spec(), guards - {"host_short"}, effects)
+    assert [f.message for f in findings] == ["guard 'host_short' has no registered implementation"]
+
+
+def test_reachability_check_finds_an_orphan_state() -> None:
+    doc = document()
+    doc["states"]["orphan"] = {"doc": "nothing leads here"}
+    doc["transitions"].append(
+        {
+            "from": ["orphan"],
+            "event": "abort",
+            "branches": [{"to": "released", "reason": "aborted"}],
+        }
+    )
+    findings = check_reachability(parse_spec(doc))
+    assert [f.message for f in findings] == ["state 'orphan' is not reachable from 'issued'"]
+
+
+def test_termination_check_finds_a_trap() -> None:
+    doc = document()
+    doc["states"]["trap"] = {"doc": "no way out"}
+    doc["transitions"].append({"from": ["trap"], "event": "abort", "branches": [{"to": "same"}]})
+    row(doc, "reading", "abort")["branches"][0]["to"] = "trap"
+    row(doc, "reading", "abort")["branches"][0]["effects"] = ["unpin", "free_bounce"]
+    findings = check_termination(parse_spec(doc))
+    assert any("'trap' can never reach a terminal state" in f.message for f in findings)
+
+
+def test_determinism_check_finds_missing_fallback_and_shadowed_branch() -> None:
+    doc = document()
+    branches = row(doc, "staged", "plan")["branches"]
+    branches[-1]["guard"] = "trim_positive"  # duplicate guard, and no fallback
+    findings = [f.message for f in check_determinism(parse_spec(doc))]
+    assert any("no transition; add an unguarded fallback" in m for m in findings)
+    assert any("guard 'trim_positive' is tried twice" in m for m in findings)
+    doc = document()
+    branches = row(doc, "reading", "read_done")["branches"]
+    branches[0]["guard"] = None
+    findings = [f.message for f in check_determinism(parse_spec(doc))]
+    assert any("branch 0 has no guard" in m for m in findings)
+
+
+def test_resource_balance_check_finds_a_leaked_bounce() -> None:
+    doc = document()
+    row(doc, "staged", "release_hold")["branches"][0]["effects"] = ["unpin"]
+    findings = [f.message for f in check_resource_balance(parse_spec(doc))]
+    assert findings == [
+        "staged --release_hold[else]--> released: leaks 'bounce' ('released' cannot hold it); "
+        "add an effect that releases it",
+        "trimmed --release_hold[else]--> released: leaks 'bounce' ('released' cannot hold it); "
+        "add an effect that releases it",
+    ]
+
+
+def test_resource_balance_check_finds_a_double_acquire() -> None:
+    doc = document()
+    row(doc, "locked", "lock")["branches"][0]["effects"] = ["pin_anchor"]
+    findings = [f.message for f in check_resource_balance(parse_spec(doc))]
+    assert len(findings) == 1 and "double acquire" in findings[0]
+
+
+def test_resource_balance_check_finds_a_missing_acquire() -> None:
+    doc = document()
+    commit = row(doc, "locked", "commit")["branches"][-1]
+    commit["effects"] = ["pin_if_possible", "launch_read"]  # no alloc_bounce
+    findings = [f.message for f in check_resource_balance(parse_spec(doc))]
+    assert findings and all("always holds 'bounce'" in m for m in findings)
+
+
+def test_terminal_check_finds_holdings_and_exits() -> None:
+    doc = document()
+    doc["states"]["released"]["holds"] = {"pin": "maybe"}
+    doc["transitions"].append(
+        {"from": ["released"], "event": "abort", "branches": [{"to": "same"}]}
+    )
+    findings = [f.message for f in check_terminal(parse_spec(doc))]
+    assert "terminal state 'released' holds ['pin']" in findings
+    assert "terminal state 'released' has an exit on 'abort'; remove it" in findings
+
+
+def test_unused_check_finds_dead_declarations() -> None:
+    doc = document()
+    doc["guards"]["never_used"] = "declared for nothing"
+    findings = [f.message for f in check_unused(parse_spec(doc))]
+    assert findings == ["guard 'never_used' is declared but no transition uses it"]
