@@ -1,0 +1,152 @@
+"""Pools (double free), L3 backends (corruption, restart, concurrency) and the IO executors."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+import torch
+
+from stagefate.runtime import (
+    DevicePool,
+    FileStorage,
+    HostPool,
+    IOOp,
+    IOResult,
+    KVLayout,
+    ManualIO,
+    MemoryStorage,
+    PoolError,
+    ThreadedIO,
+)
+
+LAYOUT = KVLayout(layers=2, kv_heads=1, head_dim=4)
+
+
+def page(value: float) -> torch.Tensor:
+    return torch.full(LAYOUT.shape(4), value, dtype=LAYOUT.dtype)
+
+
+def test_pool_double_free_raises_names_slots_and_frees_nothing() -> None:
+    pool = DevicePool(LAYOUT, 8, "cpu")
+    slots = pool.alloc(3)
+    assert slots is not None and pool.available() == 5
+    pool.free(slots[:1])
+    with pytest.raises(PoolError, match=r"double free of slots \[" + str(int(slots[0])) + r"\]"):
+        pool.free(slots)
+    assert pool.available() == 6  # the failed call freed nothing
+    pool.free(slots[1:])
+    assert pool.available() == 8 and pool.alloc(9) is None and pool.available() == 8
+    host = HostPool(LAYOUT, 4)
+    assert host.kv.shape == (2, 2, 4, 1, 4) and host.kv.device.type == "cpu"
+
+
+def test_memory_storage_counts_consecutive_hits_and_keeps_first_write() -> None:
+    storage = MemoryStorage()
+    storage.batch_set(["a", "b"], [page(1), page(2)])
+    storage.batch_set(["a"], [page(9)])
+    assert storage.batch_exists(["a", "b", "c"]) == 2 and storage.batch_exists(["c", "a"]) == 0
+    got = storage.batch_get(["a", "c"])
+    assert got[1] is None and got[0] is not None and float(got[0].flatten()[0]) == 1.0
+    storage.delete(["a"])
+    assert storage.batch_exists(["a"]) == 0
+    with pytest.raises(ValueError, match="one per key"):
+        storage.batch_set(["x"], [])
+
+
+def test_file_storage_round_trip_and_restart(tmp_path: Path) -> None:
+    FileStorage(tmp_path).batch_set(["k1", "k2"], [page(1), page(2)])
+    again = FileStorage(tmp_path)
+    assert again.batch_exists(["k1", "k2", "k3"]) == 2
+    got = again.batch_get(["k2"])[0]
+    assert got is not None and torch.equal(got, page(2))
+
+
+@pytest.mark.parametrize("damage", ["flip", "truncate", "shape", "garbage"])
+def test_file_storage_damaged_object_is_a_counted_miss(tmp_path: Path, damage: str) -> None:
+    storage = FileStorage(tmp_path)
+    storage.batch_set(["key"], [page(5)])
+    path = tmp_path / "ke" / "key"
+    blob = bytearray(path.read_bytes())
+    if damage == "flip":
+        blob[-1] ^= 0xFF
+    elif damage == "truncate":
+        blob = blob[: len(blob) - 3]
+    elif damage == "shape":
+        blob = bytearray(bytes(blob).replace(b"[2, 2, 4, 1, 4]", b"[2, 2, 4, 1, 2]"))
+    else:
+        blob = bytearray(b"not a page at all")
+    path.write_bytes(bytes(blob))
+    assert storage.batch_get(["key"]) == [None]
+    assert storage.corrupt_reads == 1
+
+
+def test_file_storage_concurrent_put_and_get(tmp_path: Path) -> None:
+    storage = FileStorage(tmp_path)
+    errors: list[BaseException] = []
+
+    def writer(offset: int) -> None:
+        try:
+            for i in range(30):
+                storage.batch_set([f"p{offset}-{i}"], [page(float(i))])
+        except BaseException as exc:
+            errors.append(exc)
+
+    def reader() -> None:
+        try:
+            for i in range(30):
+                for tensor in storage.batch_get([f"p0-{i}", f"p1-{i}"]):
+                    assert tensor is None or float(tensor.flatten()[0]) == float(i)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=writer, args=(n,)) for n in (0, 1)]
+    threads += [threading.Thread(target=reader) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == [] and storage.corrupt_reads == 0
+    assert storage.batch_exists([f"p0-{i}" for i in range(30)]) == 30
+
+
+def _op(op_id: int, kind: str, log: list[int]) -> IOOp:
+    def run(limit: int | None) -> IOResult:
+        log.append(op_id)
+        return IOResult(tokens=10 if limit is None else limit)
+
+    return IOOp(op_id, kind, run)  # type: ignore[arg-type]
+
+
+def test_manual_io_completes_in_the_order_asked() -> None:
+    io, log = ManualIO(), []
+    for op_id in (1, 2, 3):
+        io.submit(_op(op_id, "read", log))
+    assert io.pending() == 3 and io.queued() == [1, 2, 3] and log == []
+    io.complete(2)
+    io.complete_short(3, 4)
+    io.fail(1, "disk on fire")
+    done = io.drain()
+    assert [(c.op_id, c.tokens, c.error) for c in done] == [
+        (2, 10, None),
+        (3, 4, None),
+        (1, 0, "disk on fire"),
+    ]
+    assert log == [2, 3] and io.pending() == 0 and io.drain() == []
+    with pytest.raises(KeyError, match="no queued IO operation 7"):
+        io.complete(7)
+
+
+def test_threaded_io_posts_every_completion() -> None:
+    io, log = ThreadedIO(workers=2), []
+    for op_id in range(1, 9):
+        io.submit(_op(op_id, "read" if op_id % 2 else "load", log))
+    done: list[int] = []
+    for _ in range(1000):
+        done += [c.op_id for c in io.drain()]
+        if len(done) == 8:
+            break
+        threading.Event().wait(0.005)
+    io.close()
+    assert sorted(done) == list(range(1, 9)) and io.pending() == 0

@@ -1,0 +1,178 @@
+"""The live radix tree against a plain reference model, plus unit cases for split/lock/evict."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+from stagefate.runtime import DevicePool, KVLayout, RadixTree, TreeError
+from stagefate.runtime.hashing import page_hashes
+
+LAYOUT = KVLayout(layers=1, kv_heads=1, head_dim=1)
+
+
+def make_tree(page_size: int = 1, slots: int = 256) -> RadixTree:
+    return RadixTree(page_size, DevicePool(LAYOUT, slots, "cpu"))
+
+
+def test_split_keeps_lock_ref_hashes_and_matches() -> None:
+    tree = make_tree()
+    slots = tree.device_pool.alloc(6)
+    assert slots is not None
+    tree.insert([1, 2, 3, 4, 5, 6], slots)
+    leaf = tree.match_prefix([1, 2, 3, 4, 5, 6]).last_node
+    tree.inc_lock_ref(leaf)
+    hashes = list(tree.node_hashes(leaf))
+    head = tree.match_prefix([1, 2, 3]).last_node  # splits the node
+    assert head is not leaf and head.lock_ref == 1 and leaf.parent is head
+    assert tree.node_hashes(head) + tree.node_hashes(leaf) == hashes
+    assert tree.evict(100) == 0  # everything is locked
+    tree.dec_lock_ref(leaf)
+    tree.sanity_check()
+    assert tree.evict(100) == 6 and tree.device_pool.available() == 256
+
+
+def test_dec_lock_ref_below_zero_raises_and_changes_nothing() -> None:
+    tree = make_tree()
+    slots = tree.device_pool.alloc(2)
+    assert slots is not None
+    tree.insert([1, 2], slots)
+    node = tree.match_prefix([1, 2]).last_node
+    with pytest.raises(TreeError, match="below zero"):
+        tree.dec_lock_ref(node)
+    tree.sanity_check()
+
+
+def test_namespaces_never_share_nodes() -> None:
+    tree = make_tree()
+    a, b = tree.device_pool.alloc(3), tree.device_pool.alloc(3)
+    assert a is not None and b is not None
+    assert tree.insert([1, 2, 3], a, cache_salt="x") == 0
+    assert tree.insert([1, 2, 3], b, cache_salt="y") == 0
+    assert torch.equal(tree.match_prefix([1, 2, 3], cache_salt="x").device_indices, a)
+    assert torch.equal(tree.match_prefix([1, 2, 3], cache_salt="y").device_indices, b)
+    assert tree.match_prefix([1, 2, 3]).length == 0
+    assert page_hashes([1, 2, 3], 1, (None, "x")) != page_hashes([1, 2, 3], 1, (None, "y"))
+
+
+def test_partial_pages_are_ignored() -> None:
+    tree = make_tree(page_size=4)
+    slots = tree.device_pool.alloc(8)
+    assert slots is not None
+    assert tree.insert(list(range(10)), slots) == 0  # 8 tokens stored, the tail page dropped
+    assert tree.match_prefix(list(range(10))).length == 8
+    assert tree.match_prefix([0, 1, 2, 3, 4, 5, 9, 9]).length == 4
+
+
+def test_evict_takes_least_recently_used_leaf_first() -> None:
+    tree = make_tree()
+    for first in (1, 2, 3):
+        slots = tree.device_pool.alloc(2)
+        assert slots is not None
+        tree.insert([first, 0], slots)
+    tree.match_prefix([1, 0])  # 1 is now the most recent
+    assert tree.evict(2) == 2
+    assert tree.match_prefix([2, 0]).length == 0
+    assert tree.match_prefix([1, 0]).length == 2 and tree.match_prefix([3, 0]).length == 2
+
+
+PAGE = 2
+tokens_st = st.lists(st.integers(0, 3), min_size=0, max_size=12).map(
+    lambda t: t[: len(t) - len(t) % PAGE]
+)
+namespace_st = st.sampled_from([None, "a"])
+
+
+class TreeAgainstReference(RuleBasedStateMachine):
+    """Reference: a dict from (namespace, whole sequence) to the slots first inserted for it."""
+
+    @initialize()
+    def setup(self) -> None:
+        self.tree = make_tree(page_size=PAGE, slots=512)
+        self.reference: dict[tuple[str | None, tuple[int, ...]], list[int]] = {}
+        self.locks: list[tuple[object, tuple[str | None, tuple[int, ...]]]] = []
+
+    def _reference_prefix(self, salt: str | None, tokens: tuple[int, ...]) -> int:
+        best = 0
+        for (ns, seq), _slots in self.reference.items():
+            if ns != salt:
+                continue
+            common = 0
+            while common < min(len(seq), len(tokens)) and seq[common] == tokens[common]:
+                common += 1
+            best = max(best, common - common % PAGE)
+        return best
+
+    def _reference_slots(self, salt: str | None, tokens: tuple[int, ...], n: int) -> list[int]:
+        out: list[int] = []
+        for position in range(n):
+            for (ns, seq), slots in self.reference.items():
+                if ns == salt and seq[: position + 1] == tokens[: position + 1]:
+                    out.append(slots[position])
+                    break
+        return out
+
+    @rule(tokens=tokens_st, salt=namespace_st)
+    def insert(self, tokens: list[int], salt: str | None) -> None:
+        key = tuple(tokens)
+        present = self._reference_prefix(salt, key)
+        slots = self.tree.device_pool.alloc(len(key))
+        if slots is None:
+            return
+        got = self.tree.insert(key, slots, cache_salt=salt)
+        assert got == present
+        kept = self._reference_slots(salt, key, present) + slots[present:].tolist()
+        self.tree.device_pool.free(slots[:present])  # the caller's duplicates
+        if key:
+            self.reference[(salt, key)] = kept
+
+    @rule(tokens=tokens_st, salt=namespace_st)
+    def match(self, tokens: list[int], salt: str | None) -> None:
+        key = tuple(tokens)
+        result = self.tree.match_prefix(key, cache_salt=salt)
+        expected = self._reference_prefix(salt, key)
+        assert result.length == expected
+        assert result.device_indices.tolist() == self._reference_slots(salt, key, expected)
+
+    @rule(tokens=tokens_st, salt=namespace_st)
+    def lock(self, tokens: list[int], salt: str | None) -> None:
+        result = self.tree.match_prefix(tuple(tokens), cache_salt=salt)
+        if result.length:
+            self.tree.inc_lock_ref(result.last_node)
+            self.locks.append((result.last_node, (salt, tuple(tokens[: result.length]))))
+
+    @precondition(lambda self: bool(self.locks))
+    @rule(index=st.integers(0, 100))
+    def unlock(self, index: int) -> None:
+        node, _ = self.locks.pop(index % len(self.locks))
+        self.tree.dec_lock_ref(node)  # type: ignore[arg-type]
+
+    @rule(amount=st.integers(0, 12))
+    def evict(self, amount: int) -> None:
+        self.tree.evict(amount)
+        # the reference forgets what the tree evicted; locked prefixes must still be there
+        for salt, seq in list(self.reference):
+            length = self.tree.match_prefix(seq, cache_salt=salt).length
+            if length < len(seq):
+                kept = self.reference.pop((salt, seq))[:length]
+                if length:
+                    self.reference.setdefault((salt, seq[:length]), kept)
+        for _node, (salt, seq) in self.locks:
+            assert self.tree.match_prefix(seq, cache_salt=salt).length == len(seq)
+
+    @invariant()
+    def structure_and_conservation(self) -> None:
+        self.tree.sanity_check()
+        pool = self.tree.device_pool
+        assert pool.available() + self.tree.total_tokens() == pool.capacity
+
+    @invariant()
+    def hashes_consistent(self) -> None:
+        for node in self.tree.nodes():
+            self.tree.node_hashes(node)
+        self.tree.sanity_check()
+
+
+TestTreeAgainstReference = TreeAgainstReference.TestCase
