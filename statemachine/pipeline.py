@@ -624,6 +624,7 @@ class BufferPipeline:
             self.host_pool.free(unread)
         record.host_indices = record.host_indices[:read]
         record.span_end = record.matched_len + read
+        record.tokens = record.tokens[: record.span_end]  # a short read shortens the span
 
     def _effect_free_bounce(self, record: Record) -> None:
         if record.host_indices is not None:

@@ -1,0 +1,114 @@
+"""A producer/consumer pair over one L3, and the whole-state assertions scenario tests use."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from stagefate import BufferPipeline, MemoryStorage, PipelineConfig, TransitionEvent
+
+
+def config(page_size: int = 1, window: int | None = None, **overrides: object) -> PipelineConfig:
+    base: dict[str, object] = dict(
+        page_size=page_size,
+        layers=2,
+        kv_heads=1,
+        head_dim=4,
+        dtype=torch.float16,
+        device_tokens=64 * page_size,
+        host_tokens=64 * page_size,
+        sliding_window=window,
+        device="cpu",
+        io="manual",
+        prefetch_threshold=1,
+        anchor_lock_cap_fraction=0.5,
+        max_context_len=32 * page_size,
+        retry_interval=8,
+        retry_max_attempts=8,
+        check_oracle=True,
+    )
+    base.update(overrides)
+    return PipelineConfig(**base)  # type: ignore[arg-type]
+
+
+def seq_of(pages: int, page_size: int, start: int = 1) -> list[int]:
+    return list(range(start, start + pages * page_size))
+
+
+@dataclass
+class Pair:
+    producer: BufferPipeline
+    consumer: BufferPipeline
+    storage: MemoryStorage
+    outcomes: list[tuple[str, str, str, str | None]]
+
+    def publish(self, tokens: Sequence[int], mark: float, aux: bool = True) -> None:
+        """The producer computes ``tokens`` with KV marked ``mark`` and writes them through."""
+        pipe = self.producer
+        slots = pipe.device_pool.alloc(len(tokens))
+        assert slots is not None
+        pipe.device_pool.kv[:, :, slots] = mark
+        present = pipe.tree.insert(tokens, slots)
+        pipe.device_pool.free(slots[:present])
+        aux_slots = None
+        window = pipe.config.sliding_window
+        if aux and window is not None and pipe.aux_pool is not None:
+            aux_slots = pipe.aux_pool.alloc(min(window, len(tokens)))
+            assert aux_slots is not None
+            pipe.aux_pool.kv[:, :, aux_slots] = mark + 0.5
+        full = pipe.tree.match_prefix(tokens).device_indices
+        pipe.write_through(tokens, full, aux_indices=aux_slots)
+        if aux_slots is not None and pipe.aux_pool is not None:
+            pipe.aux_pool.free(aux_slots)
+
+    def sibling_insert(self, tokens: Sequence[int], mark: float) -> torch.Tensor:
+        """Another request on the consumer publishes ``tokens`` into the consumer's tree."""
+        pipe = self.consumer
+        present = pipe.tree.match_prefix(tokens).length
+        slots = pipe.device_pool.alloc(len(tokens) - present)
+        assert slots is not None
+        pipe.device_pool.kv[:, :, slots] = mark
+        prefix = pipe.tree.match_prefix(tokens).device_indices
+        pipe.tree.insert(tokens, torch.cat([prefix, slots]))
+        return slots
+
+    def settle(self, rounds: int = 4) -> None:
+        for _ in range(rounds):
+            self.consumer.io.complete_all()  # type: ignore[attr-defined]
+            self.consumer.poll()
+
+
+def make_pair(cfg: PipelineConfig) -> Pair:
+    storage = MemoryStorage()
+    pair = Pair(
+        BufferPipeline(cfg, storage=storage), BufferPipeline(cfg, storage=storage), storage, []
+    )
+
+    def record(event: TransitionEvent) -> None:
+        o = event.outcome
+        pair.outcomes.append((event.request_id, o.source, o.target, o.reason))
+
+    pair.consumer.instruments.append(record)
+    return pair
+
+
+def assert_quiescent(pipe: BufferPipeline) -> None:
+    """Nothing live, nothing pinned, every host slot back, the device pool conserved."""
+    assert pipe.is_idle(), f"live records: {list(pipe.records)}"
+    assert pipe.host_pool.available() == pipe.host_pool.capacity
+    if pipe.host_aux_pool is not None:
+        assert pipe.host_aux_pool.available() == pipe.host_aux_pool.capacity
+    assert pipe.pinned_tokens == 0 and pipe.tree.protected_size == 0
+    pipe.tree.sanity_check()
+    assert pipe.device_pool.available() + pipe.tree.total_tokens() == pipe.device_pool.capacity
+    if pipe.aux_pool is not None:
+        assert pipe.aux_pool.available() + pipe.tree.aux_slots().numel() == pipe.aux_pool.capacity
+    stats = pipe.stats
+    ended = sum(getattr(stats, reason) for reason in pipe.spec.reasons)
+    assert stats.issued + stats.declined_too_short == ended
+
+
+def kv_marks(pipe: BufferPipeline, slots: torch.Tensor) -> list[float]:
+    return [float(v) for v in pipe.device_pool.kv[0, 0, slots, 0, 0]]

@@ -1,0 +1,368 @@
+"""DESIGN §3 scenarios end to end, asserting the whole relevant state after each step.
+
+Run over page_size ∈ {1, 4, 16} × sliding_window ∈ {None, 4 pages}; sequences are counted in
+pages, so ``seq`` is five pages and "one token" of the seed's tests is one page here.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+
+import pytest
+import torch
+
+from stagefate import BufferPipeline, MemoryStorage
+
+from .harness import assert_quiescent, config, kv_marks, make_pair, seq_of
+
+MATRIX = [
+    pytest.param(page, window, id=f"page{page}-swa{window or 0}")
+    for page, window in itertools.product((1, 4, 16), (None, 4))
+]
+
+
+def _window(page: int, window_pages: int | None) -> int | None:
+    return None if window_pages is None else window_pages * page
+
+
+def _stage(pair, seq, req="r", matched_len=0):  # type: ignore[no-untyped-def]
+    state = pair.consumer.prefetch_from_storage(req, seq, matched_len)
+    pair.settle()
+    return state
+
+
+@pytest.mark.parametrize(("page", "window_pages"), MATRIX)
+def test_trim_head_published_by_sibling(page: int, window_pages: int | None) -> None:
+    pair = make_pair(config(page, _window(page, window_pages)))
+    seq = seq_of(5, page)
+    pair.publish(seq, mark=9)
+    consumer = pair.consumer
+    assert _stage(pair, seq) == "no_anchor"
+    assert consumer.state("r") == "staged"
+    assert consumer.host_pool.available() == consumer.host_pool.capacity - 5 * page
+    head = pair.sibling_insert(seq[:page], mark=3)
+    kv, swa = consumer.plan_staged_splice("r", page)
+    assert (kv, swa) == (4 * page, 0 if window_pages is None else 4 * page)
+    assert consumer.state("r") == "trimmed"
+    prefix = consumer.tree.match_prefix(seq).device_indices
+    tail = consumer.init_load_back("r", prefix)
+    assert tail.numel() == 4 * page and consumer.state("r") == "consumed"
+    assert consumer.tree.match_prefix(seq).length == 5 * page  # inserted at consume
+    assert consumer.tree.protected_size > 0  # the spliced node is pinned until the ack
+    pair.settle()
+    assert consumer.state("r") is None
+    assert pair.outcomes[-1] == ("r", "consumed", "released", "filled")
+    match = consumer.tree.match_prefix(seq)
+    assert torch.equal(match.device_indices[:page], head)
+    assert kv_marks(consumer, match.device_indices) == [3.0] * page + [9.0] * (4 * page)
+    if window_pages is not None:
+        node = match.last_node
+        assert node.aux_value is not None and consumer.aux_pool is not None
+        assert float(consumer.aux_pool.kv[0, 0, node.aux_value, 0, 0].min()) == 9.5
+    assert consumer.stats.trimmed_tokens == page and consumer.stats.spliced_tokens == 4 * page
+    assert_quiescent(consumer)
+
+
+@pytest.mark.parametrize(("page", "window_pages"), MATRIX)
+def test_plan_frees_covered_hold(page: int, window_pages: int | None) -> None:
+    pair = make_pair(config(page, _window(page, window_pages)))
+    seq = seq_of(5, page)
+    pair.publish(seq, mark=9)
+    _stage(pair, seq)
+    pair.sibling_insert(seq, mark=3)
+    assert pair.consumer.plan_staged_splice("r", 5 * page) == (0, 0)
+    assert pair.outcomes[-1] == ("r", "staged", "released", "device_covered")
+    assert pair.consumer.plan_staged_splice("r", 5 * page) == (0, 0)  # idempotent
+    assert pair.consumer.stats.released_unusable == 1
+    assert_quiescent(pair.consumer)
+
+
+@pytest.mark.parametrize(("page", "window_pages"), MATRIX)
+def test_commit_cancels_device_covered_fetch(page: int, window_pages: int | None) -> None:
+    pair = make_pair(config(page, _window(page, window_pages)))
+    seq = seq_of(5, page)
+    pair.publish(seq, mark=9)
+    pair.consumer.prefetch_from_storage("r", seq, 0)
+    pair.sibling_insert(seq, mark=3)
+    pair.settle()
+    stats = pair.consumer.stats
+    assert stats.declined_device_covered == 1 and stats.l3_reads == 0
+    assert not pair.consumer.retries.pending("r")
+    assert_quiescent(pair.consumer)
+
+
+def test_anchor_outcomes() -> None:
+    pair = make_pair(config())
+    consumer = pair.consumer
+    seq = seq_of(5, 1)
+    pair.publish(seq, mark=9)
+    pair.sibling_insert(seq[:2], mark=3)
+    # intact prefix: locked, and the pin survives evicting everything
+    assert consumer.prefetch_from_storage("a", seq, 2) == "locked"
+    assert consumer.pinned_tokens == 2 and consumer.tree.protected_size == 2
+    consumer.tree.evict(1000)
+    assert consumer.tree.match_prefix(seq[:2]).length == 2
+    # a second lock is idempotent: no double pin
+    assert consumer.try_lock_anchor("a") == "locked"
+    assert consumer.pinned_tokens == 2 and consumer.records["a"].pinned_node is not None
+    assert consumer.records["a"].pinned_node.lock_ref == 1
+    # root: no anchor
+    assert consumer.prefetch_from_storage("root", seq, 0) == "no_anchor"
+    for request in ("a", "root"):
+        consumer.release_aborted_request(request)
+    pair.settle()
+    assert_quiescent(consumer)
+
+
+def test_cap_zero_skips_the_pin_and_evicted_anchor_declines_with_retry() -> None:
+    pair = make_pair(config(max_context_len=64))  # cap = min(32, 64 - 64) = 0
+    consumer = pair.consumer
+    seq = seq_of(5, 1)
+    pair.publish(seq, mark=9)
+    pair.sibling_insert(seq[:2], mark=3)
+    assert consumer.prefetch_from_storage("r", seq, 2) == "cap_skip"
+    assert consumer.tree.protected_size == 0
+    consumer.tree.evict(1000)  # nothing pins the anchor: it goes
+    pair.settle()
+    assert pair.outcomes[-1] == ("r", "cap_skip", "released", "declined_anchor_lost")
+    assert consumer.retries.pending("r") and consumer.stats.l3_reads == 0
+    # the live match is short at issue now: anchor_lost, then declined again at commit
+    assert consumer.prefetch_from_storage("r", seq, 2) == "anchor_lost"
+    pair.settle()
+    assert consumer.stats.declined_anchor_lost == 2
+    assert_quiescent(consumer)
+
+
+@pytest.mark.parametrize(("page", "window_pages"), MATRIX)
+def test_stale_prefix_after_sibling_published_the_span_drops_cleanly(
+    page: int, window_pages: int | None
+) -> None:
+    pair = make_pair(config(page, _window(page, window_pages)))
+    consumer = pair.consumer
+    seq = seq_of(5, page)
+    pair.publish(seq, mark=9)
+    _stage(pair, seq)
+    pair.sibling_insert(seq[:page], mark=3)
+    assert consumer.plan_staged_splice("r", page)[0] == 4 * page
+    planned_prefix = consumer.tree.match_prefix(seq[:page]).device_indices
+    pair.sibling_insert(seq[: 3 * page], mark=4)  # the live prefix moved after the plan
+    assert consumer.init_load_back("r", planned_prefix).numel() == 0
+    assert pair.outcomes[-1] == ("r", "trimmed", "released", "dropped")
+    assert_quiescent(consumer)
+
+
+def test_namespace_isolation_in_tree_and_l3() -> None:
+    pair = make_pair(config())
+    consumer = pair.consumer
+    seq = seq_of(5, 1)
+    slots = pair.producer.device_pool.alloc(5)
+    assert slots is not None
+    pair.producer.device_pool.kv[:, :, slots] = 9
+    pair.producer.write_through(seq, slots, cache_salt="tenant-a")
+    pair.producer.device_pool.free(slots)
+    consumer.prefetch_from_storage("b", seq, 0, cache_salt="tenant-b")
+    consumer.prefetch_from_storage("x", seq, 0, extra_key="lora-1", cache_salt="tenant-a")
+    pair.settle()
+    assert consumer.stats.revoked_full_miss == 2  # other namespaces find nothing in L3
+    consumer.prefetch_from_storage("a", seq, 0, cache_salt="tenant-a")
+    pair.settle()
+    assert consumer.state("a") == "staged"
+    pair.sibling_insert(seq, mark=3)  # the default namespace does not cover tenant-a
+    assert consumer.plan_staged_splice("a", 0) == (5, 0)
+    tail = consumer.init_load_back("a", torch.empty(0, dtype=torch.int64))
+    pair.settle()
+    assert kv_marks(consumer, tail) == [9.0] * 5
+    assert consumer.tree.match_prefix(seq, cache_salt="tenant-a").length == 5
+    assert kv_marks(consumer, consumer.tree.match_prefix(seq).device_indices) == [3.0] * 5
+    assert_quiescent(consumer)
+
+
+def test_full_miss_then_paced_retry_stages_once_written() -> None:
+    pair = make_pair(config())
+    consumer = pair.consumer
+    seq = seq_of(5, 1)
+    consumer.prefetch_from_storage("r", seq, 0)
+    pair.settle(1)
+    assert pair.outcomes[-1] == ("r", "no_anchor", "released", "revoked_full_miss")
+    assert consumer.retries.pending("r")
+    polls_at_arm = consumer.polls
+    while consumer.polls - polls_at_arm < 8:
+        assert consumer.due_retries(["head", "r"]) == []  # paced: not due yet
+        consumer.poll()
+    assert consumer.due_retries(["head", "r"]) == ["r"]
+    assert consumer.due_retries(["head", "r"]) == []  # at most one pending retry
+    pair.publish(seq, mark=9)
+    _stage(pair, seq)
+    assert consumer.state("r") == "staged"
+    consumer.release_staged_hold("r")
+    assert_quiescent(consumer)
+
+
+def test_queue_head_retry_is_never_delayed_and_attempts_are_bounded() -> None:
+    pair = make_pair(config(retry_max_attempts=2))
+    consumer = pair.consumer
+    seq = seq_of(5, 1)
+    for attempt in range(3):
+        consumer.prefetch_from_storage("r", seq, 0)
+        pair.settle(1)
+        due = consumer.due_retries(["r"])
+        assert due == (["r"] if attempt < 2 else [])
+    assert consumer.stats.retries_exhausted == 1
+    assert_quiescent(consumer)
+
+
+@pytest.mark.parametrize(("page", "window_pages"), MATRIX)
+def test_read_round_trip_under_device_pressure(page: int, window_pages: int | None) -> None:
+    pair = make_pair(config(page, _window(page, window_pages)))
+    consumer = pair.consumer
+    seq = seq_of(5, page)
+    pair.publish(seq, mark=9)
+    _stage(pair, seq)
+    filler = 1000
+    while consumer.device_pool.available() >= page:  # fill the pool with evictable prefixes
+        pair.sibling_insert(seq_of(1, page, start=filler), mark=1)
+        filler += page
+    if consumer.aux_pool is not None:
+        held = consumer.aux_pool.alloc(consumer.aux_pool.available())
+        assert held is not None
+        consumer.tree.attach_aux(consumer.tree.match_prefix(seq_of(1, page, 1000)).last_node, held)
+    assert consumer.plan_staged_splice("r", 0)[0] == 5 * page
+    tail = consumer.init_load_back("r", torch.empty(0, dtype=torch.int64))
+    assert tail.numel() == 5 * page
+    pair.settle()
+    assert kv_marks(consumer, consumer.tree.match_prefix(seq).device_indices) == [9.0] * 5 * page
+    assert_quiescent(consumer)
+
+
+def _reach(pair, seq, target):  # type: ignore[no-untyped-def]
+    """Drive request "r" to ``target`` and return the consumer."""
+    consumer = pair.consumer
+    consumer.prefetch_from_storage("r", seq, 2 if target == "locked" else 0)
+    if target in ("locked", "no_anchor"):
+        return consumer
+    consumer.io.complete_all()
+    consumer.poll()
+    if target == "reading":
+        return consumer
+    consumer.io.complete_all()
+    consumer.poll()
+    if target == "trimmed":
+        pair.sibling_insert(seq[:1], mark=3)
+        consumer.plan_staged_splice("r", 1)
+    if target == "consumed":
+        consumer.plan_staged_splice("r", 0)
+        consumer.init_load_back("r", torch.empty(0, dtype=torch.int64))
+    return consumer
+
+
+@pytest.mark.parametrize(
+    ("target", "after_abort"),
+    [
+        ("locked", None),
+        ("no_anchor", None),
+        ("reading", "abandoned"),
+        ("staged", None),
+        ("trimmed", None),
+        ("consumed", "consumed"),
+    ],
+)
+def test_abort_in_every_live_state(target: str, after_abort: str | None) -> None:
+    pair = make_pair(config())
+    seq = seq_of(5, 1)
+    pair.publish(seq, mark=9)
+    pair.sibling_insert(seq[:2], mark=3) if target == "locked" else None
+    consumer = _reach(pair, seq, target)
+    assert consumer.state("r") == target
+    consumer.release_aborted_request("r")
+    assert consumer.state("r") == after_abort
+    consumer.release_aborted_request("r")  # idempotent
+    pair.settle()
+    if target in ("locked", "no_anchor"):
+        assert consumer.stats.stale_completions == 1  # the late existence result was dropped
+    expected = "filled" if target == "consumed" else "aborted"
+    assert pair.outcomes[-1][3] == expected
+    assert_quiescent(consumer)
+
+
+def test_abort_while_parked() -> None:
+    pair = make_pair(config(host_tokens=4))
+    seq = seq_of(5, 1)
+    pair.publish(seq, mark=9)
+    pair.consumer.prefetch_from_storage("r", seq, 0)
+    pair.settle(1)
+    assert pair.consumer.state("r") == "parked" and pair.consumer.stats.parked == 1
+    pair.consumer.release_aborted_request("r")
+    assert pair.outcomes[-1] == ("r", "parked", "released", "aborted")
+    assert_quiescent(pair.consumer)
+
+
+def test_parked_hits_commit_first_in_fifo_order() -> None:
+    pair = make_pair(config(host_tokens=8))
+    consumer = pair.consumer
+    seqs = {name: seq_of(5, 1, start=start) for name, start in (("a", 100), ("b", 200), ("c", 300))}
+    for name, seq in seqs.items():
+        pair.publish(seq, mark=9)
+        consumer.prefetch_from_storage(name, seq, 0)
+    pair.settle(1)
+    assert [consumer.state(n) for n in "abc"] == ["reading", "parked", "parked"]
+    pair.settle(1)
+    assert [consumer.state(n) for n in "abc"] == ["staged", "parked", "parked"]  # a holds 5 of 8
+    assert consumer.release_staged_hold("a")
+    consumer.poll()
+    assert [consumer.state(n) for n in "bc"] == ["reading", "parked"]  # b first: FIFO
+    pair.settle(1)
+    assert consumer.release_staged_hold("b")
+    consumer.poll()
+    assert consumer.state("c") == "reading"
+    pair.settle(1)
+    assert consumer.release_staged_hold("c") and not consumer.release_staged_hold("c")
+    assert_quiescent(consumer)
+
+
+def test_short_read_stages_the_prefix_and_failed_read_discards() -> None:
+    pair = make_pair(config())
+    consumer = pair.consumer
+    seq = seq_of(5, 1)
+    pair.publish(seq, mark=9)
+    consumer.prefetch_from_storage("short", seq, 0)
+    consumer.prefetch_from_storage("fail", seq_of(5, 1, start=50), 0)
+    pair.publish(seq_of(5, 1, start=50), mark=8)
+    consumer.io.complete_all()  # type: ignore[attr-defined]
+    consumer.poll()
+    reads = consumer.io.queued("read")  # type: ignore[attr-defined]
+    consumer.io.complete_short(reads[0], 3)  # type: ignore[attr-defined]
+    consumer.io.fail(reads[1])  # type: ignore[attr-defined]
+    consumer.poll()
+    assert consumer.state("short") == "staged" and consumer.records["short"].span_end == 3
+    assert consumer.host_pool.available() == consumer.host_pool.capacity - 3
+    assert pair.outcomes[-1] == ("fail", "reading", "released", "discarded")
+    assert consumer.plan_staged_splice("short", 0) == (3, 0)
+    consumer.init_load_back("short", torch.empty(0, dtype=torch.int64))
+    pair.settle()
+    assert consumer.tree.match_prefix(seq).length == 3
+    assert_quiescent(consumer)
+
+
+def test_threaded_io_round_trip() -> None:
+    storage = MemoryStorage()
+    cfg = config(io="threaded")
+    producer, consumer = BufferPipeline(cfg, storage=storage), BufferPipeline(cfg, storage=storage)
+    seq = seq_of(5, 1)
+    slots = producer.device_pool.alloc(5)
+    assert slots is not None
+    producer.device_pool.kv[:, :, slots] = 9
+    producer.write_through(seq, slots)
+    consumer.prefetch_from_storage("r", seq, 0)
+    deadline = time.monotonic() + 10
+    while consumer.state("r") != "staged" and time.monotonic() < deadline:
+        consumer.poll()
+        time.sleep(0.001)  # the IO threads do the work; this thread only polls
+    assert consumer.state("r") == "staged"
+    assert consumer.plan_staged_splice("r", 0) == (5, 0)
+    tail = consumer.init_load_back("r", torch.empty(0, dtype=torch.int64))
+    while consumer.state("r") is not None:
+        consumer.poll()
+    assert kv_marks(consumer, tail) == [9.0] * 5
+    assert_quiescent(consumer)
+    consumer.io.close()
