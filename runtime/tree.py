@@ -119,6 +119,7 @@ class RadixTree:
         self._heap: list[tuple[int, int, int, TreeNode]] = []
         self.evictable_size = 0
         self.protected_size = 0
+        self._node_count = 0
 
     # ------------------------------------------------------------------ helpers
 
@@ -139,6 +140,8 @@ class RadixTree:
 
     def _common_length(self, node_key: tuple[int, ...], key: tuple[int, ...], pos: int) -> int:
         """Whole pages of ``node_key`` equal to ``key[pos:]``, in tokens."""
+        if key[pos : pos + len(node_key)] == node_key:  # the common case: the whole node
+            return len(node_key)
         page = self.page_size
         limit = min(len(node_key), len(key) - pos)
         matched = 0
@@ -164,6 +167,7 @@ class RadixTree:
         head = TreeNode(
             next(self._ids), node.key[:length], node.value[:length], node.parent, node.namespace
         )
+        self._node_count += 1
         head.lock_ref = node.lock_ref
         head.last_access = node.last_access
         if node._hashes is not None:
@@ -259,6 +263,7 @@ class RadixTree:
             was_leaf = not node.children
             node.children[self._child_key(namespace, key, pos)] = leaf
             self.evictable_size += len(leaf.key)
+            self._node_count += 1
             self._push_if_evictable(leaf)
             if was_leaf:
                 node.heap_stamp += 1  # its heap entry is stale: it has a child now
@@ -313,7 +318,7 @@ class RadixTree:
             if stamp != node.heap_stamp or node.lock_ref or node.children or node.parent is None:
                 continue
             freed += self._remove_leaf(node)
-        if len(self._heap) > 64 and len(self._heap) > 4 * (self.node_count() + 1):
+        if len(self._heap) > 64 and len(self._heap) > 4 * (self._node_count + 1):
             self._rebuild_heap()
         return freed
 
@@ -328,6 +333,7 @@ class RadixTree:
             self.aux_pool.free(node.aux_value)
             node.aux_value = None
         self.evictable_size -= len(node.key)
+        self._node_count -= 1
         self._push_if_evictable(parent)
         return len(node.key)
 
@@ -370,7 +376,7 @@ class RadixTree:
         return out
 
     def node_count(self) -> int:
-        return len(self.nodes())
+        return self._node_count
 
     def total_tokens(self) -> int:
         return sum(len(node.key) for node in self.nodes())
@@ -417,6 +423,10 @@ class RadixTree:
                 seed = self.node_hashes(parent)[-1] if not parent.is_root else None
                 if node._hashes != page_hashes(node.key, self.page_size, node.namespace, seed):
                     raise TreeError(f"{node!r} carries page hashes that do not match its tokens")
+        if len(self.nodes()) != self._node_count:
+            raise TreeError(
+                f"node count drifted: {len(self.nodes())} nodes, tracked {self._node_count}"
+            )
         if (evictable, protected) != (self.evictable_size, self.protected_size):
             raise TreeError(
                 f"token accounting drifted: counted evictable={evictable} protected={protected}, "

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from .bench.report import Section
 from .spec import load_spec, run_static_checks
 from .spec.diagram import spec_digest, stale_diagrams, write_diagrams
 from .spec.load import DEFAULT_SPEC_PATH, SpecError
@@ -51,10 +52,15 @@ def _cmd_diagram(args: argparse.Namespace) -> int:
     return 0
 
 
-def _bench_runners() -> dict[str, Callable[[], object]]:
-    from .bench import dispatch
+def _bench_runners() -> dict[str, Callable[[], Section]]:
+    from .bench import copy, dispatch, lifecycle, tree
 
-    return {"dispatch": dispatch.run}
+    return {
+        "dispatch": dispatch.run,
+        "tree": tree.run,
+        "copy": copy.run,
+        "lifecycle": lifecycle.run,
+    }
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
@@ -66,8 +72,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         console.print(f"running bench {name} …")
         section = runners[name]()
         command = "stagefate bench " + " ".join(shlex.quote(a) for a in args.argv)
-        write_section(section, command.strip(), Path(args.report))  # type: ignore[arg-type]
-        console.print(section.body)  # type: ignore[attr-defined]
+        write_section(section, command.strip(), Path(args.report))
+        console.print(section.body)
     console.print(f"results written to {args.report}")
     return 0
 
