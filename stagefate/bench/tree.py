@@ -14,7 +14,7 @@ from collections.abc import Callable
 import torch
 
 from ..runtime import DevicePool, KVLayout, RadixTree
-from .report import Section, table
+from .report import Section, median_seconds, table
 
 _LAYOUT = KVLayout(layers=1, kv_heads=1, head_dim=1)
 _PATH_TOKENS = 32 * 1024
@@ -43,12 +43,7 @@ def _build(nodes: int, page: int) -> tuple[RadixTree, list[int]]:
 
 
 def _median_us(call: Callable[[], object], repeats: int) -> float:
-    samples = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        call()
-        samples.append(time.perf_counter() - start)
-    return statistics.median(samples) * 1e6
+    return median_seconds(call, repeats) * 1e6
 
 
 def _measure(tree: RadixTree, main: list[int], page: int, repeats: int) -> list[list[object]]:
