@@ -83,10 +83,7 @@ class ManualIO:
         """Ids of waiting operations (of one kind), oldest first."""
         return [op_id for op_id, op in self._queued.items() if kind is None or op.kind == kind]
 
-    def kind_of(self, op_id: int) -> OpKind:
-        return self._take_peek(op_id).kind
-
-    def _take_peek(self, op_id: int) -> IOOp:
+    def _queued_op(self, op_id: int) -> IOOp:
         try:
             return self._queued[op_id]
         except KeyError:
@@ -94,7 +91,7 @@ class ManualIO:
 
     def complete(self, op_id: int, limit: int | None = None) -> None:
         """Run operation ``op_id`` now (a read capped at ``limit`` tokens is a short read)."""
-        op = self._take_peek(op_id)
+        op = self._queued_op(op_id)
         del self._queued[op_id]
         result = op.run(limit)
         result.handle.wait()
@@ -105,7 +102,7 @@ class ManualIO:
 
     def fail(self, op_id: int, error: str = "injected IO error") -> None:
         """End operation ``op_id`` with an error, without running it."""
-        op = self._take_peek(op_id)
+        op = self._queued_op(op_id)
         del self._queued[op_id]
         self._done.append(Completion(op.op_id, op.kind, error=error))
 

@@ -82,7 +82,6 @@ class Record:
     host_indices: torch.Tensor | None = None
     host_aux_indices: torch.Tensor | None = None
     aux_tokens: int = 0
-    read_issued: bool = False
     plan_prefix: int | None = None
     device_indices: torch.Tensor | None = None
     spliced_node: TreeNode | None = None
@@ -611,7 +610,6 @@ class BufferPipeline:
 
     def _effect_launch_read(self, record: Record) -> None:
         tokens, _aux = self._read_plan(record)
-        record.read_issued = True
         self._counts["l3_reads"] += 1
         self._counts["l3_read_tokens"] += tokens
         self._submit(record, "read", self._read_op(record, tokens))
