@@ -8,6 +8,7 @@ from .hashing import Namespace, namespace_of, page_hashes, storage_key
 from .io import Completion, IOExecutor, IOOp, IOResult, ManualIO, ThreadedIO
 from .pools import AuxPool, DevicePool, HostPool, KVLayout, PoolError, SlotPool, resolve_device
 from .storage import FileStorage, MemoryStorage, Storage
+from .tokens import TokenKey, Tokens
 from .tree import MatchResult, RadixTree, TreeError, TreeNode
 
 __all__ = [
@@ -31,6 +32,8 @@ __all__ = [
     "SlotPool",
     "Storage",
     "ThreadedIO",
+    "TokenKey",
+    "Tokens",
     "TreeError",
     "TreeNode",
     "namespace_of",

@@ -8,8 +8,8 @@ different namespaces never share a key, in the tree or in L3.
 from __future__ import annotations
 
 import hashlib
-from array import array
-from collections.abc import Sequence
+
+from .tokens import TOKEN_BYTES, TokenKey, Tokens
 
 Namespace = tuple[str | None, str | None]
 ROOT_NAMESPACE: Namespace = (None, None)
@@ -29,18 +29,19 @@ def namespace_seed(namespace: Namespace) -> bytes:
 
 
 def page_hashes(
-    tokens: Sequence[int], page_size: int, namespace: Namespace, seed: bytes | None = None
+    tokens: Tokens, page_size: int, namespace: Namespace, seed: bytes | None = None
 ) -> list[bytes]:
     """Chained digests of every whole page of ``tokens`` (a trailing partial page is ignored).
 
     ``seed`` continues a chain (the digest of the page before ``tokens``); by default the chain
     starts at the namespace seed.
     """
+    data = TokenKey.of(tokens).data
+    page_bytes = page_size * TOKEN_BYTES
     previous = namespace_seed(namespace) if seed is None else seed
     digests = []
-    for start in range(0, len(tokens) - page_size + 1, page_size):
-        page = array("q", tokens[start : start + page_size]).tobytes()
-        previous = hashlib.sha256(previous + page).digest()
+    for start in range(0, len(data) - page_bytes + 1, page_bytes):
+        previous = hashlib.sha256(previous + data[start : start + page_bytes]).digest()
         digests.append(previous)
     return digests
 

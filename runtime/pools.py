@@ -7,9 +7,14 @@ that was never handed out) raises and names the slots, instead of corrupting the
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
+from typing import NoReturn
 
 import torch
+
+_SMALL_FREE = 64
+_NO_SLOTS = torch.zeros(0, dtype=torch.bool)
 
 
 @dataclass(frozen=True)
@@ -71,7 +76,10 @@ class SlotPool:
             self.kv = self.kv.pin_memory()
         self._free = torch.arange(slots, dtype=torch.int64)
         self._top = slots
-        self._owned = torch.zeros(slots, dtype=torch.bool)
+        # One ownership byte per slot, seen both as a bytearray (cheap per-slot checks for the
+        # small frees eviction makes) and as a bool tensor (vectorised checks for large frees).
+        self._owned_bytes = bytearray(slots)
+        self._owned = torch.frombuffer(self._owned_bytes, dtype=torch.bool) if slots else _NO_SLOTS
 
     def available(self) -> int:
         return self._top
@@ -90,23 +98,43 @@ class SlotPool:
     def free(self, indices: torch.Tensor) -> None:
         """Return slots; raise :class:`PoolError` (nothing freed) on a double or foreign free."""
         indices = indices.to(device="cpu", dtype=torch.int64).reshape(-1)
-        if indices.numel() == 0:
+        count = indices.numel()
+        if count == 0:
             return
-        if bool(((indices < 0) | (indices >= self.capacity)).any()):
-            raise PoolError(f"{self.name}: slots out of range: {indices.tolist()[:16]}")
-        unique, counts = torch.unique(indices, return_counts=True)
-        not_owned = unique[~self._owned[unique]]
-        repeated = unique[counts > 1]
-        if not_owned.numel() or repeated.numel():
-            bad = sorted(set(not_owned.tolist()) | set(repeated.tolist()))
-            raise PoolError(
-                f"{self.name}: double free of slots {bad[:16]}"
-                f"{' …' if len(bad) > 16 else ''} (they are not allocated, or repeated in the "
-                f"call); each slot must be freed exactly once by its owner"
-            )
-        self._owned[indices] = False
-        self._free[self._top : self._top + indices.numel()] = indices
-        self._top += indices.numel()
+        if count <= _SMALL_FREE:  # below this, Python checks beat torch's per-call overhead
+            slots = indices.tolist()
+            if not all(0 <= slot < self.capacity for slot in slots):
+                self._reject_out_of_range(slots)
+            owned = self._owned_bytes
+            if len(set(slots)) != count or not all(owned[slot] for slot in slots):
+                self._reject_double_free(slots)
+            for slot in slots:
+                owned[slot] = 0
+        else:
+            if bool(((indices < 0) | (indices >= self.capacity)).any()):
+                self._reject_out_of_range(indices.tolist())
+            unique = torch.unique(indices)
+            if unique.numel() != count or not bool(self._owned[unique].all()):
+                self._reject_double_free(indices.tolist())
+            self._owned[indices] = False
+        self._free[self._top : self._top + count] = indices
+        self._top += count
+
+    def _reject_out_of_range(self, slots: list[int]) -> NoReturn:
+        bad = [slot for slot in slots if not 0 <= slot < self.capacity]
+        raise PoolError(
+            f"{self.name}: slots out of range [0, {self.capacity}): {bad[:16]}; "
+            "free only indices this pool handed out"
+        )
+
+    def _reject_double_free(self, slots: list[int]) -> NoReturn:
+        counts = Counter(slots)
+        bad = sorted(slot for slot, n in counts.items() if n > 1 or not self._owned_bytes[slot])
+        raise PoolError(
+            f"{self.name}: double free of slots {bad[:16]}"
+            f"{' …' if len(bad) > 16 else ''} (they are not allocated, or repeated in the "
+            f"call); each slot must be freed exactly once by its owner"
+        )
 
     def owned(self) -> int:
         return self.capacity - self._top

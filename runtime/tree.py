@@ -2,24 +2,29 @@
 
 Theory of operation
 -------------------
-Keys are token sequences cut to whole pages. A node owns a run of pages (``key``) and the device
-slots holding their KV (``value``, one slot per token). Children are keyed by
-``(namespace, first page)``, so requests with different ``(extra_key, cache_salt)`` never share
-nodes, even for equal tokens.
+Keys are token sequences cut to whole pages, held as bytes (:mod:`.tokens`: 8 bytes a token). A
+node owns a run of pages (``key``) and the device slots holding their KV (``value``, one slot per
+token). The root's children are keyed by ``(namespace, first page)``, so requests with different
+``(extra_key, cache_salt)`` never share nodes, even for equal tokens; below the root every node
+shares its parent's namespace, so deeper children are keyed by their first page alone.
 
-* ``match_prefix`` walks from the root comparing whole node keys (one C-level tuple compare per
-  node), so its cost grows with the matched prefix, not with the size of the tree. A match that
-  ends inside a node splits it there, so ``last_node`` always ends exactly at the match length:
-  that node is what a caller pins.
+* ``match_prefix`` walks from the root; each node costs one dict lookup and one ``memcmp`` of its
+  whole key (``bytes.startswith`` at an offset), so the cost grows with the nodes on the matched
+  path, not with the size of the tree. A match that ends inside a node splits it there, so
+  ``last_node`` always ends exactly at the match length: that node is what a caller pins. The
+  device indices are concatenated on first use, since most callers only pin ``last_node``.
 * ``insert`` adds only what is missing and returns the length already present; slots of the
   present part are never overwritten (the caller still owns its duplicate slots for that part).
 * A split keeps ``lock_ref``, last access and page hashes on both halves: the new parent is on
   every path through the old node, so it inherits its lock count.
 * ``inc_lock_ref``/``dec_lock_ref`` walk node → root. Tokens are accounted as evictable
-  (lock_ref 0) or protected; a decrement below zero raises.
+  (lock_ref 0) or protected. ``lock_ref`` never decreases towards the root (a parent is on every
+  path through its children), so checking the start node is enough to refuse a decrement below
+  zero before anything changes.
 * ``evict`` frees least-recently-used unlocked leaves. Candidates sit in a heap keyed by last
   access with lazy invalidation (a touched or locked node leaves a stale entry that is skipped),
-  so one eviction costs O(log n), not a scan of the tree.
+  so one eviction costs O(log n), not a scan of the tree. Only the end of a walk can be a leaf,
+  so a walk stamps last access on every node but pushes at most one heap entry.
 * Access time is a logical clock (one tick per operation), so runs are deterministic.
 """
 
@@ -27,15 +32,15 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections.abc import Sequence
-from dataclasses import dataclass
 
 import torch
 
 from .hashing import Namespace, namespace_of, page_hashes
 from .pools import SlotPool
+from .tokens import TOKEN_BYTES, TokenKey, Tokens
 
 _EMPTY = torch.empty(0, dtype=torch.int64)
+ChildKey = tuple[Namespace, bytes] | bytes
 
 
 class TreeNode:
@@ -46,6 +51,7 @@ class TreeNode:
         "heap_stamp",
         "key",
         "last_access",
+        "length",
         "lock_ref",
         "namespace",
         "node_id",
@@ -56,17 +62,18 @@ class TreeNode:
     def __init__(
         self,
         node_id: int,
-        key: tuple[int, ...],
+        key: bytes,
         value: torch.Tensor,
         parent: TreeNode | None,
         namespace: Namespace,
     ) -> None:
         self.node_id = node_id
         self.key = key
+        self.length = len(key) // TOKEN_BYTES
         self.value = value
         self.parent = parent
         self.namespace = namespace
-        self.children: dict[tuple[Namespace, tuple[int, ...]], TreeNode] = {}
+        self.children: dict[ChildKey, TreeNode] = {}
         self.lock_ref = 0
         self.last_access = 0
         self.heap_stamp = 0
@@ -85,20 +92,33 @@ class TreeNode:
             node = node.parent
         return node.is_root
 
+    def tokens(self) -> list[int]:
+        return TokenKey(self.key).tolist()
+
     def __repr__(self) -> str:
-        return f"TreeNode(id={self.node_id}, len={len(self.key)}, lock_ref={self.lock_ref})"
+        return f"TreeNode(id={self.node_id}, len={self.length}, lock_ref={self.lock_ref})"
 
 
-@dataclass(frozen=True)
 class MatchResult:
-    """The device slots of the longest cached prefix and the node that ends exactly there."""
+    """The longest cached prefix: its length, the node that ends exactly there, and its slots."""
 
-    device_indices: torch.Tensor
-    last_node: TreeNode
+    __slots__ = ("_indices", "_values", "last_node", "length")
+
+    def __init__(self, values: list[torch.Tensor], last_node: TreeNode, length: int) -> None:
+        self._values = values
+        self._indices: torch.Tensor | None = None
+        self.last_node = last_node
+        self.length = length
 
     @property
-    def length(self) -> int:
-        return int(self.device_indices.numel())
+    def device_indices(self) -> torch.Tensor:
+        """Device slots of the prefix (int64, one per token), concatenated on first use."""
+        if self._indices is None:
+            values = self._values
+            self._indices = (
+                values[0] if len(values) == 1 else torch.cat(values) if values else _EMPTY
+            )
+        return self._indices
 
 
 class TreeError(RuntimeError):
@@ -112,8 +132,9 @@ class RadixTree:
         self.page_size = page_size
         self.device_pool = device_pool
         self.aux_pool = aux_pool
+        self._page_bytes = page_size * TOKEN_BYTES
         self._ids = itertools.count()
-        self.root = TreeNode(next(self._ids), (), _EMPTY, None, (None, None))
+        self.root = TreeNode(next(self._ids), b"", _EMPTY, None, (None, None))
         self.root.lock_ref = 1  # the root is never evicted
         self._clock = 0
         self._heap: list[tuple[int, int, int, TreeNode]] = []
@@ -127,97 +148,96 @@ class RadixTree:
         self._clock += 1
         return self._clock
 
-    def _aligned(self, tokens: Sequence[int]) -> tuple[int, ...]:
-        if isinstance(tokens, torch.Tensor):
-            tokens = tokens.tolist()
-        usable = len(tokens) - len(tokens) % self.page_size
-        return tuple(tokens[:usable])
+    def _aligned(self, tokens: Tokens) -> bytes:
+        data = TokenKey.of(tokens).data
+        return data[: len(data) - len(data) % self._page_bytes]
 
-    def _child_key(
-        self, namespace: Namespace, key: tuple[int, ...], pos: int
-    ) -> tuple[Namespace, tuple[int, ...]]:
-        return (namespace, key[pos : pos + self.page_size])
+    def _common_bytes(self, node_key: bytes, key: bytes, pos: int) -> int:
+        """Bytes of whole pages of ``node_key`` equal to ``key[pos:]`` (binary search)."""
+        page = self._page_bytes
+        # The first page is equal (it found the child); the bound is the shorter of the two.
+        low, high = 1, min(len(node_key), len(key) - pos) // page
+        while low < high:
+            middle = (low + high + 1) // 2
+            if key.startswith(node_key[: middle * page], pos):
+                low = middle
+            else:
+                high = middle - 1
+        return low * page
 
-    def _common_length(self, node_key: tuple[int, ...], key: tuple[int, ...], pos: int) -> int:
-        """Whole pages of ``node_key`` equal to ``key[pos:]``, in tokens."""
-        if key[pos : pos + len(node_key)] == node_key:  # the common case: the whole node
-            return len(node_key)
-        page = self.page_size
-        limit = min(len(node_key), len(key) - pos)
-        matched = 0
-        while (
-            matched + page <= limit
-            and node_key[matched : matched + page] == key[pos + matched : pos + matched + page]
-        ):
-            matched += page
-        return matched
+    def _child_slot(self, parent: TreeNode, namespace: Namespace, first_page: bytes) -> ChildKey:
+        """Where a child hangs in ``parent.children``: namespaces only split the root's children
+        (below it every node shares its parent's namespace), so deeper lookups key on the page."""
+        return (namespace, first_page) if parent is self.root else first_page
+
+    def _walk(self, key: bytes, namespace: Namespace) -> tuple[TreeNode, int, list[torch.Tensor]]:
+        """Follow ``key`` from the root, cutting the node the match ends inside; stamps access.
+
+        Returns the last node matched, the bytes matched and the device slots of each node.
+        """
+        now = self._tick()
+        page = self._page_bytes
+        node, pos, values = self.root, 0, []
+        child = self.root.children.get((namespace, key[:page])) if key else None
+        while child is not None:
+            if key.startswith(child.key, pos):
+                pos += len(child.key)
+            else:  # the match ends inside ``child``: cut it there (the next lookup misses)
+                common = self._common_bytes(child.key, key, pos)
+                child = self._split(child, common)
+                pos += common
+            child.last_access = now
+            values.append(child.value)
+            node = child
+            child = child.children.get(key[pos : pos + page]) if pos < len(key) else None
+        return node, pos, values
 
     def _push_if_evictable(self, node: TreeNode) -> None:
-        if node.lock_ref == 0 and not node.children and not node.is_root:
+        if node.lock_ref == 0 and not node.children and node.parent is not None:
             node.heap_stamp += 1
             heapq.heappush(self._heap, (node.last_access, node.heap_stamp, node.node_id, node))
 
-    def _touch(self, node: TreeNode, now: int) -> None:
-        node.last_access = now
-        self._push_if_evictable(node)
-
-    def _split(self, node: TreeNode, length: int) -> TreeNode:
-        """Cut ``node`` after ``length`` tokens; return the new parent holding the head."""
-        assert node.parent is not None and 0 < length < len(node.key)
+    def _split(self, node: TreeNode, cut: int) -> TreeNode:
+        """Cut ``node`` after ``cut`` bytes of key; return the new parent holding the head."""
+        parent = node.parent
+        assert parent is not None and 0 < cut < len(node.key)
+        tokens = cut // TOKEN_BYTES
         head = TreeNode(
-            next(self._ids), node.key[:length], node.value[:length], node.parent, node.namespace
+            next(self._ids), node.key[:cut], node.value[:tokens], parent, node.namespace
         )
         self._node_count += 1
         head.lock_ref = node.lock_ref
         head.last_access = node.last_access
         if node._hashes is not None:
-            head._hashes = node._hashes[: length // self.page_size]
-            node._hashes = node._hashes[length // self.page_size :]
-        node.parent.children[self._child_key(node.namespace, node.key, 0)] = head
-        node.key = node.key[length:]
-        node.value = node.value[length:]
+            head._hashes = node._hashes[: tokens // self.page_size]
+            node._hashes = node._hashes[tokens // self.page_size :]
+        parent.children[self._child_slot(parent, node.namespace, node.key[: self._page_bytes])] = (
+            head
+        )
+        node.key = node.key[cut:]
+        node.length -= tokens
+        node.value = node.value[tokens:]
         node.parent = head
-        head.children[self._child_key(node.namespace, node.key, 0)] = node
+        head.children[node.key[: self._page_bytes]] = node
         return head
 
     # ------------------------------------------------------------------ queries
 
     def match_prefix(
         self,
-        tokens: Sequence[int],
+        tokens: Tokens,
         extra_key: str | None = None,
         cache_salt: str | None = None,
     ) -> MatchResult:
         """Longest cached whole-page prefix of ``tokens`` under the namespace."""
-        namespace = namespace_of(extra_key, cache_salt)
         key = self._aligned(tokens)
-        now = self._tick()
-        node = self.root
-        values: list[torch.Tensor] = []
-        pos = 0
-        while pos < len(key):
-            child = node.children.get(self._child_key(namespace, key, pos))
-            if child is None:
-                break
-            end = pos + len(child.key)
-            if key[pos:end] == child.key:
-                values.append(child.value)
-                pos = end
-                node = child
-                self._touch(child, now)
-                continue
-            common = self._common_length(child.key, key, pos)
-            node = self._split(child, common)
-            values.append(node.value)
-            pos += common
-            self._touch(node, now)
-            break
-        indices = values[0] if len(values) == 1 else (torch.cat(values) if values else _EMPTY)
-        return MatchResult(indices, node)
+        node, pos, values = self._walk(key, namespace_of(extra_key, cache_salt))
+        self._push_if_evictable(node)
+        return MatchResult(values, node, pos // TOKEN_BYTES)
 
     def insert(
         self,
-        tokens: Sequence[int],
+        tokens: Tokens,
         device_indices: torch.Tensor,
         extra_key: str | None = None,
         cache_salt: str | None = None,
@@ -227,7 +247,7 @@ class RadixTree:
 
     def insert_node(
         self,
-        tokens: Sequence[int],
+        tokens: Tokens,
         device_indices: torch.Tensor,
         extra_key: str | None = None,
         cache_salt: str | None = None,
@@ -237,73 +257,60 @@ class RadixTree:
         key = self._aligned(tokens)
         if not isinstance(device_indices, torch.Tensor) or device_indices.dtype != torch.int64:
             raise TypeError("device_indices must be an int64 tensor of device slots")
-        if device_indices.numel() < len(key):
+        total = len(key) // TOKEN_BYTES
+        if device_indices.numel() < total:
             raise ValueError(
-                f"insert: {len(key)} page-aligned tokens but only {device_indices.numel()} slots"
+                f"insert: {total} page-aligned tokens but only {device_indices.numel()} slots"
             )
-        now = self._tick()
-        node = self.root
-        pos = 0
-        while pos < len(key):
-            child = node.children.get(self._child_key(namespace, key, pos))
-            if child is None:
-                break
-            common = self._common_length(child.key, key, pos)
-            if common < len(child.key):
-                child = self._split(child, common)
-            node = child
-            pos += common
-            self._touch(node, now)
-        present = pos
+        node, pos, _values = self._walk(key, namespace)
+        present = pos // TOKEN_BYTES
         if pos < len(key):
             leaf = TreeNode(
-                next(self._ids), key[pos:], device_indices[pos : len(key)].clone(), node, namespace
+                next(self._ids), key[pos:], device_indices[present:total].clone(), node, namespace
             )
-            leaf.last_access = now
-            was_leaf = not node.children
-            node.children[self._child_key(namespace, key, pos)] = leaf
-            self.evictable_size += len(leaf.key)
-            self._node_count += 1
-            self._push_if_evictable(leaf)
-            if was_leaf:
+            leaf.last_access = self._clock
+            if not node.children:
                 node.heap_stamp += 1  # its heap entry is stale: it has a child now
+            first_page = key[pos : pos + self._page_bytes]
+            node.children[self._child_slot(node, namespace, first_page)] = leaf
+            self.evictable_size += leaf.length
+            self._node_count += 1
             node = leaf
+        self._push_if_evictable(node)
         return present, node
 
     # ------------------------------------------------------------------ locks
 
     def inc_lock_ref(self, node: TreeNode) -> int:
         """Pin ``node`` and its ancestors; return the tokens that became protected."""
+        root = self.root
         newly = 0
         current: TreeNode | None = node
-        while current is not None and not current.is_root:
-            if current.lock_ref == 0:
-                self.evictable_size -= len(current.key)
-                self.protected_size += len(current.key)
-                newly += len(current.key)
+        while current is not None and current is not root:
+            if not current.lock_ref:
+                newly += current.length
             current.lock_ref += 1
             current = current.parent
+        self.evictable_size -= newly
+        self.protected_size += newly
         return newly
 
     def dec_lock_ref(self, node: TreeNode) -> int:
         """Undo one :meth:`inc_lock_ref`; return the tokens that became evictable."""
-        path: list[TreeNode] = []
-        current: TreeNode | None = node
-        while current is not None and not current.is_root:
-            if current.lock_ref <= 0:
-                raise TreeError(
-                    f"dec_lock_ref below zero on {current!r}: every dec must match an inc"
-                )
-            path.append(current)
-            current = current.parent
+        if node.lock_ref <= 0 and node is not self.root:
+            raise TreeError(f"dec_lock_ref below zero on {node!r}: every dec must match an inc")
+        root = self.root
         freed = 0
-        for item in path:
-            item.lock_ref -= 1
-            if item.lock_ref == 0:
-                self.evictable_size += len(item.key)
-                self.protected_size -= len(item.key)
-                freed += len(item.key)
-                self._push_if_evictable(item)
+        current: TreeNode | None = node
+        while current is not None and current is not root:
+            current.lock_ref -= 1
+            if not current.lock_ref:
+                freed += current.length
+                if not current.children:
+                    self._push_if_evictable(current)
+            current = current.parent
+        self.evictable_size += freed
+        self.protected_size -= freed
         return freed
 
     # ------------------------------------------------------------------ eviction
@@ -325,17 +332,17 @@ class RadixTree:
     def _remove_leaf(self, node: TreeNode) -> int:
         parent = node.parent
         assert parent is not None
-        del parent.children[self._child_key(node.namespace, node.key, 0)]
+        del parent.children[self._child_slot(parent, node.namespace, node.key[: self._page_bytes])]
         node.parent = None
         node.heap_stamp += 1
         self.device_pool.free(node.value)
         if node.aux_value is not None and self.aux_pool is not None:
             self.aux_pool.free(node.aux_value)
             node.aux_value = None
-        self.evictable_size -= len(node.key)
+        self.evictable_size -= node.length
         self._node_count -= 1
         self._push_if_evictable(parent)
-        return len(node.key)
+        return node.length
 
     def _rebuild_heap(self) -> None:
         self._heap = []
@@ -360,7 +367,7 @@ class RadixTree:
             parent = node.parent
             assert parent is not None
             seed = self.node_hashes(parent)[-1] if not parent.is_root else None
-            node._hashes = page_hashes(node.key, self.page_size, node.namespace, seed)
+            node._hashes = page_hashes(TokenKey(node.key), self.page_size, node.namespace, seed)
         return node._hashes
 
     # ------------------------------------------------------------------ inspection
@@ -379,7 +386,7 @@ class RadixTree:
         return self._node_count
 
     def total_tokens(self) -> int:
-        return sum(len(node.key) for node in self.nodes())
+        return sum(node.length for node in self.nodes())
 
     def device_slots(self) -> torch.Tensor:
         values = [node.value for node in self.nodes()]
@@ -397,13 +404,16 @@ class RadixTree:
             parent = node.parent
             if (
                 parent is None
-                or parent.children.get(self._child_key(node.namespace, node.key, 0)) is not node
+                or parent.children.get(
+                    self._child_slot(parent, node.namespace, node.key[: self._page_bytes])
+                )
+                is not node
             ):
                 raise TreeError(f"{node!r} is not reachable under its own child key")
-            if not node.key or len(node.key) % self.page_size:
-                raise TreeError(f"{node!r} has a key of {len(node.key)} tokens, not whole pages")
-            if node.value.numel() != len(node.key):
-                raise TreeError(f"{node!r}: {node.value.numel()} slots for {len(node.key)} tokens")
+            if not node.key or len(node.key) % self._page_bytes:
+                raise TreeError(f"{node!r} has a key of {len(node.key)} bytes, not whole pages")
+            if node.length * TOKEN_BYTES != len(node.key) or node.value.numel() != node.length:
+                raise TreeError(f"{node!r}: {node.value.numel()} slots for {node.length} tokens")
             if node.lock_ref < 0:
                 raise TreeError(f"{node!r} has a negative lock_ref")
             if not parent.is_root and parent.namespace != node.namespace:
@@ -416,12 +426,14 @@ class RadixTree:
                 raise TreeError(f"{node!r} shares device slots with another node")
             seen_slots.update(slots)
             if node.lock_ref:
-                protected += len(node.key)
+                protected += node.length
             else:
-                evictable += len(node.key)
+                evictable += node.length
             if node._hashes is not None:
                 seed = self.node_hashes(parent)[-1] if not parent.is_root else None
-                if node._hashes != page_hashes(node.key, self.page_size, node.namespace, seed):
+                if node._hashes != page_hashes(
+                    TokenKey(node.key), self.page_size, node.namespace, seed
+                ):
                     raise TreeError(f"{node!r} carries page hashes that do not match its tokens")
         if len(self.nodes()) != self._node_count:
             raise TreeError(

@@ -43,6 +43,8 @@ from ..runtime import (
     RadixTree,
     Storage,
     ThreadedIO,
+    TokenKey,
+    Tokens,
     TreeNode,
     namespace_of,
     page_hashes,
@@ -66,7 +68,7 @@ class Record:
     """One prefetch: what was asked, what it holds, and the arguments of the event being fired."""
 
     request_id: str
-    tokens: tuple[int, ...]
+    tokens: TokenKey
     """The request's tokens, cut to whole pages: the span ends at ``len(tokens)``."""
     matched_len: int
     namespace: Namespace
@@ -164,7 +166,7 @@ class BufferPipeline:
     def prefetch_from_storage(
         self,
         req_id: str,
-        tokens: Sequence[int] | torch.Tensor,
+        tokens: Tokens,
         matched_len: int,
         extra_key: str | None = None,
         cache_salt: str | None = None,
@@ -174,15 +176,15 @@ class BufferPipeline:
         A live request id returns its current state and issues nothing. A span below
         ``prefetch_threshold`` ends at once as ``released`` (``declined_too_short``).
         """
-        token_tuple = self._check_tokens(tokens)
+        key = TokenKey.of(tokens)
         self._check_request_id(req_id)
         namespace = namespace_of(extra_key, cache_salt)
         page = self.config.page_size
         if not isinstance(matched_len, int) or isinstance(matched_len, bool):
             raise TypeError(f"matched_len must be an int, got {type(matched_len).__name__}")
-        if matched_len < 0 or matched_len > len(token_tuple):
+        if matched_len < 0 or matched_len > len(key):
             raise ValueError(
-                f"matched_len={matched_len} must lie in [0, len(tokens)={len(token_tuple)}]: it "
+                f"matched_len={matched_len} must lie in [0, len(tokens)={len(key)}]: it "
                 f"is the length of the device prefix the request matched"
             )
         if matched_len % page:
@@ -192,7 +194,7 @@ class BufferPipeline:
         if live is not None:
             return live.state
         self.retries.disarm(req_id)
-        aligned = token_tuple[: len(token_tuple) - len(token_tuple) % page]
+        aligned = key.prefix(len(key) - len(key) % page)
         record = Record(
             request_id=req_id,
             tokens=aligned,
@@ -294,7 +296,7 @@ class BufferPipeline:
 
     def write_through(
         self,
-        tokens: Sequence[int] | torch.Tensor,
+        tokens: Tokens,
         device_indices: torch.Tensor,
         extra_key: str | None = None,
         cache_salt: str | None = None,
@@ -305,10 +307,10 @@ class BufferPipeline:
         ``aux_indices`` are aux-pool slots of the trailing window (whole pages, ending at the
         last whole page); their KV is stored beside those pages so a consumer can splice it.
         """
-        token_tuple = self._check_tokens(tokens)
+        key = TokenKey.of(tokens)
         namespace = namespace_of(extra_key, cache_salt)
         page = self.config.page_size
-        aligned = token_tuple[: len(token_tuple) - len(token_tuple) % page]
+        aligned = key.prefix(len(key) - len(key) % page)
         if device_indices.numel() < len(aligned):
             raise ValueError(
                 f"write_through: {len(aligned)} tokens but {device_indices.numel()} device slots"
@@ -430,7 +432,7 @@ class BufferPipeline:
         if short <= 0 and aux_short <= 0:
             return
         prefix = self.tree.match_prefix(
-            record.tokens[: record.plan_prefix], *record.namespace
+            record.tokens.prefix(record.plan_prefix), *record.namespace
         ).last_node
         self.tree.inc_lock_ref(prefix)
         try:
@@ -488,7 +490,7 @@ class BufferPipeline:
     # ================================================================== guards
 
     def _live_anchor_len(self, record: Record) -> int:
-        match = self.tree.match_prefix(record.tokens[: record.matched_len], *record.namespace)
+        match = self.tree.match_prefix(record.tokens.prefix(record.matched_len), *record.namespace)
         record.anchor = match.last_node
         return match.length
 
@@ -622,7 +624,7 @@ class BufferPipeline:
             self.host_pool.free(unread)
         record.host_indices = record.host_indices[:read]
         record.span_end = record.matched_len + read
-        record.tokens = record.tokens[: record.span_end]  # a short read shortens the span
+        record.tokens = record.tokens.prefix(record.span_end)  # a short read shortens the span
 
     def _effect_free_bounce(self, record: Record) -> None:
         if record.host_indices is not None:
@@ -690,19 +692,6 @@ class BufferPipeline:
     def _check_request_id(req_id: object) -> None:
         if not isinstance(req_id, str):
             raise TypeError(f"req_id must be a str, got {type(req_id).__name__}")
-
-    @staticmethod
-    def _check_tokens(tokens: object) -> tuple[int, ...]:
-        if isinstance(tokens, torch.Tensor):
-            if tokens.dtype.is_floating_point or tokens.dim() != 1:
-                raise TypeError("tokens must be a 1-D integer tensor or a sequence of ints")
-            return tuple(tokens.tolist())
-        if isinstance(tokens, (str, bytes)) or not isinstance(tokens, Sequence):
-            raise TypeError(f"tokens must be a sequence of ints, got {type(tokens).__name__}")
-        out = tuple(tokens)
-        if not all(isinstance(t, int) and not isinstance(t, bool) for t in out):
-            raise TypeError("tokens must contain ints only (token ids)")
-        return out
 
     def _check_prefix_len(self, device_prefix_len: object) -> None:
         if not isinstance(device_prefix_len, int) or isinstance(device_prefix_len, bool):

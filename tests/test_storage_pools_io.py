@@ -20,6 +20,7 @@ from stagefate.runtime import (
     PoolError,
     ThreadedIO,
 )
+from stagefate.runtime.copy import copy_slots
 
 LAYOUT = KVLayout(layers=2, kv_heads=1, head_dim=4)
 
@@ -40,6 +41,46 @@ def test_pool_double_free_raises_names_slots_and_frees_nothing() -> None:
     assert pool.available() == 8 and pool.alloc(9) is None and pool.available() == 8
     host = HostPool(LAYOUT, 4)
     assert host.kv.shape == (2, 2, 4, 1, 4) and host.kv.device.type == "cpu"
+
+
+@pytest.mark.parametrize("size", [1, 3, 100], ids=["small", "mid", "large"])
+def test_pool_double_and_foreign_free_raise_on_both_paths(size: int) -> None:
+    """Small frees are checked per slot in Python, large ones vectorised: same verdicts."""
+    pool = DevicePool(LAYOUT, 128, "cpu")
+    slots = pool.alloc(size)
+    assert slots is not None
+    with pytest.raises(PoolError, match="double free"):
+        pool.free(torch.cat([slots, slots[:1]]))  # repeated within the call
+    with pytest.raises(PoolError, match="out of range"):
+        pool.free(torch.tensor([128] * size))
+    assert pool.available() == 128 - size  # the failed calls freed nothing
+    pool.free(slots)
+    with pytest.raises(PoolError, match="double free"):
+        pool.free(slots)
+    assert pool.available() == 128
+
+
+@pytest.mark.parametrize("order", ["runs", "scattered", "mixed"])
+def test_copy_slots_equals_advanced_indexing(order: str) -> None:
+    torch.manual_seed(0)
+    src = torch.randn(LAYOUT.shape(96))
+    dst = torch.zeros(LAYOUT.shape(96))
+    if order == "runs":
+        src_idx, dst_idx = (
+            torch.arange(10, 74),
+            torch.cat([torch.arange(0, 32), torch.arange(50, 82)]),
+        )
+    elif order == "scattered":
+        src_idx, dst_idx = torch.randperm(96)[:64], torch.randperm(96)[:64]
+    else:
+        src_idx, dst_idx = (
+            torch.cat([torch.arange(40), torch.randperm(40) + 50]),
+            torch.randperm(96)[:80],
+        )
+    expected = dst.clone()
+    expected[:, :, dst_idx] = src[:, :, src_idx]
+    copy_slots(src, src_idx, dst, dst_idx)
+    assert torch.equal(dst, expected)
 
 
 def test_memory_storage_counts_consecutive_hits_and_keeps_first_write() -> None:

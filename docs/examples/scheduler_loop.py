@@ -11,8 +11,9 @@ import torch
 
 from stagefate import BufferPipeline, MemoryStorage, PipelineConfig
 
-cfg = PipelineConfig(page_size=4, device_tokens=256, host_tokens=128, max_context_len=64,
-                     device="cpu", io="manual")
+cfg = PipelineConfig(
+    page_size=4, device_tokens=256, host_tokens=128, max_context_len=64, device="cpu", io="manual"
+)
 l3 = MemoryStorage()
 producer, consumer = BufferPipeline(cfg, storage=l3), BufferPipeline(cfg, storage=l3)
 
