@@ -88,6 +88,9 @@ class Record:
     device_indices: torch.Tensor | None = None
     spliced_node: TreeNode | None = None
     aux_device_indices: torch.Tensor | None = None
+    read_tokens: int = 0
+    """Tokens the L3 read asked for (0: no read was launched)."""
+    spliced_tokens: int = 0
     # arguments of the event being fired, read by its guards and effects
     arg_prefix_len: int = 0
     arg_prefix_indices: torch.Tensor = field(default_factory=lambda: _EMPTY)
@@ -338,6 +341,16 @@ class BufferPipeline:
     def stats(self) -> Stats:
         return Stats(**self._counts)
 
+    def reads_in_flight(self) -> tuple[int, int]:
+        """``(reads, tokens)`` of live records with a read launched and not yet settled.
+
+        They close the books of :attr:`stats` at every moment (a filled record is exactly one
+        whose read was spliced from): ``l3_reads == filled + l3_reads_wasted + reads`` and
+        ``l3_read_tokens == spliced_tokens + l3_read_tokens_wasted + tokens``.
+        """
+        live = [r for r in self.records.values() if r.read_tokens]
+        return len(live), sum(r.read_tokens - r.spliced_tokens for r in live)
+
     def is_idle(self) -> bool:
         """No live record and no IO in flight."""
         return not self.records and self.io.pending() == 0
@@ -366,6 +379,10 @@ class BufferPipeline:
 
     def _end(self, record: Record, reason: str) -> None:
         self._counts[reason] += 1
+        if record.read_tokens:  # every read is settled here: spliced from, or wasted
+            self._counts["l3_read_tokens_wasted"] += record.read_tokens - record.spliced_tokens
+            if not record.spliced_tokens:
+                self._counts["l3_reads_wasted"] += 1
         request_id = record.request_id
         del self.records[request_id]
         self._hits.pop(request_id, None)
@@ -614,6 +631,7 @@ class BufferPipeline:
         tokens, _aux = self._read_plan(record)
         self._counts["l3_reads"] += 1
         self._counts["l3_read_tokens"] += tokens
+        record.read_tokens = tokens
         self._submit(record, "read", self._read_op(record, tokens))
 
     def _effect_stage_read(self, record: Record) -> None:
@@ -678,7 +696,8 @@ class BufferPipeline:
         if record.aux_device_indices is not None:
             self.tree.attach_aux(node, record.aux_device_indices)
         record.spliced_node = node
-        self._counts["spliced_tokens"] += record.span_end - record.plan_prefix
+        record.spliced_tokens = record.span_end - record.plan_prefix
+        self._counts["spliced_tokens"] += record.spliced_tokens
         self._counts["trimmed_tokens"] += record.plan_prefix - record.matched_len
 
     def _effect_move_pin(self, record: Record) -> None:

@@ -43,3 +43,7 @@ class Stats(BaseModel):
     retries_exhausted: int = 0
     l3_reads: int = 0
     l3_read_tokens: int = 0
+    # settled when a record ends: reads nothing was spliced from, and tokens read but not spliced
+    # (a trimmed head, a short read's missing tail, a discarded hold)
+    l3_reads_wasted: int = 0
+    l3_read_tokens_wasted: int = 0

@@ -108,6 +108,10 @@ def assert_quiescent(pipe: BufferPipeline) -> None:
     stats = pipe.stats
     ended = sum(getattr(stats, reason) for reason in pipe.spec.reasons)
     assert stats.issued + stats.declined_too_short == ended
+    # every read settled: spliced from (and filled) or wasted, to the token
+    assert pipe.reads_in_flight() == (0, 0)
+    assert stats.l3_reads == stats.filled + stats.l3_reads_wasted
+    assert stats.l3_read_tokens == stats.spliced_tokens + stats.l3_read_tokens_wasted
 
 
 def kv_marks(pipe: BufferPipeline, slots: torch.Tensor) -> list[float]:
