@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/stagefate check
+	$(BIN)/stagefate replay
 
 test: $(STAMP)
 	$(BIN)/python -m pytest tests

@@ -1,4 +1,4 @@
-"""The ``stagefate`` command line: check, diagram, bench (and the jobs added beside them)."""
+"""The ``stagefate`` command line: replay, check, diagram, bench."""
 
 from __future__ import annotations
 
@@ -52,21 +52,22 @@ def _cmd_diagram(args: argparse.Namespace) -> int:
     return 0
 
 
-def _bench_runners() -> dict[str, Callable[[], Section]]:
-    from .bench import copy, dispatch, lifecycle, tree
+def _bench_runners(trace: str | None = None) -> dict[str, Callable[[], Section]]:
+    from .bench import copy, dispatch, lifecycle, replay, tree
 
     return {
         "dispatch": dispatch.run,
         "tree": tree.run,
         "copy": copy.run,
         "lifecycle": lifecycle.run,
+        "replay": lambda: replay.run(trace),
     }
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
     from .bench.report import write_section
 
-    runners = _bench_runners()
+    runners = _bench_runners(args.trace)
     names = list(runners) if args.which == "all" else [args.which]
     for name in names:
         console.print(f"running bench {name} …")
@@ -78,11 +79,47 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_replay(args: argparse.Namespace) -> int:
+    from .sim.replay import ReplayOptions
+    from .sim.report import metrics_table, replay_policies, write_json, write_plot
+    from .sim.trace import load_trace
+
+    trace = load_trace(args.trace, args.limit)
+    options = ReplayOptions(
+        page_size=args.page_size, device_tokens=args.device_tokens, seed=args.seed
+    )
+    policies = ["live", "blind"] if args.policy == "all" else [args.policy]
+    source = args.trace or "the embedded Mooncake slice"
+    console.print(f"replaying {len(trace):,} requests of {source}")
+    results = replay_policies(trace, policies, options, console)
+    console.print(metrics_table(results))
+    if args.json:
+        write_json(results, Path(args.json))
+        console.print(f"wrote {args.json}")
+    if args.plot:
+        write_plot(results, Path(args.plot))
+        console.print(f"wrote {args.plot}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="stagefate", description="Staged KV-cache prefetch lifecycle: spec, checks, jobs."
     )
     sub = parser.add_subparsers(dest="command", required=True)
+
+    replay = sub.add_parser(
+        "replay", help="replay a Mooncake trace through the pipeline: live tree vs blind gamble"
+    )
+    replay.add_argument("--trace", help="Mooncake-format .jsonl (default: the embedded slice)")
+    replay.add_argument("--limit", type=int, help="replay only the first N requests")
+    replay.add_argument("--policy", choices=["live", "blind", "all"], default="all")
+    replay.add_argument("--page-size", type=int, default=64)
+    replay.add_argument("--device-tokens", type=int, default=512 * 1024)
+    replay.add_argument("--seed", type=int, default=0, help="seeds the IO-time jitter")
+    replay.add_argument("--json", help="write {policy: metrics} to this file")
+    replay.add_argument("--plot", help="write a PNG comparing the policies (needs matplotlib)")
+    replay.set_defaults(func=_cmd_replay)
 
     check = sub.add_parser("check", help="static checks of the lifecycle spec")
     check.add_argument("--spec", help="spec file (default: the shipped lifecycle.yaml)")
@@ -98,6 +135,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench = sub.add_parser("bench", help="run benchmarks, write docs/benchmarks.md")
     bench.add_argument("which", nargs="?", default="all", choices=["all", *_bench_runners()])
     bench.add_argument("--report", default="docs/benchmarks.md", help="report file")
+    bench.add_argument("--trace", help="trace for the replay bench (default: the embedded slice)")
     bench.set_defaults(func=_cmd_bench)
     return parser
 
@@ -110,7 +148,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.argv = args_list[1:]
     try:
         result: int = args.func(args)
-    except SpecError as exc:
+    except (SpecError, ValueError, RuntimeError) as exc:
         console.print(f"[red]error:[/red] {exc}")
         return 2
     return result

@@ -1,0 +1,95 @@
+"""Mooncake-format traces: loading, validation and deterministic token synthesis.
+
+One JSON object a line: ``timestamp`` (ms), ``input_length``, ``output_length`` and ``hash_ids``
+(one id per 512-token block; equal ids at equal positions mean a reusable prefix). Token ids are
+synthesized from the block ids, so two requests share exactly the prefix blocks they share in
+the trace: token ``j`` of block ``h`` is ``h * 512 + j``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+import torch
+
+from ..runtime import TokenKey
+
+BLOCK_TOKENS = 512
+DEFAULT_TRACE = "mooncake_synthetic_slice.jsonl"
+"""The embedded slice: the last 1,000 requests of Mooncake's synthetic trace (data/NOTICE.md)."""
+
+
+class TraceError(ValueError):
+    """A trace file is missing or malformed; the message names the file, line and field."""
+
+
+@dataclass(frozen=True)
+class TraceRequest:
+    index: int
+    timestamp_ms: float
+    input_length: int
+    output_length: int
+    hash_ids: tuple[int, ...]
+
+    def tokens(self) -> TokenKey:
+        """The prompt's synthesized token ids, ``input_length`` of them."""
+        ids = torch.tensor(self.hash_ids, dtype=torch.int64)
+        block = torch.arange(BLOCK_TOKENS, dtype=torch.int64)
+        tokens = (ids[:, None] * BLOCK_TOKENS + block[None, :]).reshape(-1)
+        return TokenKey.of(tokens[: self.input_length])
+
+
+def default_trace_path() -> Path:
+    return Path(str(resources.files("stagefate.sim") / "data" / DEFAULT_TRACE))
+
+
+def load_trace(path: Path | str | None = None, limit: int | None = None) -> list[TraceRequest]:
+    """Read a trace (the embedded slice by default), sorted by timestamp, at most ``limit``."""
+    if limit is not None and limit < 1:
+        raise TraceError(f"--limit must be at least 1, got {limit}")
+    trace_path = default_trace_path() if path is None else Path(path)
+    if not trace_path.is_file():
+        raise TraceError(f"trace {trace_path} does not exist; pass --trace PATH to a .jsonl file")
+    requests: list[TraceRequest] = []
+    with trace_path.open() as lines:
+        for number, line in enumerate(lines, start=1):
+            if not line.strip():
+                continue
+            requests.append(_parse(trace_path, number, line, len(requests)))
+            if limit is not None and len(requests) >= limit:
+                break
+    if not requests:
+        raise TraceError(f"trace {trace_path} holds no requests")
+    return sorted(requests, key=lambda request: (request.timestamp_ms, request.index))
+
+
+def _parse(path: Path, number: int, line: str, index: int) -> TraceRequest:
+    where = f"{path}:{number}"
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError as error:
+        raise TraceError(f"{where}: not JSON ({error.msg}); one JSON object a line") from None
+    if not isinstance(row, dict):
+        raise TraceError(f"{where}: expected a JSON object, got {type(row).__name__}")
+    for field in ("timestamp", "input_length", "output_length", "hash_ids"):
+        if field not in row:
+            raise TraceError(f"{where}: missing field {field!r} (Mooncake format)")
+    timestamp, length, output = row["timestamp"], row["input_length"], row["output_length"]
+    hash_ids = row["hash_ids"]
+    if not isinstance(timestamp, (int, float)) or timestamp < 0:
+        raise TraceError(f"{where}: timestamp must be a non-negative number of ms")
+    for field, value in (("input_length", length), ("output_length", output)):
+        if not isinstance(value, int) or value < 0:
+            raise TraceError(f"{where}: {field} must be a non-negative int, got {value!r}")
+    if not isinstance(hash_ids, list) or not all(isinstance(h, int) and h >= 0 for h in hash_ids):
+        raise TraceError(f"{where}: hash_ids must be a list of non-negative ints")
+    blocks = -(-length // BLOCK_TOKENS)
+    if len(hash_ids) != blocks:
+        raise TraceError(
+            f"{where}: {len(hash_ids)} hash_ids for input_length={length}; expected {blocks} "
+            f"(one per {BLOCK_TOKENS}-token block)"
+        )
+    return TraceRequest(index, float(timestamp), length, output, tuple(hash_ids))
