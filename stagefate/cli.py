@@ -81,18 +81,25 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 
 def _cmd_replay(args: argparse.Namespace) -> int:
     from .sim.replay import ReplayOptions
-    from .sim.report import metrics_table, replay_policies, write_json, write_plot
+    from .sim.report import dedup_line, metrics_table, replay_policies, write_json, write_plot
     from .sim.trace import load_trace
 
     trace = load_trace(args.trace, args.limit)
     options = ReplayOptions(
-        page_size=args.page_size, device_tokens=args.device_tokens, seed=args.seed
+        page_size=args.page_size,
+        device_tokens=args.device_tokens,
+        seed=args.seed,
+        dedup_inflight=not args.no_dedup,
     )
     policies = ["live", "blind"] if args.policy == "all" else [args.policy]
     source = args.trace or "the embedded Mooncake slice"
     console.print(f"replaying {len(trace):,} requests of {source}")
-    results = replay_policies(trace, policies, options, console)
+    replays = replay_policies(trace, policies, options, console)
+    results = {name: replay.metrics for name, replay in replays.items()}
     console.print(metrics_table(results))
+    line = dedup_line(replays)
+    if line is not None:
+        console.print(line)
     if args.json:
         write_json(results, Path(args.json))
         console.print(f"wrote {args.json}")
@@ -117,6 +124,9 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument("--page-size", type=int, default=64)
     replay.add_argument("--device-tokens", type=int, default=512 * 1024)
     replay.add_argument("--seed", type=int, default=0, help="seeds the IO-time jitter")
+    replay.add_argument(
+        "--no-dedup", action="store_true", help="live: read spans a sibling is already reading"
+    )
     replay.add_argument("--json", help="write {policy: metrics} to this file")
     replay.add_argument("--plot", help="write a PNG comparing the policies (needs matplotlib)")
     replay.set_defaults(func=_cmd_replay)

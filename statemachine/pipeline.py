@@ -60,6 +60,8 @@ from .stats import Stats
 
 LockOutcome = Literal["locked", "no_anchor", "cap_skip", "anchor_lost"]
 _HOLD_STATES = frozenset({"staged", "trimmed"})
+_OWNING_STATES = frozenset({"reading", "staged", "trimmed", "consumed"})
+"""States whose record owns its span's page keys for in-flight dedup."""
 _EMPTY = torch.empty(0, dtype=torch.int64)
 
 
@@ -90,6 +92,8 @@ class Record:
     aux_device_indices: torch.Tensor | None = None
     read_tokens: int = 0
     """Tokens the L3 read asked for (0: no read was launched)."""
+    inflight_sibling: str | None = None
+    """The live record found fetching this record's whole span (set by ``span_inflight``)."""
     spliced_tokens: int = 0
     # arguments of the event being fired, read by its guards and effects
     arg_prefix_len: int = 0
@@ -161,6 +165,9 @@ class BufferPipeline:
         self._parked: OrderedDict[str, None] = OrderedDict()
         self._counts: dict[str, int] = dict.fromkeys(Stats.model_fields, 0)
         self.retries = RetryBook(cfg.retry_interval, cfg.retry_max_attempts)
+        # in-flight dedup: page key -> records owning it (insertion order), and who waits on whom
+        self._owners: dict[bytes, dict[str, None]] = {}
+        self._waiters: dict[str, list[str]] = {}
         self.polls = 0
         self.instruments: list[Instrument] = []
 
@@ -371,6 +378,8 @@ class BufferPipeline:
             self._counts[counter] += 1
         if outcome.source == "parked" and outcome.target != "parked":
             self._parked.pop(record.request_id, None)
+        if outcome.source in _OWNING_STATES and outcome.target not in _OWNING_STATES:
+            self._disown(record, keep_pages=0)
         if outcome.reason is not None:
             self._end(record, outcome.reason)
         for instrument in self.instruments:
@@ -535,6 +544,23 @@ class BufferPipeline:
         match = self.tree.match_prefix(record.tokens, *record.namespace)
         return match.length >= record.span_end
 
+    def _read_digests(self, record: Record, tokens: int) -> list[bytes]:
+        first = record.matched_len // self.config.page_size
+        return record.digests[first : first + tokens // self.config.page_size]
+
+    def _guard_span_inflight(self, record: Record) -> bool:
+        if not self.config.dedup_inflight:
+            return False
+        digests = self._read_digests(record, self._read_plan(record)[0])
+        if not digests:
+            return False
+        owners = self._owners
+        for sibling in owners.get(digests[0], {}):
+            if sibling != record.request_id and all(sibling in owners.get(d, ()) for d in digests):
+                record.inflight_sibling = sibling
+                return True
+        return False
+
     def _read_plan(self, record: Record) -> tuple[int, int]:
         """Tokens the read will bring (the hit, within the span) and its aux window."""
         tokens = min(record.hit_tokens, record.span_tokens)
@@ -632,7 +658,29 @@ class BufferPipeline:
         self._counts["l3_reads"] += 1
         self._counts["l3_read_tokens"] += tokens
         record.read_tokens = tokens
+        for digest in self._read_digests(record, tokens):
+            self._owners.setdefault(digest, {})[record.request_id] = None
         self._submit(record, "read", self._read_op(record, tokens))
+
+    def _effect_wait_for_sibling(self, record: Record) -> None:
+        assert record.inflight_sibling is not None
+        self._waiters.setdefault(record.inflight_sibling, []).append(record.request_id)
+
+    def _disown(self, record: Record, keep_pages: int) -> None:
+        """Give up the record's page keys past ``keep_pages``; its waiters' retries fall due.
+
+        Waiters are woken whenever the record's ownership shrinks: each re-issue decides again
+        (a device hit after ``filled``, its own read after an abort, or waiting once more).
+        """
+        digests = self._read_digests(record, record.read_tokens)
+        for digest in digests[keep_pages:]:
+            owners = self._owners.get(digest)
+            if owners is not None:
+                owners.pop(record.request_id, None)
+                if not owners:
+                    del self._owners[digest]
+        for waiter in self._waiters.pop(record.request_id, []):
+            self.retries.make_due(waiter, self.polls)
 
     def _effect_stage_read(self, record: Record) -> None:
         assert record.arg_completion is not None and record.host_indices is not None
@@ -641,6 +689,8 @@ class BufferPipeline:
         if unread.numel():
             self.host_pool.free(unread)
         record.host_indices = record.host_indices[:read]
+        if read < record.read_tokens:  # a short read owns only what it brought
+            self._disown(record, keep_pages=read // self.config.page_size)
         record.span_end = record.matched_len + read
         record.tokens = record.tokens.prefix(record.span_end)  # a short read shortens the span
 

@@ -19,6 +19,7 @@ class Stats(BaseModel):
     # IO commit and hit verdicts
     declined_anchor_lost: int = 0
     declined_device_covered: int = 0
+    declined_inflight: int = 0
     revoked_full_miss: int = 0
     revoked_insufficient: int = 0
     parked: int = 0

@@ -58,6 +58,7 @@ class ReplayOptions(BaseModel):
     """The device KV pool; the default holds a few dozen average prompts of the trace."""
     host_tokens: int = Field(256 * 1024, ge=1)
     seed: int = 0
+    dedup_inflight: bool = True
     io_jitter: float = Field(0.2, ge=0, lt=1)
     costs: CostModel = CostModel()
 
@@ -139,6 +140,7 @@ class Replay:
             prefetch_threshold=page,
             device="cpu",
             io="manual",
+            dedup_inflight=opts.dedup_inflight,
         )
         self.pipe = BufferPipeline(config, storage=storage or MemoryStorage())
         self.policy = POLICIES[policy](self.pipe)
@@ -159,6 +161,7 @@ class Replay:
     # ------------------------------------------------------------------ the loop
 
     def run(self, on_request: Callable[[], None] | None = None) -> ReplayMetrics:
+        """Replay the whole trace; the metrics are also kept as :attr:`metrics`."""
         started = time.perf_counter()
         arrivals = deque(self.requests)
         waiting: deque[_Request] = deque()
@@ -182,7 +185,8 @@ class Replay:
             if running is None and waiting and self._may_admit(waiting[0], now):
                 running = self._admit(waiting.popleft(), now)
             self._time_new_ops(now)
-        return self._metrics(time.perf_counter() - started)
+        self.metrics = self._metrics(time.perf_counter() - started)
+        return self.metrics
 
     def _next_event(
         self,

@@ -20,16 +20,28 @@ def replay_policies(
     policies: Sequence[str],
     options: ReplayOptions,
     console: Console | None = None,
-) -> dict[str, ReplayMetrics]:
+) -> dict[str, Replay]:
     """Each policy on a fresh engine over the same trace and seed, with a progress bar each."""
-    results: dict[str, ReplayMetrics] = {}
+    replays: dict[str, Replay] = {}
     with Progress(console=console, transient=False, disable=console is None) as progress:
         for name in policies:
             task = progress.add_task(f"replay {name}", total=len(trace))
-            results[name] = Replay(name, trace, options).run(
-                on_request=functools.partial(progress.advance, task)
-            )
-    return results
+            replays[name] = replay = Replay(name, trace, options)
+            replay.run(on_request=functools.partial(progress.advance, task))
+    return replays
+
+
+def dedup_line(replays: dict[str, Replay]) -> str | None:
+    """What in-flight dedup did in the live run (not a JSON key: the keys are fixed)."""
+    live = replays.get("live")
+    if live is None:
+        return None
+    stats = live.pipe.stats
+    return (
+        f"live: {stats.declined_inflight:,} IO commits found a sibling already reading their "
+        f"whole span and waited for it instead of reading (declined_inflight); compare "
+        f"`--no-dedup` for the reads this saves"
+    )
 
 
 def metrics_table(results: dict[str, ReplayMetrics]) -> Table:
