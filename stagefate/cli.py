@@ -109,6 +109,33 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_fuzz(args: argparse.Namespace) -> int:
+    from .fuzz.campaign import DATABASE, edge_table, run_campaign
+
+    if args.steps is None and args.budget is None:
+        args.steps = 20_000
+    result = run_campaign(
+        console, args.steps, args.budget, args.seed, faults=args.faults, profile=args.profile
+    )
+    console.print(edge_table())
+    console.print(
+        f"{result.steps:,} steps in {result.examples:,} programs, {result.seconds:.0f} s, "
+        f"seed {args.seed}, faults {'on' if args.faults else 'off'}"
+    )
+    for state, event, guard in result.unreached:
+        console.print(
+            f"[yellow]finding[/yellow] edge never reached: {state} --{event} [{guard}]-->"
+        )
+    if result.failure is not None:
+        console.print(
+            f"[red]VIOLATION[/red] {type(result.failure).__name__}: {result.failure}\n"
+            f"The minimal failing program is printed above; the example is saved in {DATABASE}, "
+            "so the next run replays it first."
+        )
+        return 1
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="stagefate", description="Staged KV-cache prefetch lifecycle: spec, checks, jobs."
@@ -130,6 +157,14 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument("--json", help="write {policy: metrics} to this file")
     replay.add_argument("--plot", help="write a PNG comparing the policies (needs matplotlib)")
     replay.set_defaults(func=_cmd_replay)
+
+    fuzz = sub.add_parser("fuzz", help="stateful fuzz campaign over the real pipeline")
+    fuzz.add_argument("--steps", type=int, help="rule steps to run (default 20,000)")
+    fuzz.add_argument("--budget", type=float, help="seconds to run instead of a step count")
+    fuzz.add_argument("--seed", type=int, default=0)
+    fuzz.add_argument("--faults", action=argparse.BooleanOptionalAction, default=True)
+    fuzz.add_argument("--profile", default="fuzz", choices=["ci", "dev", "fuzz", "repro"])
+    fuzz.set_defaults(func=_cmd_fuzz)
 
     check = sub.add_parser("check", help="static checks of the lifecycle spec")
     check.add_argument("--spec", help="spec file (default: the shipped lifecycle.yaml)")

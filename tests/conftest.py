@@ -4,18 +4,9 @@ from __future__ import annotations
 
 import os
 
-from hypothesis import HealthCheck, settings
+from hypothesis import settings
 
-settings.register_profile(
-    "ci",
-    derandomize=True,
-    max_examples=60,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow],
-)
-settings.register_profile("dev", max_examples=200, deadline=None)
-settings.register_profile(
-    "fuzz", max_examples=20_000, deadline=None, suppress_health_check=list(HealthCheck)
-)
-settings.register_profile("repro", max_examples=1, deadline=None, print_blob=True)
+from stagefate.fuzz.profiles import register_profiles
+
+register_profiles()
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))

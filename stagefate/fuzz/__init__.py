@@ -1,0 +1,1 @@
+"""Stateful fuzzing of the real pipeline, tree and torch runtime (Hypothesis)."""

@@ -1,0 +1,99 @@
+"""``stagefate fuzz``: run the stateful fuzzer for a budget and report every spec edge reached."""
+
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import hypothesis.core as hypothesis_core
+from hypothesis import settings
+from hypothesis.database import DirectoryBasedExampleDatabase
+from hypothesis.stateful import run_state_machine_as_test
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from ..spec import LifecycleSpec, load_spec
+from .machine import EDGE_HITS, STATES_CHECKED, Edge, PipelineFuzzer
+from .profiles import register_profiles
+
+STEPS_PER_EXAMPLE = 100
+BATCH_EXAMPLES = 20
+DATABASE = Path(".hypothesis") / "fuzz"
+
+
+@dataclass(frozen=True)
+class CampaignResult:
+    steps: int
+    """States whose invariants were checked: the steps actually executed (programs end early)."""
+    examples: int
+    seconds: float
+    failure: BaseException | None
+    unreached: list[Edge]
+
+
+def spec_edges(spec: LifecycleSpec) -> list[Edge]:
+    """``(state, event, guard or 'else')`` of every branch of the spec."""
+    return [
+        (state, event, branch.guard or "else")
+        for state, event, branches in spec.rows()
+        for branch in branches
+    ]
+
+
+def run_campaign(
+    console: Console,
+    steps: int | None = None,
+    budget_seconds: float | None = None,
+    seed: int = 0,
+    faults: bool = True,
+    profile: str = "fuzz",
+) -> CampaignResult:
+    """Batches of examples until ``steps`` rule steps are run or ``budget_seconds`` pass."""
+    register_profiles()
+    PipelineFuzzer.faults = faults
+    EDGE_HITS.clear()
+    STATES_CHECKED.clear()
+    # Hypothesis draws each run's seed from this generator when not derandomized: seeding it
+    # once makes a whole campaign (every batch) repeatable from ``--seed``.
+    hypothesis_core.threadlocal._hypothesis_global_random = random.Random(seed)
+    started, examples, failure = time.monotonic(), 0, None
+    target_steps = steps if steps is not None else None
+    columns = (TextColumn("fuzz"), BarColumn(), TextColumn("{task.completed:,} steps"))
+    with Progress(*columns, TimeElapsedColumn(), console=console) as progress:
+        task = progress.add_task("fuzz", total=target_steps or budget_seconds)
+        while failure is None:
+            elapsed = time.monotonic() - started
+            done_steps = examples * STEPS_PER_EXAMPLE
+            if target_steps is not None and done_steps >= target_steps:
+                break
+            if budget_seconds is not None and elapsed >= budget_seconds:
+                break
+            batch_settings = settings(
+                settings.get_profile(profile),
+                max_examples=BATCH_EXAMPLES,
+                stateful_step_count=STEPS_PER_EXAMPLE,
+                derandomize=False,
+                database=DirectoryBasedExampleDatabase(str(DATABASE)),
+            )
+            try:
+                run_state_machine_as_test(PipelineFuzzer, settings=batch_settings)
+            except Exception as error:  # Hypothesis has printed the minimal failing program
+                failure = error
+            examples += BATCH_EXAMPLES
+            progress.update(task, completed=examples * STEPS_PER_EXAMPLE)
+    unreached = [edge for edge in spec_edges(load_spec()) if EDGE_HITS[edge] == 0]
+    checked = STATES_CHECKED["checked"]
+    return CampaignResult(checked, examples, time.monotonic() - started, failure, unreached)
+
+
+def edge_table() -> Table:
+    table = Table(title="spec edges reached")
+    for column in ("state", "event", "guard", "hits"):
+        table.add_column(column, justify="right" if column == "hits" else "left")
+    for state, event, guard in spec_edges(load_spec()):
+        hits = EDGE_HITS[(state, event, guard)]
+        table.add_row(state, event, guard, f"{hits:,}" if hits else "[red]0[/red]")
+    return table

@@ -1,0 +1,313 @@
+"""A Hypothesis ``RuleBasedStateMachine`` over the real pipeline, tree, pools and storage.
+
+Theory of operation
+-------------------
+Three token sequences share heads (so anchors collide and nodes split), in two namespaces. A
+producer writes all of them through to one L3 first, with KV whose every value is the token id
+plus 1000 per namespace: any device slot the consumer's tree maps can then be checked against the
+tokens it claims to hold, which catches a splice at the wrong offset, an untrimmed head or a
+cross-namespace reuse as a byte mismatch.
+
+Rules play both the scheduler (issue, poll, plan with the live or a stale prefix, consume,
+abort, release, retries) and the world (IO completing in any order, short or failing reads,
+sibling publishes that split nodes, eviction, pages dropped from L3). The ``transitions`` oracle
+runs in lockstep (``check_oracle``); every DESIGN §4 invariant is an ``@invariant``. Every fired
+transition is counted in :data:`EDGE_HITS` so a campaign can report which spec edges it reached.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import ClassVar
+
+import torch
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    Bundle,
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+)
+
+from ..runtime import MemoryStorage, page_hashes
+from ..runtime.hashing import namespace_of, storage_key
+from ..statemachine.config import PipelineConfig
+from ..statemachine.errors import LifecycleError
+from ..statemachine.pipeline import BufferPipeline, TransitionEvent
+
+PAGE = 2
+_HEAD = list(range(1, 17))
+SEQUENCES = (_HEAD, _HEAD[:6] + list(range(100, 110)), _HEAD[:10] + list(range(200, 206)))
+SALTS = (None, "tenant-b")
+REQUEST_IDS = tuple(f"r{i}" for i in range(5))
+_HOLDS = ("staged", "trimmed")
+_NO_CONSUME = ("issued", "locked", "no_anchor", "cap_skip", "anchor_lost", "parked", "reading")
+
+Edge = tuple[str, str, str]
+EDGE_HITS: Counter[Edge] = Counter()
+"""``(state, event, guard or 'else')`` of every transition fired by any fuzz run."""
+STATES_CHECKED = Counter[str]()
+"""``checked``: states whose invariants were checked (one per executed step, plus setups)."""
+
+
+def fuzz_config() -> PipelineConfig:
+    return PipelineConfig(
+        page_size=PAGE,
+        layers=1,
+        kv_heads=1,
+        head_dim=1,
+        dtype=torch.float32,
+        device_tokens=40,
+        host_tokens=20,
+        device="cpu",
+        io="manual",
+        prefetch_threshold=PAGE,
+        max_context_len=16,
+        retry_interval=2,
+        retry_max_attempts=4,
+        check_oracle=True,
+    )
+
+
+def kv_value(tokens: torch.Tensor, salt: str | None) -> torch.Tensor:
+    return tokens.to(torch.float32) + 1000 * SALTS.index(salt)
+
+
+def _record_edge(event: TransitionEvent) -> None:
+    outcome = event.outcome
+    EDGE_HITS[(outcome.source, outcome.event, outcome.guard or "else")] += 1
+
+
+class PipelineFuzzer(RuleBasedStateMachine):
+    faults: ClassVar[bool] = True
+    """IO errors, short reads and L3 drops (``stagefate fuzz --no-faults`` turns them off)."""
+
+    requests = Bundle("requests")
+
+    @initialize()
+    def setup(self) -> None:
+        cfg = fuzz_config()
+        self.storage = MemoryStorage()
+        producer = BufferPipeline(cfg, storage=self.storage)
+        for salt in SALTS:
+            for sequence in SEQUENCES:
+                slots = producer.device_pool.alloc(len(sequence))
+                assert slots is not None
+                producer.device_pool.kv[:, :, slots] = kv_value(torch.tensor(sequence), salt)[
+                    None, None, :, None, None
+                ]
+                producer.write_through(sequence, slots, cache_salt=salt)
+                producer.device_pool.free(slots)
+        self.pipe = BufferPipeline(cfg, storage=self.storage)
+        self.pipe.instruments.append(_record_edge)
+        self.asked: dict[str, tuple[list[int], str | None]] = {}
+
+    # ------------------------------------------------------------------ scheduler
+
+    def _tokens(self, sequence: int, pages: int) -> list[int]:
+        return SEQUENCES[sequence][: pages * PAGE]
+
+    def _issue(self, request_id: str, tokens: list[int], salt: str | None) -> None:
+        matched = self.pipe.tree.match_prefix(tokens, cache_salt=salt).length
+        self.pipe.prefetch_from_storage(request_id, tokens, matched, cache_salt=salt)
+
+    @rule(
+        target=requests,
+        request_id=st.sampled_from(REQUEST_IDS),
+        sequence=st.integers(0, len(SEQUENCES) - 1),
+        pages=st.integers(1, 8),
+        salt=st.sampled_from(SALTS),
+    )
+    def issue(self, request_id: str, sequence: int, pages: int, salt: str | None) -> str:
+        if request_id not in self.pipe.records:
+            self.asked[request_id] = (self._tokens(sequence, pages), salt)
+        tokens, asked_salt = self.asked[request_id]
+        self._issue(request_id, tokens, asked_salt)
+        return request_id
+
+    @rule()
+    def poll(self) -> None:
+        self.pipe.poll()
+
+    @rule()
+    def reissue_due_retries(self) -> None:
+        for request_id in self.pipe.due_retries(list(self.asked)):
+            self._issue(request_id, *self.asked[request_id])
+
+    def _live_prefix(self, request_id: str) -> torch.Tensor:
+        tokens, salt = self.asked[request_id]
+        return self.pipe.tree.match_prefix(tokens, cache_salt=salt).device_indices
+
+    def _in_states(self, states: tuple[str, ...], planned: bool | None = None) -> list[str]:
+        return [
+            request_id
+            for request_id, record in self.pipe.records.items()
+            if record.state in states
+            and (planned is None or (record.plan_prefix is not None) == planned)
+        ]
+
+    @precondition(lambda self: self._in_states(_HOLDS))
+    @rule(data=st.data(), stale_pages=st.integers(0, 3))
+    def plan(self, data: st.DataObject, stale_pages: int) -> None:
+        request_id = data.draw(st.sampled_from(self._in_states(_HOLDS)), label="request")
+        length = self._live_prefix(request_id).numel()
+        self.pipe.plan_staged_splice(request_id, max(0, length - stale_pages * PAGE))
+
+    @precondition(lambda self: self._in_states(_HOLDS, planned=True))
+    @rule(data=st.data())
+    def consume(self, data: st.DataObject) -> None:
+        planned = self._in_states(_HOLDS, planned=True)
+        request_id = data.draw(st.sampled_from(planned), label="request")
+        self.pipe.init_load_back(request_id, self._live_prefix(request_id))
+
+    @rule(request_id=requests)
+    def abort(self, request_id: str) -> None:
+        self.pipe.release_aborted_request(request_id)
+
+    @precondition(lambda self: self._in_states(_HOLDS))
+    @rule(data=st.data())
+    def release_hold(self, data: st.DataObject) -> None:
+        request_id = data.draw(st.sampled_from(self._in_states(_HOLDS)), label="request")
+        self.pipe.release_staged_hold(request_id)
+
+    @precondition(lambda self: self._in_states(_NO_CONSUME))
+    @rule(data=st.data())
+    def illegal_consume_changes_nothing(self, data: st.DataObject) -> None:
+        request_id = data.draw(st.sampled_from(self._in_states(_NO_CONSUME)), label="request")
+        record = self.pipe.records[request_id]
+        before = (record.state, record.pinned_tokens, self.pipe.host_pool.available())
+        try:
+            self.pipe.init_load_back(request_id, self._live_prefix(request_id))
+        except LifecycleError:
+            pass
+        else:
+            raise AssertionError(f"consume was accepted in state {before[0]!r}")
+        assert (record.state, record.pinned_tokens, self.pipe.host_pool.available()) == before
+
+    # ------------------------------------------------------------------ the world
+
+    @precondition(lambda self: self.pipe.io.pending() > 0)
+    @rule(data=st.data())
+    def complete_io(self, data: st.DataObject) -> None:
+        io = self.pipe.io
+        queued = io.queued()  # type: ignore[attr-defined]
+        op_id = data.draw(st.sampled_from(queued), label="op")
+        # Storage operations may fail or come back short; an H2D copy (``load``) does not fail
+        # short of a CUDA error, which ends the process, so it is only ever completed.
+        faulty = self.faults and queued and op_id not in io.queued("load")  # type: ignore[attr-defined]
+        modes = ["full", "short", "fail"] if faulty else ["full"]
+        mode = data.draw(st.sampled_from(modes), label="mode")
+        if mode == "fail":
+            io.fail(op_id)  # type: ignore[attr-defined]
+        elif mode == "short":
+            io.complete_short(op_id, data.draw(st.integers(0, 8), label="tokens") * PAGE)  # type: ignore[attr-defined]
+        else:
+            io.complete(op_id)  # type: ignore[attr-defined]
+        if data.draw(st.booleans(), label="poll now"):
+            self.pipe.poll()  # as the scheduler's next pass would; `poll` also runs on its own
+
+    @rule(
+        sequence=st.integers(0, len(SEQUENCES) - 1),
+        pages=st.integers(1, 8),
+        salt=st.sampled_from(SALTS),
+    )
+    def sibling_publish(self, sequence: int, pages: int, salt: str | None) -> None:
+        """Another request computes ``pages`` of a sequence into the tree (splits nodes)."""
+        tokens = self._tokens(sequence, pages)
+        tree, pool = self.pipe.tree, self.pipe.device_pool
+        present = tree.match_prefix(tokens, cache_salt=salt)
+        missing = len(tokens) - present.length
+        if missing > pool.available():
+            tree.inc_lock_ref(present.last_node)
+            tree.evict(missing - pool.available())
+            tree.dec_lock_ref(present.last_node)
+        slots = pool.alloc(missing)
+        if slots is None:
+            return
+        values = kv_value(torch.tensor(tokens[present.length :]), salt)
+        pool.kv[:, :, slots] = values[None, None, :, None, None]
+        tree.insert(tokens, torch.cat([present.device_indices, slots]), cache_salt=salt)
+
+    @rule(tokens=st.integers(0, 40))
+    def evict(self, tokens: int) -> None:
+        self.pipe.tree.evict(tokens)
+
+    @precondition(lambda self: self.faults)
+    @rule(
+        sequence=st.integers(0, len(SEQUENCES) - 1),
+        from_page=st.integers(0, 7),
+        salt=st.sampled_from(SALTS),
+    )
+    def l3_drop(self, sequence: int, from_page: int, salt: str | None) -> None:
+        digests = page_hashes(SEQUENCES[sequence], PAGE, namespace_of(None, salt))
+        self.storage.delete([storage_key(d) for d in digests[from_page:]])
+
+    # ------------------------------------------------------------------ invariants
+
+    @invariant()
+    def tree_is_sound(self) -> None:
+        STATES_CHECKED["checked"] += 1
+        self.pipe.tree.sanity_check()
+
+    @invariant()
+    def pools_conserve(self) -> None:
+        pipe = self.pipe
+        assert pipe.device_pool.available() + pipe.tree.total_tokens() == pipe.device_pool.capacity
+        bounce = sum(
+            r.host_indices.numel() for r in pipe.records.values() if r.host_indices is not None
+        )
+        assert pipe.host_pool.available() + bounce == pipe.host_pool.capacity, "bounce leaked"
+
+    @invariant()
+    def pins_match_records(self) -> None:
+        pipe = self.pipe
+        pinned = [r for r in pipe.records.values() if r.pinned_node is not None]
+        assert sum(r.pinned_tokens for r in pinned) == pipe.pinned_tokens
+        for record in pinned:
+            assert record.pinned_node is not None and record.pinned_node.attached
+            assert record.pinned_node.lock_ref > 0
+        if not pinned:
+            assert pipe.tree.protected_size == 0, "a pin outlived its record"
+        assert pipe.pinned_tokens <= pipe.cap
+        for record in pipe.records.values():
+            if record.state == "locked":
+                assert record.pinned_node is not None, "locked without its anchor pin"
+
+    @invariant()
+    def books_close(self) -> None:
+        stats, (reads, tokens) = self.pipe.stats, self.pipe.reads_in_flight()
+        assert stats.l3_reads == stats.filled + stats.l3_reads_wasted + reads
+        assert stats.l3_read_tokens == stats.spliced_tokens + stats.l3_read_tokens_wasted + tokens
+        ended = sum(getattr(stats, reason) for reason in self.pipe.spec.reasons)
+        assert stats.issued + stats.declined_too_short == ended + len(self.pipe.records)
+
+    @invariant()
+    def device_bytes_match_tokens(self) -> None:
+        """Every tree node's KV is its own tokens' (in its namespace); in-flight copies excepted."""
+        pipe = self.pipe
+        in_flight = {
+            slot
+            for r in pipe.records.values()
+            if r.state == "consumed" and r.device_indices is not None
+            for slot in r.device_indices.tolist()
+        }
+        for node in pipe.tree.nodes():
+            salt = node.namespace[1]
+            expected = kv_value(torch.tensor(node.tokens()), salt)
+            actual = pipe.device_pool.kv[0, 0, node.value, 0, 0]
+            settled = torch.tensor([slot not in in_flight for slot in node.value.tolist()])
+            assert torch.equal(actual[settled], expected[settled]), f"wrong KV under {node!r}"
+
+    @invariant()
+    def waiters_wait_on_live_owners(self) -> None:
+        pipe = self.pipe
+        for sibling in pipe._waiters:
+            record = pipe.records.get(sibling)
+            assert record is not None and record.state in (
+                "reading",
+                "staged",
+                "trimmed",
+                "consumed",
+            )
