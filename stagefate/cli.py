@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import shlex
 import sys
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -14,6 +15,8 @@ from .bench.report import Section
 from .spec import load_spec, run_static_checks
 from .spec.diagram import spec_digest, stale_diagrams, write_diagrams
 from .spec.load import DEFAULT_SPEC_PATH, SpecError
+from .spec.modelcheck import Bounds
+from .spec.schema import LifecycleSpec
 
 console = Console(highlight=False)
 
@@ -34,7 +37,52 @@ def _cmd_check(args: argparse.Namespace) -> int:
         f"static checks passed: {len(spec.states)} states, {len(spec.rows())} (state, event) rows, "
         f"{len(spec.guards)} guards, {len(spec.effects)} effects, all implemented"
     )
-    return 0
+    return 0 if args.static else _model_check(spec, args)
+
+
+def _model_check(spec: LifecycleSpec, args: argparse.Namespace) -> int:
+    from .spec.modelcheck import NOT_MODELLED_GUARDS, Bounds, ModelChecker
+
+    bounds = Bounds(
+        pages=args.pages,
+        requests=args.requests,
+        host_pages=args.host_pages,
+        device_pages=args.device_pages,
+        cap_pages=args.cap_pages,
+        threshold_pages=args.threshold_pages,
+        issues_per_request=args.issues,
+        max_states=args.max_states,
+    )
+    started = time.perf_counter()
+    checker = ModelChecker(spec, bounds)
+    result = checker.run()
+    seconds = time.perf_counter() - started
+    console.print(
+        f"model check: {result.states:,} states explored in {seconds:.1f} s "
+        f"({bounds.pages} pages, {bounds.requests} requests, host {bounds.host_pages}, device "
+        f"{bounds.device_pages}, cap {bounds.cap_pages}, threshold {bounds.threshold_pages}, "
+        f"{bounds.issues_per_request} issues each)"
+    )
+    if result.violation is not None:
+        console.print(f"[red]VIOLATION[/red] {result.violation}", markup=True)
+        console.print("shortest counterexample:")
+        for number, step in enumerate(result.counterexample or [], start=1):
+            console.print(f"  {number}. {step}", markup=False)
+        return 1
+    modelled = [
+        e for e in ModelChecker(spec, bounds).all_edges() if e[2] not in NOT_MODELLED_GUARDS
+    ]
+    console.print(
+        f"invariants hold in every state; {len(modelled) - len(result.unreached_edges)} of "
+        f"{len(modelled)} modelled edges reached (not modelled: {sorted(NOT_MODELLED_GUARDS)})"
+    )
+    for state, event, guard in result.unreached_edges:
+        console.print(f"finding: edge never reached: {state} --{event} [{guard}]-->", markup=False)
+    for state in result.unreached_states:
+        console.print(f"finding: state never reached: {state}", markup=False)
+    if result.truncated:
+        console.print(f"finding: stopped at --max-states {bounds.max_states:,}; raise it")
+    return 1 if result.unreached_edges or result.unreached_states or result.truncated else 0
 
 
 def _cmd_diagram(args: argparse.Namespace) -> int:
@@ -169,6 +217,18 @@ def build_parser() -> argparse.ArgumentParser:
     check = sub.add_parser("check", help="static checks of the lifecycle spec")
     check.add_argument("--spec", help="spec file (default: the shipped lifecycle.yaml)")
     check.add_argument("--static", action="store_true", help="static checks only")
+    defaults = Bounds()
+    for flag, default, meaning in (
+        ("--pages", defaults.pages, "pages of the abstract token line"),
+        ("--requests", defaults.requests, "requests (request i wants pages - i)"),
+        ("--host-pages", defaults.host_pages, "bounce capacity"),
+        ("--device-pages", defaults.device_pages, "device pool capacity"),
+        ("--cap-pages", defaults.cap_pages, "anchor-pin cap"),
+        ("--threshold-pages", defaults.threshold_pages, "prefetch threshold"),
+        ("--issues", defaults.issues_per_request, "prefetches per request (re-issues)"),
+        ("--max-states", defaults.max_states, "stop (and report) beyond this many states"),
+    ):
+        check.add_argument(flag, type=int, default=default, help=f"model check: {meaning}")
     check.set_defaults(func=_cmd_check)
 
     diagram = sub.add_parser("diagram", help="regenerate docs/lifecycle.md and .svg from the spec")

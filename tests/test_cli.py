@@ -31,7 +31,7 @@ def test_diagram_check_detects_stale_docs(tmp_path: Path) -> None:
 def test_mermaid_labels_every_edge_with_event_guard_and_effects() -> None:
     text = (REPO / "docs" / "lifecycle.md").read_text()
     assert "reading --> abandoned : abort [else] / unpin" in text
-    assert "locked --> released : commit [live_match_short] / unpin, arm_retry" in text
+    assert "cap_skip --> released : commit [live_match_short] / unpin, arm_retry" in text
 
 
 def test_check_reports_a_broken_spec(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
