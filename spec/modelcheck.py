@@ -530,12 +530,18 @@ def _free_bounce(mc: ModelChecker, d: _Draft, i: int, r: Rec, a: Args) -> Rec:
     return r._replace(bounce=0)
 
 
-def _insert_tail(mc: ModelChecker, d: _Draft, i: int, r: Rec, a: Args) -> Rec:
-    if d.device != r.plan:
+def splice(d: _Draft, i: int, base: int, end: int) -> None:
+    """Insert pages ``[base, end)``: add-only, so the device must end exactly at ``base``."""
+    if d.device != base:
         raise Violation(
-            f"add_only_insert: r{i} splices from page {r.plan} but the device holds {d.device}"
+            f"add_only_insert: r{i} splices pages [{base}, {end}) but the device holds "
+            f"{d.device}: it would overwrite a sibling's pages or leave a hole"
         )
-    d.device = r.span_end
+    d.device = end
+
+
+def _insert_tail(mc: ModelChecker, d: _Draft, i: int, r: Rec, a: Args) -> Rec:
+    splice(d, i, r.plan, r.span_end)
     return r
 
 

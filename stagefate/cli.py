@@ -40,6 +40,11 @@ def _cmd_check(args: argparse.Namespace) -> int:
     return 0 if args.static else _model_check(spec, args)
 
 
+def _report_unreached(edges: Sequence[tuple[str, str, str]]) -> None:
+    for state, event, guard in edges:
+        console.print(f"finding: edge never reached: {state} --{event} [{guard}]-->", markup=False)
+
+
 def _model_check(spec: LifecycleSpec, args: argparse.Namespace) -> int:
     from .spec.modelcheck import NOT_MODELLED_GUARDS, Bounds, ModelChecker
 
@@ -76,8 +81,7 @@ def _model_check(spec: LifecycleSpec, args: argparse.Namespace) -> int:
         f"invariants hold in every state; {len(modelled) - len(result.unreached_edges)} of "
         f"{len(modelled)} modelled edges reached (not modelled: {sorted(NOT_MODELLED_GUARDS)})"
     )
-    for state, event, guard in result.unreached_edges:
-        console.print(f"finding: edge never reached: {state} --{event} [{guard}]-->", markup=False)
+    _report_unreached(result.unreached_edges)
     for state in result.unreached_states:
         console.print(f"finding: state never reached: {state}", markup=False)
     if result.truncated:
@@ -170,10 +174,7 @@ def _cmd_fuzz(args: argparse.Namespace) -> int:
         f"{result.steps:,} steps in {result.examples:,} programs, {result.seconds:.0f} s, "
         f"seed {args.seed}, faults {'on' if args.faults else 'off'}"
     )
-    for state, event, guard in result.unreached:
-        console.print(
-            f"[yellow]finding[/yellow] edge never reached: {state} --{event} [{guard}]-->"
-        )
+    _report_unreached(result.unreached)
     if result.failure is not None:
         console.print(
             f"[red]VIOLATION[/red] {type(result.failure).__name__}: {result.failure}\n"

@@ -43,6 +43,7 @@ SEQUENCES = (_HEAD, _HEAD[:6] + list(range(100, 110)), _HEAD[:10] + list(range(2
 SALTS = (None, "tenant-b")
 REQUEST_IDS = tuple(f"r{i}" for i in range(5))
 _HOLDS = ("staged", "trimmed")
+_LOCKABLE = ("locked", "no_anchor", "cap_skip", "anchor_lost")
 _NO_CONSUME = ("issued", "locked", "no_anchor", "cap_skip", "anchor_lost", "parked", "reading")
 
 Edge = tuple[str, str, str]
@@ -52,18 +53,20 @@ STATES_CHECKED = Counter[str]()
 """``checked``: states whose invariants were checked (one per executed step, plus setups)."""
 
 
-def fuzz_config() -> PipelineConfig:
+def fuzz_config(window: int | None = None) -> PipelineConfig:
     return PipelineConfig(
         page_size=PAGE,
+        sliding_window=window,
         layers=1,
         kv_heads=1,
         head_dim=1,
         dtype=torch.float32,
-        device_tokens=40,
-        host_tokens=20,
+        device_tokens=24,
+        host_tokens=12,
         device="cpu",
         io="manual",
-        prefetch_threshold=PAGE,
+        prefetch_threshold=2 * PAGE,
+        anchor_lock_cap_fraction=0.25,
         max_context_len=16,
         retry_interval=2,
         retry_max_attempts=4,
@@ -86,31 +89,50 @@ class PipelineFuzzer(RuleBasedStateMachine):
 
     requests = Bundle("requests")
 
-    @initialize()
-    def setup(self) -> None:
-        cfg = fuzz_config()
+    @initialize(window=st.sampled_from([None, 2 * PAGE]))
+    def setup(self, window: int | None) -> None:
+        """L3 holds every page-aligned prefix of every sequence, with its aux window if any."""
+        cfg = fuzz_config(window)
         self.storage = MemoryStorage()
         producer = BufferPipeline(cfg, storage=self.storage)
         for salt in SALTS:
             for sequence in SEQUENCES:
-                slots = producer.device_pool.alloc(len(sequence))
-                assert slots is not None
-                producer.device_pool.kv[:, :, slots] = kv_value(torch.tensor(sequence), salt)[
-                    None, None, :, None, None
-                ]
-                producer.write_through(sequence, slots, cache_salt=salt)
-                producer.device_pool.free(slots)
+                for end in range(PAGE, len(sequence) + 1, PAGE):
+                    self._write_through(producer, sequence[:end], salt, window)
         self.pipe = BufferPipeline(cfg, storage=self.storage)
         self.pipe.instruments.append(_record_edge)
         self.asked: dict[str, tuple[list[int], str | None]] = {}
+
+    @staticmethod
+    def _write_through(
+        producer: BufferPipeline, tokens: list[int], salt: str | None, window: int | None
+    ) -> None:
+        slots = producer.device_pool.alloc(len(tokens))
+        assert slots is not None
+        values = kv_value(torch.tensor(tokens), salt)[None, None, :, None, None]
+        producer.device_pool.kv[:, :, slots] = values
+        aux = None
+        if window is not None and producer.aux_pool is not None:
+            aux = producer.aux_pool.alloc(min(window, len(tokens)))
+            assert aux is not None
+            producer.aux_pool.kv[:, :, aux] = values[:, :, len(tokens) - aux.numel() :]
+        producer.write_through(tokens, slots, cache_salt=salt, aux_indices=aux)
+        producer.device_pool.free(slots)
+        if aux is not None and producer.aux_pool is not None:
+            producer.aux_pool.free(aux)
 
     # ------------------------------------------------------------------ scheduler
 
     def _tokens(self, sequence: int, pages: int) -> list[int]:
         return SEQUENCES[sequence][: pages * PAGE]
 
-    def _issue(self, request_id: str, tokens: list[int], salt: str | None) -> None:
+    def _issue(
+        self, request_id: str, tokens: list[int], salt: str | None, stale: bool = False
+    ) -> None:
+        """Issue with the live match, or (``stale``) one page more, measured before an evict."""
         matched = self.pipe.tree.match_prefix(tokens, cache_salt=salt).length
+        if stale:
+            matched = min(matched + PAGE, len(tokens) - len(tokens) % PAGE)
         self.pipe.prefetch_from_storage(request_id, tokens, matched, cache_salt=salt)
 
     @rule(
@@ -119,13 +141,23 @@ class PipelineFuzzer(RuleBasedStateMachine):
         sequence=st.integers(0, len(SEQUENCES) - 1),
         pages=st.integers(1, 8),
         salt=st.sampled_from(SALTS),
+        stale=st.booleans(),
     )
-    def issue(self, request_id: str, sequence: int, pages: int, salt: str | None) -> str:
+    def issue(
+        self, request_id: str, sequence: int, pages: int, salt: str | None, stale: bool
+    ) -> str:
         if request_id not in self.pipe.records:
             self.asked[request_id] = (self._tokens(sequence, pages), salt)
         tokens, asked_salt = self.asked[request_id]
-        self._issue(request_id, tokens, asked_salt)
+        self._issue(request_id, tokens, asked_salt, stale)
         return request_id
+
+    @precondition(lambda self: self._in_states(_LOCKABLE))
+    @rule(data=st.data())
+    def lock_again(self, data: st.DataObject) -> None:
+        """The scheduler calls try_lock_anchor again (it is idempotent when locked)."""
+        request_id = data.draw(st.sampled_from(self._in_states(_LOCKABLE)), label="request")
+        self.pipe.try_lock_anchor(request_id)
 
     @rule()
     def poll(self) -> None:
@@ -161,6 +193,23 @@ class PipelineFuzzer(RuleBasedStateMachine):
         planned = self._in_states(_HOLDS, planned=True)
         request_id = data.draw(st.sampled_from(planned), label="request")
         self.pipe.init_load_back(request_id, self._live_prefix(request_id))
+
+    @precondition(lambda self: self._in_states(_HOLDS))
+    @rule(data=st.data())
+    def admit(self, data: st.DataObject) -> None:
+        """Admission in one step, as a scheduler does it: plan, then consume what was charged."""
+        request_id = data.draw(st.sampled_from(self._in_states(_HOLDS)), label="request")
+        prefix = self._live_prefix(request_id)
+        kv_tokens, _swa = self.pipe.plan_staged_splice(request_id, prefix.numel())
+        if kv_tokens:
+            self.pipe.init_load_back(request_id, prefix)
+
+    @precondition(lambda self: self.pipe.io.pending() > 0)
+    @rule()
+    def complete_all_io(self) -> None:
+        """Storage and copies catch up at once (then the scheduler polls)."""
+        self.pipe.io.complete_all()  # type: ignore[attr-defined]
+        self.pipe.poll()
 
     @rule(request_id=requests)
     def abort(self, request_id: str) -> None:
@@ -215,7 +264,20 @@ class PipelineFuzzer(RuleBasedStateMachine):
     )
     def sibling_publish(self, sequence: int, pages: int, salt: str | None) -> None:
         """Another request computes ``pages`` of a sequence into the tree (splits nodes)."""
-        tokens = self._tokens(sequence, pages)
+        self._publish(self._tokens(sequence, pages), salt)
+
+    @precondition(lambda self: self.pipe.records)
+    @rule(data=st.data(), extent=st.sampled_from(["head", "half", "exact"]))
+    def sibling_publish_over_a_span(self, data: st.DataObject, extent: str) -> None:
+        """A sibling publishes part of a live record's span: its first page, half, or all."""
+        request_id = data.draw(st.sampled_from(sorted(self.pipe.records)), label="request")
+        record = self.pipe.records[request_id]
+        tokens, salt = self.asked[request_id]
+        span_pages = max(1, record.span_tokens // PAGE)
+        pages = {"head": 1, "half": max(1, span_pages // 2), "exact": span_pages}[extent]
+        self._publish(tokens[: record.matched_len + pages * PAGE], salt)
+
+    def _publish(self, tokens: list[int], salt: str | None) -> None:
         tree, pool = self.pipe.tree, self.pipe.device_pool
         present = tree.match_prefix(tokens, cache_salt=salt)
         missing = len(tokens) - present.length
@@ -259,6 +321,15 @@ class PipelineFuzzer(RuleBasedStateMachine):
             r.host_indices.numel() for r in pipe.records.values() if r.host_indices is not None
         )
         assert pipe.host_pool.available() + bounce == pipe.host_pool.capacity, "bounce leaked"
+        if pipe.aux_pool is not None and pipe.host_aux_pool is not None:
+            tree_aux = pipe.tree.aux_slots().numel()
+            assert pipe.aux_pool.available() + tree_aux == pipe.aux_pool.capacity, "aux leaked"
+            host_aux = sum(
+                r.host_aux_indices.numel()
+                for r in pipe.records.values()
+                if r.host_aux_indices is not None
+            )
+            assert pipe.host_aux_pool.available() + host_aux == pipe.host_aux_pool.capacity
 
     @invariant()
     def pins_match_records(self) -> None:

@@ -1,0 +1,170 @@
+"""Tests with teeth: five planted bugs, each caught by the model checker and by the fuzzer.
+
+For the model checker a bug is planted in the spec (the YAML text) or in the abstract meaning of
+an effect; for the fuzzer it is planted in the real pipeline's method. The clean code passes both
+(tests/test_fuzz.py and ``stagefate check`` in CI).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pytest
+import torch
+import yaml
+from hypothesis import HealthCheck, Phase, settings
+from hypothesis.stateful import run_state_machine_as_test
+
+from stagefate.fuzz.machine import PipelineFuzzer
+from stagefate.spec import modelcheck
+from stagefate.spec.load import DEFAULT_SPEC_PATH, parse_spec
+from stagefate.spec.modelcheck import Bounds, ModelChecker
+from stagefate.statemachine.pipeline import BufferPipeline, Record
+
+BUGS = [
+    "anchor_pin_never_taken",
+    "trim_ignored",
+    "hold_not_released_at_plan",
+    "bounce_before_commit_verdict",
+    "aborted_read_bounce_freed_twice",
+]
+SMALL = Bounds(pages=4, requests=2, host_pages=2, device_pages=3, issues_per_request=1)
+
+
+# ---------------------------------------------------------------------- the model checker
+
+
+def _spec_with(old: str, new: str) -> object:
+    text = DEFAULT_SPEC_PATH.read_text()
+    assert old in text, f"the planted edit no longer applies: {old!r}"
+    return parse_spec(yaml.safe_load(text.replace(old, new, 1)))
+
+
+def _untrimmed_splice(mc: object, d: object, i: int, r: modelcheck.Rec, a: object) -> object:
+    modelcheck.splice(d, i, r.matched, r.span_end)  # type: ignore[arg-type]
+    return r
+
+
+def _model_bug(name: str, monkeypatch: pytest.MonkeyPatch) -> object:
+    """The spec the checker runs, with ``name`` planted."""
+    clean = _spec_with("", "")
+    if name == "anchor_pin_never_taken":
+        return _spec_with(
+            "{to: locked, effects: [pin_anchor], count: [issued, locked]}",
+            "{to: locked, count: [issued, locked]}",
+        )
+    if name == "trim_ignored":
+        monkeypatch.setitem(modelcheck.EFFECTS, "insert_tail", _untrimmed_splice)
+        return clean
+    if name == "hold_not_released_at_plan":
+        return _spec_with(
+            "reason: device_covered\n        effects: [unpin, free_bounce]",
+            "reason: device_covered\n        effects: [unpin]",
+        )
+    if name == "bounce_before_commit_verdict":
+        return _spec_with(
+            "{to: same, effects: [record_hit]}", "{to: same, effects: [record_hit, alloc_bounce]}"
+        )
+    assert name == "aborted_read_bounce_freed_twice"
+    return _spec_with(
+        "      - {to: abandoned, effects: [unpin]}",
+        "      - {to: abandoned, effects: [unpin, free_bounce]}",
+    )
+
+
+@pytest.mark.parametrize("bug", BUGS)
+def test_model_checker_catches(bug: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    result = ModelChecker(_model_bug(bug, monkeypatch), SMALL).run()  # type: ignore[arg-type]
+    assert result.violation is not None, f"{bug} went unnoticed over {result.states} states"
+    assert result.counterexample, "a violation comes with its steps"
+
+
+def test_model_checker_passes_the_clean_spec() -> None:
+    result = ModelChecker(_spec_with("", ""), SMALL).run()  # type: ignore[arg-type]
+    assert result.violation is None and not result.truncated
+
+
+# ---------------------------------------------------------------------- the fuzzer
+
+
+def _skip_pin(self: BufferPipeline, record: Record) -> None:
+    return None
+
+
+def _planted_pipeline_bug(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    cls = BufferPipeline
+    if name == "anchor_pin_never_taken":
+        monkeypatch.setattr(cls, "_effect_pin_anchor", _skip_pin)
+    elif name == "trim_ignored":
+        queue = cls._effect_queue_h2d
+
+        def untrimmed(self: BufferPipeline, record: Record) -> None:
+            """Copy the bounce from its start, as if nothing had been trimmed."""
+            assert record.plan_prefix is not None and record.host_indices is not None
+            trim, saved = record.plan_prefix - record.matched_len, record.host_indices
+            if trim:
+                record.host_indices = torch.cat([saved[:trim], saved[: saved.numel() - trim]])
+            queue(self, record)
+            record.host_indices = saved
+
+        monkeypatch.setattr(cls, "_effect_queue_h2d", untrimmed)
+    elif name == "hold_not_released_at_plan":
+        free = cls._effect_free_bounce
+
+        def keep_hold(self: BufferPipeline, record: Record) -> None:
+            if record.state not in ("staged", "trimmed"):
+                free(self, record)
+
+        monkeypatch.setattr(cls, "_effect_free_bounce", keep_hold)
+    elif name == "bounce_before_commit_verdict":
+        hit = cls._effect_record_hit
+
+        def early_bounce(self: BufferPipeline, record: Record) -> None:
+            hit(self, record)
+            tokens = min(record.hit_tokens, record.span_tokens)
+            record.host_indices = self.host_pool.alloc(tokens)
+
+        monkeypatch.setattr(cls, "_effect_record_hit", early_bounce)
+    else:
+        assert name == "aborted_read_bounce_freed_twice"
+        unpin = cls._effect_unpin
+
+        def free_on_abort(self: BufferPipeline, record: Record) -> None:
+            unpin(self, record)
+            if record.state == "reading" and record.host_indices is not None:
+                self.host_pool.free(record.host_indices)  # and again when the read completes
+
+        monkeypatch.setattr(cls, "_effect_unpin", free_on_abort)
+
+
+FUZZ = settings(
+    max_examples=300,
+    stateful_step_count=60,
+    derandomize=True,
+    database=None,
+    deadline=None,
+    phases=[Phase.explicit, Phase.generate],  # caught is enough: no time spent shrinking
+    suppress_health_check=list(HealthCheck),
+)
+
+
+@contextmanager
+def _faults_on() -> Iterator[None]:
+    previous, PipelineFuzzer.faults = PipelineFuzzer.faults, True
+    try:
+        yield
+    finally:
+        PipelineFuzzer.faults = previous
+
+
+@pytest.mark.parametrize("bug", BUGS)
+def test_fuzzer_catches(bug: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    _planted_pipeline_bug(bug, monkeypatch)
+    with _faults_on(), pytest.raises(Exception):  # noqa: B017 - any failure means caught
+        run_state_machine_as_test(PipelineFuzzer, settings=FUZZ)
+
+
+def test_fuzzer_passes_the_clean_pipeline_at_the_same_budget() -> None:
+    with _faults_on():
+        run_state_machine_as_test(PipelineFuzzer, settings=FUZZ)
