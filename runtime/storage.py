@@ -24,6 +24,8 @@ from typing import Protocol, runtime_checkable
 
 import torch
 
+from .pools import KVLayout
+
 _MAGIC = b"SFKV"
 _FORMAT_VERSION = 1
 _DTYPES = {
@@ -201,3 +203,19 @@ def _decode(blob: bytes) -> torch.Tensor | None:
     if not payload:
         return torch.empty(shape, dtype=dtype)
     return torch.frombuffer(bytearray(payload), dtype=torch.uint8).view(dtype).reshape(shape)
+
+
+def open_storage(url: str, layout: KVLayout, page_size: int) -> Storage:
+    """The L3 a URL names: ``memory``, ``file:PATH`` or ``mooncake://HOST:PORT``."""
+    if url == "memory":
+        return MemoryStorage()
+    if url.startswith("file:"):
+        path = url.removeprefix("file:").removeprefix("//")
+        if not path:
+            raise ValueError(f"storage {url!r}: give a folder, e.g. file:/var/cache/stagefate")
+        return FileStorage(path)
+    if url.startswith("mooncake://"):
+        from .mooncake import MooncakeConfig, MooncakeStorage
+
+        return MooncakeStorage(MooncakeConfig.from_url(url), layout, page_size)
+    raise ValueError(f"storage {url!r}: expected 'memory', 'file:PATH' or 'mooncake://HOST:PORT'")

@@ -142,6 +142,7 @@ def _cmd_replay(args: argparse.Namespace) -> int:
         device_tokens=args.device_tokens,
         seed=args.seed,
         dedup_inflight=not args.no_dedup,
+        storage=args.storage,
     )
     policies = ["live", "blind"] if args.policy == "all" else [args.policy]
     source = args.trace or "the embedded Mooncake slice"
@@ -200,6 +201,11 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument("--page-size", type=int, default=64)
     replay.add_argument("--device-tokens", type=int, default=512 * 1024)
     replay.add_argument("--seed", type=int, default=0, help="seeds the IO-time jitter")
+    replay.add_argument(
+        "--storage",
+        default="memory",
+        help="L3: memory (default), file:PATH or mooncake://HOST:PORT[?metrics_port=Q]",
+    )
     replay.add_argument(
         "--no-dedup", action="store_true", help="live: read spans a sibling is already reading"
     )

@@ -30,6 +30,8 @@ class PipelineConfig(BaseModel):
     max_context_len: int = 32
     retry_interval: int = 8
     retry_max_attempts: int = 8
+    storage: str = "memory"
+    """The L3 when none is passed: ``memory``, ``file:PATH`` or ``mooncake://HOST:PORT``."""
     dedup_inflight: bool = True
     """Decline a read whose whole span a live sibling is already fetching, and wait for it."""
     check_oracle: bool = False

@@ -39,7 +39,6 @@ from ..runtime import (
     IOResult,
     KVLayout,
     ManualIO,
-    MemoryStorage,
     RadixTree,
     Storage,
     ThreadedIO,
@@ -50,6 +49,7 @@ from ..runtime import (
     page_hashes,
 )
 from ..runtime.hashing import Namespace, aux_storage_key, storage_key
+from ..runtime.storage import open_storage
 from ..spec import LifecycleSpec, load_spec
 from .config import PipelineConfig
 from .errors import LifecycleError, OwnershipViolation
@@ -143,7 +143,11 @@ class BufferPipeline:
             None if window is None else HostPool(self.layout, cfg.host_tokens, name="host_aux_pool")
         )
         self.tree = RadixTree(cfg.page_size, self.device_pool, self.aux_pool)
-        self.storage: Storage = storage if storage is not None else MemoryStorage()
+        self.storage: Storage = (
+            storage
+            if storage is not None
+            else open_storage(cfg.storage, self.layout, cfg.page_size)
+        )
         self.io: IOExecutor = (
             io
             if io is not None

@@ -18,6 +18,7 @@ transition is counted in :data:`EDGE_HITS` so a campaign can report which spec e
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from typing import ClassVar
 
 import torch
@@ -31,7 +32,7 @@ from hypothesis.stateful import (
     rule,
 )
 
-from ..runtime import MemoryStorage, page_hashes
+from ..runtime import MemoryStorage, Storage, TreeNode, page_hashes
 from ..runtime.hashing import namespace_of, storage_key
 from ..statemachine.config import PipelineConfig
 from ..statemachine.errors import LifecycleError
@@ -87,13 +88,18 @@ class PipelineFuzzer(RuleBasedStateMachine):
     faults: ClassVar[bool] = True
     """IO errors, short reads and L3 drops (``stagefate fuzz --no-faults`` turns them off)."""
 
+    storage_factory: ClassVar[Callable[[PipelineConfig], Storage]] = staticmethod(
+        lambda config: MemoryStorage()
+    )
+    """The L3 each program starts with (``stagefate fuzz --storage`` / tests swap it)."""
+
     requests = Bundle("requests")
 
     @initialize(window=st.sampled_from([None, 2 * PAGE]))
     def setup(self, window: int | None) -> None:
         """L3 holds every page-aligned prefix of every sequence, with its aux window if any."""
         cfg = fuzz_config(window)
-        self.storage = MemoryStorage()
+        self.storage = type(self).storage_factory(cfg)
         producer = BufferPipeline(cfg, storage=self.storage)
         for salt in SALTS:
             for sequence in SEQUENCES:
@@ -102,6 +108,8 @@ class PipelineFuzzer(RuleBasedStateMachine):
         self.pipe = BufferPipeline(cfg, storage=self.storage)
         self.pipe.instruments.append(_record_edge)
         self.asked: dict[str, tuple[list[int], str | None]] = {}
+        self.running: list[TreeNode] = []
+        """Nodes the engine's running requests lock (their KV must stay while they compute)."""
 
     @staticmethod
     def _write_through(
@@ -277,6 +285,27 @@ class PipelineFuzzer(RuleBasedStateMachine):
         pages = {"head": 1, "half": max(1, span_pages // 2), "exact": span_pages}[extent]
         self._publish(tokens[: record.matched_len + pages * PAGE], salt)
 
+    @rule(
+        sequence=st.integers(0, len(SEQUENCES) - 1),
+        pages=st.integers(1, 8),
+        salt=st.sampled_from(SALTS),
+    )
+    def a_request_starts_running(self, sequence: int, pages: int, salt: str | None) -> None:
+        """A request computes a prefix and keeps it locked while it runs (device pressure)."""
+        tokens = self._tokens(sequence, pages)
+        self._publish(tokens, salt)
+        match = self.pipe.tree.match_prefix(tokens, cache_salt=salt)
+        if match.length:
+            self.pipe.tree.inc_lock_ref(match.last_node)
+            self.running.append(match.last_node)
+
+    @precondition(lambda self: self.running)
+    @rule(data=st.data())
+    def a_request_finishes(self, data: st.DataObject) -> None:
+        node = data.draw(st.sampled_from(self.running), label="running")
+        self.running.remove(node)
+        self.pipe.tree.dec_lock_ref(node)
+
     def _publish(self, tokens: list[int], salt: str | None) -> None:
         tree, pool = self.pipe.tree, self.pipe.device_pool
         present = tree.match_prefix(tokens, cache_salt=salt)
@@ -305,6 +334,11 @@ class PipelineFuzzer(RuleBasedStateMachine):
     def l3_drop(self, sequence: int, from_page: int, salt: str | None) -> None:
         digests = page_hashes(SEQUENCES[sequence], PAGE, namespace_of(None, salt))
         self.storage.delete([storage_key(d) for d in digests[from_page:]])
+
+    def teardown(self) -> None:
+        close = getattr(getattr(self, "storage", None), "close", None)
+        if close is not None:
+            close()
 
     # ------------------------------------------------------------------ invariants
 
@@ -339,7 +373,7 @@ class PipelineFuzzer(RuleBasedStateMachine):
         for record in pinned:
             assert record.pinned_node is not None and record.pinned_node.attached
             assert record.pinned_node.lock_ref > 0
-        if not pinned:
+        if not pinned and not self.running:
             assert pipe.tree.protected_size == 0, "a pin outlived its record"
         assert pipe.pinned_tokens <= pipe.cap
         for record in pipe.records.values():

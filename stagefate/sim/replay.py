@@ -37,7 +37,7 @@ from dataclasses import dataclass
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..runtime import MemoryStorage, Storage, TokenKey, TreeNode
+from ..runtime import Storage, TokenKey, TreeNode
 from ..statemachine.config import PipelineConfig
 from ..statemachine.pipeline import BufferPipeline
 from .costs import CostModel
@@ -58,6 +58,8 @@ class ReplayOptions(BaseModel):
     """The device KV pool; the default holds a few dozen average prompts of the trace."""
     host_tokens: int = Field(256 * 1024, ge=1)
     seed: int = 0
+    storage: str = "memory"
+    """The L3: ``memory``, ``file:PATH`` or ``mooncake://HOST:PORT``."""
     dedup_inflight: bool = True
     io_jitter: float = Field(0.2, ge=0, lt=1)
     costs: CostModel = CostModel()
@@ -141,8 +143,9 @@ class Replay:
             device="cpu",
             io="manual",
             dedup_inflight=opts.dedup_inflight,
+            storage=opts.storage,
         )
-        self.pipe = BufferPipeline(config, storage=storage or MemoryStorage())
+        self.pipe = BufferPipeline(config, storage=storage)
         self.policy = POLICIES[policy](self.pipe)
         self.requests = [
             _Request(item, f"r{item.index}", self._aligned(item.tokens())) for item in trace
