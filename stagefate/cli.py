@@ -105,7 +105,7 @@ def _cmd_diagram(args: argparse.Namespace) -> int:
 
 
 def _bench_runners(trace: str | None = None) -> dict[str, Callable[[], Section]]:
-    from .bench import copy, dispatch, lifecycle, replay, tree
+    from .bench import copy, dispatch, lifecycle, replay, storage, tree
 
     return {
         "dispatch": dispatch.run,
@@ -113,6 +113,7 @@ def _bench_runners(trace: str | None = None) -> dict[str, Callable[[], Section]]
         "copy": copy.run,
         "lifecycle": lifecycle.run,
         "replay": lambda: replay.run(trace),
+        "storage": storage.run,
     }
 
 

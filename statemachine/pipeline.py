@@ -44,11 +44,11 @@ from ..runtime import (
     ThreadedIO,
     TokenKey,
     Tokens,
-    TreeNode,
     namespace_of,
     page_hashes,
 )
 from ..runtime.hashing import Namespace, aux_storage_key, storage_key
+from ..runtime.prefix_tree import Node, PrefixTree, TreeFactory
 from ..runtime.storage import open_storage
 from ..spec import LifecycleSpec, load_spec
 from .config import PipelineConfig
@@ -78,9 +78,9 @@ class Record:
     """Page-key chain of ``tokens``; the span's keys are the tail from ``matched_len``."""
     state: str = "issued"
     span_end: int = 0
-    pinned_node: TreeNode | None = None
+    pinned_node: Node | None = None
     pinned_tokens: int = 0
-    anchor: TreeNode | None = None
+    anchor: Node | None = None
     op_id: int | None = None
     hit_tokens: int = 0
     host_indices: torch.Tensor | None = None
@@ -88,7 +88,7 @@ class Record:
     aux_tokens: int = 0
     plan_prefix: int | None = None
     device_indices: torch.Tensor | None = None
-    spliced_node: TreeNode | None = None
+    spliced_node: Node | None = None
     aux_device_indices: torch.Tensor | None = None
     read_tokens: int = 0
     """Tokens the L3 read asked for (0: no read was launched)."""
@@ -128,6 +128,7 @@ class BufferPipeline:
         storage: Storage | None = None,
         io: IOExecutor | None = None,
         spec: LifecycleSpec | None = None,
+        tree_factory: TreeFactory | None = None,
     ) -> None:
         self.config = cfg = config or PipelineConfig()
         self.layout = KVLayout(cfg.layers, cfg.kv_heads, cfg.head_dim, cfg.dtype)
@@ -142,7 +143,8 @@ class BufferPipeline:
         self.host_aux_pool = (
             None if window is None else HostPool(self.layout, cfg.host_tokens, name="host_aux_pool")
         )
-        self.tree = RadixTree(cfg.page_size, self.device_pool, self.aux_pool)
+        make_tree: TreeFactory = tree_factory or RadixTree
+        self.tree: PrefixTree = make_tree(cfg.page_size, self.device_pool, self.aux_pool)
         self.storage: Storage = (
             storage
             if storage is not None
@@ -610,7 +612,7 @@ class BufferPipeline:
 
     # ================================================================== effects
 
-    def _pin(self, record: Record, node: TreeNode, charged_tokens: int) -> None:
+    def _pin(self, record: Record, node: Node, charged_tokens: int) -> None:
         self.tree.inc_lock_ref(node)
         record.pinned_node = node
         record.pinned_tokens = charged_tokens

@@ -32,8 +32,9 @@ from hypothesis.stateful import (
     rule,
 )
 
-from ..runtime import MemoryStorage, Storage, TreeNode, page_hashes
+from ..runtime import MemoryStorage, RadixTree, Storage, page_hashes
 from ..runtime.hashing import namespace_of, storage_key
+from ..runtime.prefix_tree import Node, TreeFactory
 from ..statemachine.config import PipelineConfig
 from ..statemachine.errors import LifecycleError
 from ..statemachine.pipeline import BufferPipeline, TransitionEvent
@@ -91,7 +92,9 @@ class PipelineFuzzer(RuleBasedStateMachine):
     storage_factory: ClassVar[Callable[[PipelineConfig], Storage]] = staticmethod(
         lambda config: MemoryStorage()
     )
-    """The L3 each program starts with (``stagefate fuzz --storage`` / tests swap it)."""
+    """The L3 each program starts with (tests swap in Mooncake)."""
+    tree_factory: ClassVar[TreeFactory] = RadixTree
+    """The radix tree under test: any :class:`~stagefate.runtime.prefix_tree.PrefixTree`."""
 
     requests = Bundle("requests")
 
@@ -105,10 +108,10 @@ class PipelineFuzzer(RuleBasedStateMachine):
             for sequence in SEQUENCES:
                 for end in range(PAGE, len(sequence) + 1, PAGE):
                     self._write_through(producer, sequence[:end], salt, window)
-        self.pipe = BufferPipeline(cfg, storage=self.storage)
+        self.pipe = BufferPipeline(cfg, storage=self.storage, tree_factory=type(self).tree_factory)
         self.pipe.instruments.append(_record_edge)
         self.asked: dict[str, tuple[list[int], str | None]] = {}
-        self.running: list[TreeNode] = []
+        self.running: list[Node] = []
         """Nodes the engine's running requests lock (their KV must stay while they compute)."""
 
     @staticmethod

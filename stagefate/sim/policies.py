@@ -20,9 +20,10 @@ from typing import Protocol
 
 import torch
 
-from ..runtime import IOOp, IOResult, ManualIO, MatchResult, TokenKey, TreeNode, page_hashes
+from ..runtime import IOOp, IOResult, ManualIO, TokenKey, page_hashes
 from ..runtime.hashing import ROOT_NAMESPACE, storage_key
 from ..runtime.io import OpKind
+from ..runtime.prefix_tree import Node, PrefixMatch
 from ..statemachine.pipeline import BufferPipeline
 
 _EMPTY = torch.empty(0, dtype=torch.int64)
@@ -48,7 +49,7 @@ class Policy(Protocol):
         """A prefetch is still on its way (admission may wait for it)."""
         ...
 
-    def admit(self, request_id: str, prefix: MatchResult) -> torch.Tensor:
+    def admit(self, request_id: str, prefix: PrefixMatch) -> torch.Tensor:
         """Use what the prefetch staged; return the device slots spliced after ``prefix``."""
         ...
 
@@ -59,7 +60,7 @@ class Policy(Protocol):
         ...
 
 
-def allocate_device(pipe: BufferPipeline, tokens: int, protect: TreeNode) -> torch.Tensor | None:
+def allocate_device(pipe: BufferPipeline, tokens: int, protect: Node) -> torch.Tensor | None:
     """``tokens`` device slots, evicting LRU leaves first (``protect``'s path stays locked)."""
     pool, tree = pipe.device_pool, pipe.tree
     short = tokens - pool.available()
@@ -94,7 +95,7 @@ class LivePolicy:
     def pending(self, request_id: str) -> bool:
         return self.pipe.state(request_id) in _PENDING_STATES
 
-    def admit(self, request_id: str, prefix: MatchResult) -> torch.Tensor:
+    def admit(self, request_id: str, prefix: PrefixMatch) -> torch.Tensor:
         state = self.pipe.state(request_id)
         if state in ("staged", "trimmed"):
             kv_tokens, _swa = self.pipe.plan_staged_splice(request_id, prefix.length)
@@ -125,7 +126,7 @@ class LivePolicy:
 class _BlindFetch:
     key: TokenKey
     matched_len: int
-    anchor: TreeNode
+    anchor: Node
     keys: list[str]
     stage: str = "exists"  # exists -> reading -> staged
     op_id: int = 0
@@ -229,7 +230,7 @@ class BlindPolicy:
         fetch = self._fetches.get(request_id)
         return fetch is not None and fetch.stage != "staged"
 
-    def admit(self, request_id: str, prefix: MatchResult) -> torch.Tensor:
+    def admit(self, request_id: str, prefix: PrefixMatch) -> torch.Tensor:
         fetch = self._fetches.pop(request_id, None)
         if fetch is None:
             return _EMPTY

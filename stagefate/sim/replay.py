@@ -37,7 +37,8 @@ from dataclasses import dataclass
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..runtime import Storage, TokenKey, TreeNode
+from ..runtime import Storage, TokenKey
+from ..runtime.prefix_tree import Node
 from ..statemachine.config import PipelineConfig
 from ..statemachine.pipeline import BufferPipeline
 from .costs import CostModel
@@ -105,7 +106,7 @@ class _Running:
     finish_ms: float
     cached: int
     """Tokens of the prompt already on the device when it was admitted (prefix + splice)."""
-    node: TreeNode
+    node: Node
     slots: torch.Tensor | None
     """Device slots for the computed pages (None: no room; they are computed, not cached)."""
 

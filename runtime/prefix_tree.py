@@ -1,0 +1,90 @@
+"""What the pipeline (and the fuzzer) need from a radix tree: the adapter protocol.
+
+:class:`~stagefate.runtime.tree.RadixTree` is the first implementation. Another one (SGLang's
+``RadixCache`` behind a thin wrapper, a Rust core) can be driven by the pipeline, the replay and
+the stateful fuzzer by passing its constructor as ``BufferPipeline(config, tree_factory=...)``
+(called with the page size and the pipeline's device and aux pools) or setting
+``PipelineFuzzer.tree_factory``. Its nodes are opaque to the pipeline (``Node`` is ``Any``):
+they are only handed back to the tree, except for the checks below.
+
+Semantics the pipeline relies on (the fuzzer's invariants check them):
+
+* ``match_prefix`` returns the longest cached whole-page prefix under the namespace, and a
+  ``last_node`` that ends exactly there (split a node if needed), with ``length`` and
+  ``device_indices``;
+* ``insert_node`` is add-only: it returns the length already present (those slots stay the
+  caller's) and the node ending at the inserted length;
+* ``inc_lock_ref`` / ``dec_lock_ref`` pin / unpin a node and its ancestors; a locked node is never
+  evicted; ``evict(n)`` frees LRU unlocked leaves into the device pool, returns tokens freed;
+* nodes expose ``attached`` (still reachable from the root), ``lock_ref``, ``value`` (device
+  slots), ``namespace`` and ``tokens()``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+import torch
+
+from .pools import SlotPool
+from .tokens import Tokens
+
+Node = Any
+"""A node of the tree in use (opaque to the pipeline)."""
+
+
+class PrefixMatch(Protocol):
+    @property
+    def length(self) -> int: ...
+
+    @property
+    def last_node(self) -> Node: ...
+
+    @property
+    def device_indices(self) -> torch.Tensor: ...
+
+
+class PrefixTree(Protocol):
+    page_size: int
+    protected_size: int
+
+    def match_prefix(
+        self, tokens: Tokens, extra_key: str | None = None, cache_salt: str | None = None
+    ) -> PrefixMatch: ...
+
+    def insert(
+        self,
+        tokens: Tokens,
+        device_indices: torch.Tensor,
+        extra_key: str | None = None,
+        cache_salt: str | None = None,
+    ) -> int: ...
+
+    def insert_node(
+        self,
+        tokens: Tokens,
+        device_indices: torch.Tensor,
+        extra_key: str | None = None,
+        cache_salt: str | None = None,
+    ) -> tuple[int, Node]: ...
+
+    def inc_lock_ref(self, node: Node) -> int: ...
+
+    def dec_lock_ref(self, node: Node) -> int: ...
+
+    def evict(self, num_tokens: int) -> int: ...
+
+    def attach_aux(self, node: Node, aux_indices: torch.Tensor) -> None: ...
+
+    def nodes(self) -> Sequence[Node]: ...
+
+    def total_tokens(self) -> int: ...
+
+    def aux_slots(self) -> torch.Tensor: ...
+
+    def sanity_check(self) -> None: ...
+
+
+TreeFactory = Callable[[int, SlotPool, SlotPool | None], PrefixTree]
+"""Builds a tree over the pipeline's pools: ``(page_size, device_pool, aux_pool)``."""

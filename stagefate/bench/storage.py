@@ -1,0 +1,102 @@
+"""``stagefate bench storage``: put/get throughput of the L3 backends, in the same run.
+
+Memory, file (a temporary folder) and Mooncake Store (a master started on loopback, one client,
+TCP); pages of 64 KiB and 1 MiB, 64 pages a batch, fresh keys for every put (a put of an
+existing key is a no-op in Mooncake). Mooncake is skipped, with the reason, when its extra or
+libibverbs1 is missing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+
+import torch
+
+from ..runtime import FileStorage, KVLayout, MemoryStorage, Storage
+from .report import Section, table
+
+_LAYOUT = KVLayout(layers=8, kv_heads=8, head_dim=128)  # 32 KiB a token
+_PAGES = 64
+_REPEATS = 3
+
+
+@contextlib.contextmanager
+def _backends(page_tokens: int) -> Iterator[dict[str, Storage | str]]:
+    with tempfile.TemporaryDirectory() as folder, contextlib.ExitStack() as stack:
+        backends: dict[str, Storage | str] = {
+            "memory": MemoryStorage(),
+            "file": FileStorage(folder),
+        }
+        try:
+            from ..runtime.mooncake import LocalMaster, MooncakeConfig, MooncakeStorage
+
+            master = stack.enter_context(LocalMaster())
+            config = MooncakeConfig(
+                master=master.config.master,
+                metrics_port=master.config.metrics_port,
+                global_segment_size=1024 * 2**20,
+            )
+            store = MooncakeStorage(config, _LAYOUT, page_tokens, staging_pages=_PAGES)
+            stack.callback(store.close)
+            backends["mooncake (tcp, loopback)"] = store
+        except Exception as error:  # report why, keep the other backends
+            backends["mooncake (tcp, loopback)"] = f"not run: {error}"
+        yield backends
+
+
+def _best(call: Callable[[int], None]) -> float:
+    times = []
+    for repeat in range(_REPEATS):
+        started = time.perf_counter()
+        call(repeat)
+        times.append(time.perf_counter() - started)
+    return min(times)
+
+
+def _time_put_get(store: Storage, pages: list[torch.Tensor], tag: str) -> tuple[float, float]:
+    def keys(repeat: int) -> list[str]:
+        return [f"bench-{tag}-{repeat}-{i}" for i in range(_PAGES)]
+
+    def put(repeat: int) -> None:
+        store.batch_set(keys(repeat), pages)
+
+    def get(repeat: int) -> None:
+        store.batch_get(keys(repeat))
+
+    return _best(put), _best(get)
+
+
+def run() -> Section:
+    rows: list[list[object]] = []
+    for page_tokens in (2, 32):
+        nbytes = page_tokens * _LAYOUT.bytes_per_token
+        pages = [torch.rand(_LAYOUT.shape(page_tokens)).to(_LAYOUT.dtype) for _ in range(_PAGES)]
+        with _backends(page_tokens) as backends:
+            for name, store in backends.items():
+                if isinstance(store, str):
+                    rows.append([f"{nbytes // 1024} KiB", name, store, "", ""])
+                    continue
+
+                put, got = _time_put_get(store, pages, tag=str(page_tokens))
+                total = nbytes * _PAGES
+                rows.append(
+                    [
+                        f"{nbytes // 1024} KiB",
+                        name,
+                        f"{total / put / 1e6:,.0f}",
+                        f"{total / got / 1e6:,.0f}",
+                        f"{_PAGES} pages",
+                    ]
+                )
+    body = table(["page", "backend", "put MB/s", "get MB/s", "batch"], rows)
+    body += (
+        f"\n\nBest of {_REPEATS} batches each, on one machine. Memory copies on put and "
+        "hands out its own tensors on get (the reader copies them into the bounce), so its get "
+        "figure is a dictionary lookup, not a transfer; file writes one object per page "
+        "(header, checksum, atomic rename) and verifies it on read; Mooncake copies through "
+        "its registered staging buffer and moves the bytes over TCP on loopback."
+    )
+    return Section("storage", "L3 storage: put/get throughput by backend", body)
