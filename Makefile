@@ -20,8 +20,10 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/stagefate replay
 
+# A fixed hash seed: Hypothesis's stateful swarm flags iterate a frozenset of rule names, so
+# even derandomized runs differ between hash seeds without it.
 test: $(STAMP)
-	$(BIN)/python -m pytest tests
+	PYTHONHASHSEED=0 $(BIN)/python -m pytest tests
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -209,7 +209,9 @@ class PipelineFuzzer(RuleBasedStateMachine):
     @rule(data=st.data())
     def admit(self, data: st.DataObject) -> None:
         """Admission in one step, as a scheduler does it: plan, then consume what was charged."""
-        request_id = data.draw(st.sampled_from(self._in_states(_HOLDS)), label="request")
+        self._admit(data.draw(st.sampled_from(self._in_states(_HOLDS)), label="request"))
+
+    def _admit(self, request_id: str) -> None:
         prefix = self._live_prefix(request_id)
         kv_tokens, _swa = self.pipe.plan_staged_splice(request_id, prefix.numel())
         if kv_tokens:
@@ -282,6 +284,23 @@ class PipelineFuzzer(RuleBasedStateMachine):
     def sibling_publish_over_a_span(self, data: st.DataObject, extent: str) -> None:
         """A sibling publishes part of a live record's span: its first page, half, or all."""
         request_id = data.draw(st.sampled_from(sorted(self.pipe.records)), label="request")
+        self._publish_over(request_id, extent)
+
+    @precondition(lambda self: self._in_states(_HOLDS))
+    @rule(data=st.data(), extent=st.sampled_from(["head", "half"]), then_admit=st.booleans())
+    def sibling_publishes_the_head_of_a_hold(
+        self, data: st.DataObject, extent: str, then_admit: bool
+    ) -> None:
+        """The case trims exist for: a staged span whose head a sibling computes meanwhile
+        (and, often, the request is admitted right after and its copy runs)."""
+        request_id = data.draw(st.sampled_from(self._in_states(_HOLDS)), label="request")
+        self._publish_over(request_id, extent)
+        if then_admit and self.pipe.state(request_id) in _HOLDS:
+            self._admit(request_id)
+            if data.draw(st.booleans(), label="copies complete"):
+                self.complete_all_io()
+
+    def _publish_over(self, request_id: str, extent: str) -> None:
         record = self.pipe.records[request_id]
         tokens, salt = self.asked[request_id]
         span_pages = max(1, record.span_tokens // PAGE)
@@ -395,10 +414,11 @@ class PipelineFuzzer(RuleBasedStateMachine):
     def device_bytes_match_tokens(self) -> None:
         """Every tree node's KV is its own tokens' (in its namespace); in-flight copies excepted."""
         pipe = self.pipe
-        in_flight = {
+        queued = set(pipe.io.queued("load"))  # type: ignore[attr-defined]
+        in_flight = {  # slots whose H2D copy has not run yet (a copy that ran is checked)
             slot
             for r in pipe.records.values()
-            if r.state == "consumed" and r.device_indices is not None
+            if r.state == "consumed" and r.op_id in queued and r.device_indices is not None
             for slot in r.device_indices.tolist()
         }
         for node in pipe.tree.nodes():
