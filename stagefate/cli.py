@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import sys
 import time
@@ -174,7 +175,8 @@ def _cmd_fuzz(args: argparse.Namespace) -> int:
     console.print(edge_table())
     console.print(
         f"{result.steps:,} steps in {result.examples:,} programs, {result.seconds:.0f} s, "
-        f"seed {args.seed}, faults {'on' if args.faults else 'off'}"
+        f"seed {args.seed}, PYTHONHASHSEED {os.environ.get('PYTHONHASHSEED', 'random')}, "
+        f"faults {'on' if args.faults else 'off'}"
     )
     _report_unreached(result.unreached)
     if result.failure is not None:
