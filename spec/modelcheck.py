@@ -532,6 +532,8 @@ def _free_bounce(mc: ModelChecker, d: _Draft, i: int, r: Rec, a: Args) -> Rec:
 
 def splice(d: _Draft, i: int, base: int, end: int) -> None:
     """Insert pages ``[base, end)``: add-only, so the device must end exactly at ``base``."""
+    if end <= base:
+        raise Violation(f"splice: r{i} splices pages [{base}, {end}): nothing, or backwards")
     if d.device != base:
         raise Violation(
             f"add_only_insert: r{i} splices pages [{base}, {end}) but the device holds "

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from stagefate.cli import main
+from stagefate.spec.load import DEFAULT_SPEC_PATH
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -42,3 +43,32 @@ def test_check_reports_a_broken_spec(tmp_path: Path, capsys: pytest.CaptureFixtu
     )
     assert main(["check", "--spec", str(broken)]) == 1
     assert "leaks 'bounce'" in capsys.readouterr().out
+
+
+def test_check_prints_the_shortest_counterexample_of_a_planted_bug(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Trim before asking whether the device holds the whole span: statically fine, wrong."""
+    text = DEFAULT_SPEC_PATH.read_text()
+    covered = (
+        "      - guard: span_device_resident\n        to: released\n"
+        "        reason: device_covered\n        effects: [unpin, free_bounce]\n"
+        "        count: [released_unusable]\n"
+    )
+    trim = "      - {guard: trim_positive, to: trimmed, effects: [record_plan]}\n"
+    assert covered in text and trim in text
+    spec = tmp_path / "lifecycle.yaml"
+    spec.write_text(text.replace(covered, "").replace(trim, trim + covered))
+    assert main(["check", "--spec", str(spec), "--issues", "1"]) == 1
+    out = capsys.readouterr().out
+    assert "static checks passed" in out and "VIOLATION splice:" in out
+    assert "  1. r1: prefetch_from_storage" in out and "  7. r1: init_load_back" in out
+
+
+def test_bounds_too_small_to_reach_every_edge_are_a_finding(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["check", "--pages", "2", "--requests", "1", "--issues", "1"]) == 1
+    out = capsys.readouterr().out
+    assert "static checks passed" in out and "invariants hold in every state" in out
+    assert "finding: edge never reached: parked --commit [span_inflight]-->" in out
