@@ -174,7 +174,7 @@ def _cmd_fuzz(args: argparse.Namespace) -> int:
     )
     console.print(edge_table())
     console.print(
-        f"{result.steps:,} steps in {result.examples:,} programs, {result.seconds:.0f} s, "
+        f"{result.steps:,} states checked in {result.examples:,} programs, {result.seconds:.0f} s, "
         f"seed {args.seed}, PYTHONHASHSEED {os.environ.get('PYTHONHASHSEED', 'random')}, "
         f"faults {'on' if args.faults else 'off'}"
     )
@@ -217,7 +217,7 @@ def build_parser() -> argparse.ArgumentParser:
     replay.set_defaults(func=_cmd_replay)
 
     fuzz = sub.add_parser("fuzz", help="stateful fuzz campaign over the real pipeline")
-    fuzz.add_argument("--steps", type=int, help="rule steps to run (default 20,000)")
+    fuzz.add_argument("--steps", type=int, help="states to check (default 20,000)")
     fuzz.add_argument("--budget", type=float, help="seconds to run instead of a step count")
     fuzz.add_argument("--seed", type=int, default=0)
     fuzz.add_argument("--faults", action=argparse.BooleanOptionalAction, default=True)

@@ -16,7 +16,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from ..spec import LifecycleSpec, load_spec
-from .machine import EDGE_HITS, STATES_CHECKED, Edge, PipelineFuzzer
+from .machine import TALLY, Edge, PipelineFuzzer
 from .profiles import register_profiles
 
 STEPS_PER_EXAMPLE = 100
@@ -51,23 +51,21 @@ def run_campaign(
     faults: bool = True,
     profile: str = "fuzz",
 ) -> CampaignResult:
-    """Batches of examples until ``steps`` rule steps are run or ``budget_seconds`` pass."""
+    """Batches of programs until ``steps`` states are checked or ``budget_seconds`` pass."""
     register_profiles()
     PipelineFuzzer.faults = faults
-    EDGE_HITS.clear()
-    STATES_CHECKED.clear()
+    TALLY.reset()
     # Hypothesis draws each run's seed from this generator when not derandomized: seeding it
     # once makes a whole campaign (every batch) repeatable from ``--seed``.
     hypothesis_core.threadlocal._hypothesis_global_random = random.Random(seed)
     started, examples, failure = time.monotonic(), 0, None
-    target_steps = steps if steps is not None else None
-    columns = (TextColumn("fuzz"), BarColumn(), TextColumn("{task.completed:,} steps"))
+    target_steps = steps
+    columns = (TextColumn("fuzz"), BarColumn(), TextColumn("{task.description}"))
     with Progress(*columns, TimeElapsedColumn(), console=console) as progress:
-        task = progress.add_task("fuzz", total=target_steps or budget_seconds)
+        task = progress.add_task("0 states", total=target_steps or budget_seconds)
         while failure is None:
             elapsed = time.monotonic() - started
-            done_steps = examples * STEPS_PER_EXAMPLE
-            if target_steps is not None and done_steps >= target_steps:
+            if target_steps is not None and TALLY.states >= target_steps:
                 break
             if budget_seconds is not None and elapsed >= budget_seconds:
                 break
@@ -83,9 +81,13 @@ def run_campaign(
             except Exception as error:  # Hypothesis has printed the minimal failing program
                 failure = error
             examples += BATCH_EXAMPLES
-            progress.update(task, completed=examples * STEPS_PER_EXAMPLE)
-    unreached = [edge for edge in spec_edges(load_spec()) if EDGE_HITS[edge] == 0]
-    checked = STATES_CHECKED["checked"]
+            progress.update(
+                task,
+                completed=TALLY.states if target_steps else time.monotonic() - started,
+                description=f"{TALLY.states:,} states checked",
+            )
+    unreached = [edge for edge in spec_edges(load_spec()) if TALLY.edges[edge] == 0]
+    checked = TALLY.states
     return CampaignResult(checked, examples, time.monotonic() - started, failure, unreached)
 
 
@@ -94,6 +96,6 @@ def edge_table() -> Table:
     for column in ("state", "event", "guard", "hits"):
         table.add_column(column, justify="right" if column == "hits" else "left")
     for state, event, guard in spec_edges(load_spec()):
-        hits = EDGE_HITS[(state, event, guard)]
+        hits = TALLY.edges[(state, event, guard)]
         table.add_row(state, event, guard, f"{hits:,}" if hits else "[red]0[/red]")
     return table

@@ -12,13 +12,14 @@ Rules play both the scheduler (issue, poll, plan with the live or a stale prefix
 abort, release, retries) and the world (IO completing in any order, short or failing reads,
 sibling publishes that split nodes, eviction, pages dropped from L3). The ``transitions`` oracle
 runs in lockstep (``check_oracle``); every DESIGN §4 invariant is an ``@invariant``. Every fired
-transition is counted in :data:`EDGE_HITS` so a campaign can report which spec edges it reached.
+transition is counted in :data:`TALLY` so a campaign can report which spec edges it reached.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 import torch
@@ -49,10 +50,23 @@ _LOCKABLE = ("locked", "no_anchor", "cap_skip", "anchor_lost")
 _NO_CONSUME = ("issued", "locked", "no_anchor", "cap_skip", "anchor_lost", "parked", "reading")
 
 Edge = tuple[str, str, str]
-EDGE_HITS: Counter[Edge] = Counter()
-"""``(state, event, guard or 'else')`` of every transition fired by any fuzz run."""
-STATES_CHECKED = Counter[str]()
-"""``checked``: states whose invariants were checked (one per executed step, plus setups)."""
+
+
+@dataclass
+class Tally:
+    """What every fuzz run adds to; a campaign resets it and reports it."""
+
+    edges: Counter[Edge] = field(default_factory=Counter)
+    """``(state, event, guard or 'else')`` of every transition fired."""
+    states: int = 0
+    """States whose invariants were checked (one per executed step, plus setups)."""
+
+    def reset(self) -> None:
+        self.edges.clear()
+        self.states = 0
+
+
+TALLY = Tally()
 
 
 def fuzz_config(window: int | None = None) -> PipelineConfig:
@@ -82,7 +96,7 @@ def kv_value(tokens: torch.Tensor, salt: str | None) -> torch.Tensor:
 
 def _record_edge(event: TransitionEvent) -> None:
     outcome = event.outcome
-    EDGE_HITS[(outcome.source, outcome.event, outcome.guard or "else")] += 1
+    TALLY.edges[(outcome.source, outcome.event, outcome.guard or "else")] += 1
 
 
 class PipelineFuzzer(RuleBasedStateMachine):
@@ -366,7 +380,7 @@ class PipelineFuzzer(RuleBasedStateMachine):
 
     @invariant()
     def tree_is_sound(self) -> None:
-        STATES_CHECKED["checked"] += 1
+        TALLY.states += 1
         self.pipe.tree.sanity_check()
 
     @invariant()
