@@ -177,6 +177,22 @@ class PipelineFuzzer(RuleBasedStateMachine):
         self._issue(request_id, tokens, asked_salt, stale)
         return request_id
 
+    @rule(
+        first=st.sampled_from(REQUEST_IDS),
+        second=st.sampled_from(REQUEST_IDS),
+        sequence=st.integers(0, len(SEQUENCES) - 1),
+        pages=st.integers(1, 8),
+        salt=st.sampled_from(SALTS),
+    )
+    def siblings_arrive_together(
+        self, first: str, second: str, sequence: int, pages: int, salt: str | None
+    ) -> None:
+        """Two requests with the same prompt at once: the case in-flight dedup is for."""
+        for request_id in dict.fromkeys((first, second)):
+            if request_id not in self.pipe.records:
+                self.asked[request_id] = (self._tokens(sequence, pages), salt)
+                self._issue(request_id, *self.asked[request_id])
+
     @precondition(lambda self: self._in_states(_LOCKABLE))
     @rule(data=st.data())
     def lock_again(self, data: st.DataObject) -> None:
