@@ -15,7 +15,10 @@ from .runtime import (
     RadixTree,
     Storage,
     ThreadedIO,
+    TokenKey,
 )
+from .runtime.prefix_tree import PrefixTree
+from .runtime.storage import open_storage
 from .statemachine.config import PipelineConfig
 from .statemachine.errors import LifecycleError, OwnershipViolation
 from .statemachine.pipeline import BufferPipeline, Record, TransitionEvent
@@ -34,10 +37,13 @@ __all__ = [
     "MemoryStorage",
     "OwnershipViolation",
     "PipelineConfig",
+    "PrefixTree",
     "RadixTree",
     "Record",
     "Stats",
     "Storage",
     "ThreadedIO",
+    "TokenKey",
     "TransitionEvent",
+    "open_storage",
 ]
