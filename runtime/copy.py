@@ -124,6 +124,8 @@ class CopyEngine:
 
 _MIN_RUN = 16
 """Average run length (tokens) above which slice copies beat a gather/scatter."""
+_LIST_SCAN = 512
+"""Up to this many slots, runs are found in Python: cheaper than a dozen small torch ops."""
 
 
 def copy_slots(
@@ -132,15 +134,9 @@ def copy_slots(
     """``dst_kv[:, :, dst_indices] = src_kv[:, :, src_indices]`` for same-device KV tensors."""
     count = src_indices.numel()
     src_indices, dst_indices = src_indices.to(src_kv.device), dst_indices.to(dst_kv.device)
-    breaks = ((src_indices[1:] - src_indices[:-1]) != 1) | (
-        (dst_indices[1:] - dst_indices[:-1]) != 1
-    )
-    starts = [0, *(breaks.nonzero().flatten() + 1).tolist()]
-    if len(starts) * _MIN_RUN <= count:
-        src_first, dst_first = src_indices[starts].tolist(), dst_indices[starts].tolist()
-        for run, start in enumerate(starts):
-            length = (starts[run + 1] if run + 1 < len(starts) else count) - start
-            s, d = src_first[run], dst_first[run]
+    runs = _runs(src_indices, dst_indices)
+    if len(runs) * _MIN_RUN <= count:
+        for s, d, length in runs:
             dst_kv[:, :, d : d + length].copy_(src_kv[:, :, s : s + length])
         return
     planes = src_kv.shape[0] * src_kv.shape[1]
@@ -150,3 +146,22 @@ def copy_slots(
         dst_planes[plane].index_copy_(
             0, dst_indices, src_planes[plane].index_select(0, src_indices)
         )
+
+
+def _runs(src: torch.Tensor, dst: torch.Tensor) -> list[tuple[int, int, int]]:
+    """``(src_start, dst_start, length)`` of the maximal runs where both advance by one."""
+    count = src.numel()
+    if count <= _LIST_SCAN:
+        src_list, dst_list = src.tolist(), dst.tolist()
+        starts = [0] + [
+            i
+            for i in range(1, count)
+            if src_list[i] != src_list[i - 1] + 1 or dst_list[i] != dst_list[i - 1] + 1
+        ]
+        firsts = [(src_list[i], dst_list[i]) for i in starts]
+    else:
+        breaks = ((src[1:] - src[:-1]) != 1) | ((dst[1:] - dst[:-1]) != 1)
+        starts = [0, *(breaks.nonzero().flatten() + 1).tolist()]
+        firsts = list(zip(src[starts].tolist(), dst[starts].tolist(), strict=True))
+    ends = [*starts[1:], count]
+    return [(s, d, end - start) for (s, d), start, end in zip(firsts, starts, ends, strict=True)]

@@ -60,22 +60,26 @@ def test_pool_double_and_foreign_free_raise_on_both_paths(size: int) -> None:
     assert pool.available() == 128
 
 
+@pytest.mark.parametrize("scale", [1, 10], ids=["small (runs found in Python)", "large (torch)"])
 @pytest.mark.parametrize("order", ["runs", "scattered", "mixed"])
-def test_copy_slots_equals_advanced_indexing(order: str) -> None:
+def test_copy_slots_equals_advanced_indexing(order: str, scale: int) -> None:
     torch.manual_seed(0)
-    src = torch.randn(LAYOUT.shape(96))
-    dst = torch.zeros(LAYOUT.shape(96))
+    slots = 96 * scale
+    src = torch.randn(LAYOUT.shape(slots))
+    dst = torch.zeros(LAYOUT.shape(slots))
     if order == "runs":
+        half = 32 * scale
         src_idx, dst_idx = (
-            torch.arange(10, 74),
-            torch.cat([torch.arange(0, 32), torch.arange(50, 82)]),
+            torch.arange(10, 10 + 2 * half),
+            torch.cat([torch.arange(0, half), torch.arange(50 * scale, 50 * scale + half)]),
         )
     elif order == "scattered":
-        src_idx, dst_idx = torch.randperm(96)[:64], torch.randperm(96)[:64]
+        src_idx, dst_idx = torch.randperm(slots)[: 64 * scale], torch.randperm(slots)[: 64 * scale]
     else:
+        head = 40 * scale
         src_idx, dst_idx = (
-            torch.cat([torch.arange(40), torch.randperm(40) + 50]),
-            torch.randperm(96)[:80],
+            torch.cat([torch.arange(head), torch.randperm(head) + 50 * scale]),
+            torch.randperm(slots)[: 2 * head],
         )
     expected = dst.clone()
     expected[:, :, dst_idx] = src[:, :, src_idx]
