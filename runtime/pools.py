@@ -13,7 +13,7 @@ from typing import NoReturn
 
 import torch
 
-_SMALL_FREE = 64
+_SMALL_FREE = 256
 _NO_SLOTS = torch.zeros(0, dtype=torch.bool)
 
 
@@ -103,10 +103,10 @@ class SlotPool:
             return
         if count <= _SMALL_FREE:  # below this, Python checks beat torch's per-call overhead
             slots = indices.tolist()
-            if not all(0 <= slot < self.capacity for slot in slots):
+            if min(slots) < 0 or max(slots) >= self.capacity:
                 self._reject_out_of_range(slots)
             owned = self._owned_bytes
-            if len(set(slots)) != count or not all(owned[slot] for slot in slots):
+            if len(set(slots)) != count or not all(map(owned.__getitem__, slots)):
                 self._reject_double_free(slots)
             for slot in slots:
                 owned[slot] = 0

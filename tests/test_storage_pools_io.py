@@ -43,21 +43,23 @@ def test_pool_double_free_raises_names_slots_and_frees_nothing() -> None:
     assert host.kv.shape == (2, 2, 4, 1, 4) and host.kv.device.type == "cpu"
 
 
-@pytest.mark.parametrize("size", [1, 3, 100], ids=["small", "mid", "large"])
+@pytest.mark.parametrize("size", [1, 3, 300], ids=["one", "few", "vectorised"])
 def test_pool_double_and_foreign_free_raise_on_both_paths(size: int) -> None:
     """Small frees are checked per slot in Python, large ones vectorised: same verdicts."""
-    pool = DevicePool(LAYOUT, 128, "cpu")
+    pool = DevicePool(LAYOUT, 512, "cpu")
     slots = pool.alloc(size)
     assert slots is not None
     with pytest.raises(PoolError, match="double free"):
         pool.free(torch.cat([slots, slots[:1]]))  # repeated within the call
     with pytest.raises(PoolError, match="out of range"):
-        pool.free(torch.tensor([128] * size))
-    assert pool.available() == 128 - size  # the failed calls freed nothing
+        pool.free(torch.tensor([512] * size))
+    with pytest.raises(PoolError, match="double free"):
+        pool.free(torch.cat([slots[1:], torch.tensor([0])]))  # slot 0 was never handed out
+    assert pool.available() == 512 - size  # the failed calls freed nothing
     pool.free(slots)
     with pytest.raises(PoolError, match="double free"):
         pool.free(slots)
-    assert pool.available() == 128
+    assert pool.available() == 512
 
 
 @pytest.mark.parametrize("scale", [1, 10], ids=["small (runs found in Python)", "large (torch)"])
