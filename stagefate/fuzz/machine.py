@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 import torch
+from hypothesis import register_random
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     Bundle,
@@ -67,6 +68,27 @@ class Tally:
 
 
 TALLY = Tally()
+
+
+class _TorchRandom:
+    """torch's global RNG behind the ``random.Random`` methods Hypothesis resets per example.
+
+    Nothing in the machine draws from it today; registering it keeps any future torch
+    randomness (a random KV fill, say) reproducible from Hypothesis's seed.
+    """
+
+    def seed(self, value: int) -> None:
+        torch.manual_seed(value)
+
+    def getstate(self) -> torch.Tensor:
+        return torch.random.get_rng_state()
+
+    def setstate(self, state: torch.Tensor) -> None:
+        torch.random.set_rng_state(state)
+
+
+_TORCH_RANDOM = _TorchRandom()  # Hypothesis keeps only a weak reference
+register_random(_TORCH_RANDOM)
 
 
 def fuzz_config(window: int | None = None) -> PipelineConfig:
