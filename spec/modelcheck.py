@@ -436,11 +436,7 @@ class ModelChecker:
         return result
 
     def all_edges(self) -> list[Edge]:
-        return [
-            (state, event, branch.guard or "else")
-            for state, event, branches in self.spec.rows()
-            for branch in branches
-        ]
+        return self.spec.edges()
 
     def _failed(
         self,

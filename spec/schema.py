@@ -153,5 +153,13 @@ class LifecycleSpec(_Frozen):
             (source, row.event, row.branches) for row in self.transitions for source in row.sources
         ]
 
+    def edges(self) -> list[tuple[str, str, str]]:
+        """``(state, event, guard or 'else')`` of every branch, in spec order."""
+        return [
+            (state, event, branch.guard or "else")
+            for state, event, branches in self.rows()
+            for branch in branches
+        ]
+
     def target_of(self, source: str, branch: BranchSpec) -> str:
         return source if branch.to == SAME else branch.to

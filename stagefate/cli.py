@@ -174,7 +174,8 @@ def _cmd_fuzz(args: argparse.Namespace) -> int:
     )
     console.print(edge_table())
     console.print(
-        f"{result.steps:,} states checked in {result.examples:,} programs, {result.seconds:.0f} s, "
+        f"{result.states:,} states checked in {result.examples:,} programs, "
+        f"{result.seconds:.0f} s, "
         f"seed {args.seed}, PYTHONHASHSEED {os.environ.get('PYTHONHASHSEED', 'random')}, "
         f"faults {'on' if args.faults else 'off'}"
     )

@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from ..spec import LifecycleSpec, load_spec
+from ..spec import load_spec
 from .machine import TALLY, Edge, PipelineFuzzer
 from .profiles import register_profiles
 
@@ -26,21 +26,12 @@ DATABASE = Path(".hypothesis") / "fuzz"
 
 @dataclass(frozen=True)
 class CampaignResult:
-    steps: int
+    states: int
     """States whose invariants were checked: the steps actually executed (programs end early)."""
     examples: int
     seconds: float
     failure: BaseException | None
     unreached: list[Edge]
-
-
-def spec_edges(spec: LifecycleSpec) -> list[Edge]:
-    """``(state, event, guard or 'else')`` of every branch of the spec."""
-    return [
-        (state, event, branch.guard or "else")
-        for state, event, branches in spec.rows()
-        for branch in branches
-    ]
 
 
 def run_campaign(
@@ -59,13 +50,12 @@ def run_campaign(
     # once makes a whole campaign (every batch) repeatable from ``--seed``.
     hypothesis_core.threadlocal._hypothesis_global_random = random.Random(seed)
     started, examples, failure = time.monotonic(), 0, None
-    target_steps = steps
     columns = (TextColumn("fuzz"), BarColumn(), TextColumn("{task.description}"))
     with Progress(*columns, TimeElapsedColumn(), console=console) as progress:
-        task = progress.add_task("0 states", total=target_steps or budget_seconds)
+        task = progress.add_task("0 states", total=steps or budget_seconds)
         while failure is None:
             elapsed = time.monotonic() - started
-            if target_steps is not None and TALLY.states >= target_steps:
+            if steps is not None and TALLY.states >= steps:
                 break
             if budget_seconds is not None and elapsed >= budget_seconds:
                 break
@@ -83,19 +73,18 @@ def run_campaign(
             examples += BATCH_EXAMPLES
             progress.update(
                 task,
-                completed=TALLY.states if target_steps else time.monotonic() - started,
+                completed=TALLY.states if steps else time.monotonic() - started,
                 description=f"{TALLY.states:,} states checked",
             )
-    unreached = [edge for edge in spec_edges(load_spec()) if TALLY.edges[edge] == 0]
-    checked = TALLY.states
-    return CampaignResult(checked, examples, time.monotonic() - started, failure, unreached)
+    unreached = [edge for edge in load_spec().edges() if TALLY.edges[edge] == 0]
+    return CampaignResult(TALLY.states, examples, time.monotonic() - started, failure, unreached)
 
 
 def edge_table() -> Table:
     table = Table(title="spec edges reached")
     for column in ("state", "event", "guard", "hits"):
         table.add_column(column, justify="right" if column == "hits" else "left")
-    for state, event, guard in spec_edges(load_spec()):
+    for state, event, guard in load_spec().edges():
         hits = TALLY.edges[(state, event, guard)]
         table.add_row(state, event, guard, f"{hits:,}" if hits else "[red]0[/red]")
     return table
