@@ -225,7 +225,9 @@ def build_parser() -> argparse.ArgumentParser:
     fuzz.add_argument("--profile", default="fuzz", choices=["ci", "dev", "fuzz", "repro"])
     fuzz.set_defaults(func=_cmd_fuzz)
 
-    check = sub.add_parser("check", help="static checks of the lifecycle spec")
+    check = sub.add_parser(
+        "check", help="static checks of the lifecycle spec, then the exhaustive model checker"
+    )
     check.add_argument("--spec", help="spec file (default: the shipped lifecycle.yaml)")
     check.add_argument("--static", action="store_true", help="static checks only")
     defaults = Bounds()
