@@ -22,7 +22,8 @@ Semantics the pipeline relies on (the fuzzer's invariants check them):
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Protocol
 
 import torch
@@ -88,3 +89,24 @@ class PrefixTree(Protocol):
 
 TreeFactory = Callable[[int, SlotPool, SlotPool | None], PrefixTree]
 """Builds a tree over the pipeline's pools: ``(page_size, device_pool, aux_pool)``."""
+
+
+@contextlib.contextmanager
+def locked(tree: PrefixTree, node: Node) -> Iterator[None]:
+    """``node``'s path pinned for the block, so eviction inside it cannot take it."""
+    tree.inc_lock_ref(node)
+    try:
+        yield
+    finally:
+        tree.dec_lock_ref(node)
+
+
+def alloc_evicting(
+    tree: PrefixTree, pool: SlotPool, tokens: int, keep: Node
+) -> torch.Tensor | None:
+    """``tokens`` slots of ``pool``, evicting LRU leaves first when short; ``keep`` survives."""
+    short = tokens - pool.available()
+    if short > 0:
+        with locked(tree, keep):
+            tree.evict(short)
+    return pool.alloc(tokens)

@@ -40,6 +40,10 @@ class TokenKey:
         """The first ``length`` tokens."""
         return TokenKey(self.data[: length * TOKEN_BYTES])
 
+    def whole_pages(self, page_size: int) -> TokenKey:
+        """Cut to whole pages: what a tree, a pool page or an L3 object can hold."""
+        return self.prefix(len(self) - len(self) % page_size)
+
     def tolist(self) -> list[int]:
         return list(struct.unpack(f"<{len(self)}q", self.data))
 

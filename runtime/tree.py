@@ -149,8 +149,7 @@ class RadixTree:
         return self._clock
 
     def _aligned(self, tokens: Tokens) -> bytes:
-        data = TokenKey.of(tokens).data
-        return data[: len(data) - len(data) % self._page_bytes]
+        return TokenKey.of(tokens).whole_pages(self.page_size).data
 
     def _common_bytes(self, node_key: bytes, key: bytes, pos: int) -> int:
         """Bytes of whole pages of ``node_key`` equal to ``key[pos:]`` (binary search)."""

@@ -48,7 +48,7 @@ from ..runtime import (
     page_hashes,
 )
 from ..runtime.hashing import Namespace, aux_storage_key, storage_key
-from ..runtime.prefix_tree import Node, PrefixTree, TreeFactory
+from ..runtime.prefix_tree import Node, PrefixTree, TreeFactory, locked
 from ..runtime.storage import open_storage
 from ..spec import LifecycleSpec, load_spec
 from .config import PipelineConfig
@@ -210,7 +210,7 @@ class BufferPipeline:
         if live is not None:
             return live.state
         self.retries.disarm(req_id)
-        aligned = key.prefix(len(key) - len(key) % page)
+        aligned = key.whole_pages(page)
         record = Record(
             request_id=req_id,
             tokens=aligned,
@@ -326,7 +326,7 @@ class BufferPipeline:
         key = TokenKey.of(tokens)
         namespace = namespace_of(extra_key, cache_salt)
         page = self.config.page_size
-        aligned = key.prefix(len(key) - len(key) % page)
+        aligned = key.whole_pages(page)
         if device_indices.numel() < len(aligned):
             raise ValueError(
                 f"write_through: {len(aligned)} tokens but {device_indices.numel()} device slots"
@@ -466,21 +466,16 @@ class BufferPipeline:
         prefix = self.tree.match_prefix(
             record.tokens.prefix(record.plan_prefix), *record.namespace
         ).last_node
-        self.tree.inc_lock_ref(prefix)
-        try:
+        with locked(self.tree, prefix):
             self.tree.evict(max(short, aux_short, 0))
             if self.aux_pool is not None:
                 while self.aux_pool.available() < record.aux_tokens and self.tree.evict(1):
                     pass
-        finally:
-            self.tree.dec_lock_ref(prefix)
 
     # ================================================================== IO operations
 
     def _span_keys(self, record: Record, tokens: int) -> list[str]:
-        first = record.matched_len // self.config.page_size
-        last = first + tokens // self.config.page_size
-        return [storage_key(d) for d in record.digests[first:last]]
+        return [storage_key(d) for d in self._read_digests(record, tokens)]
 
     def _exists_op(self, record: Record) -> Callable[[int | None], IOResult]:
         keys = self._span_keys(record, record.span_tokens)

@@ -7,7 +7,7 @@ With ``--trace`` it replays that file (the full Mooncake synthetic trace is the 
 from __future__ import annotations
 
 from ..sim.replay import ReplayMetrics, ReplayOptions
-from ..sim.report import replay_policies
+from ..sim.report import format_metric, replay_policies
 from ..sim.trace import load_trace
 from .report import Section, table
 
@@ -18,7 +18,7 @@ def run(trace_path: str | None = None) -> Section:
     live, blind = replays["live"].metrics, replays["blind"].metrics
     plain = replay_policies(trace, ["live"], ReplayOptions(dedup_inflight=False))["live"].metrics
     rows = [
-        [field, *(_format(getattr(m, field)) for m in (live, plain, blind))]
+        [field, *(format_metric(getattr(m, field)) for m in (live, plain, blind))]
         for field in ReplayMetrics.model_fields
     ]
     rows.append(
@@ -37,7 +37,3 @@ def run(trace_path: str | None = None) -> Section:
         "comes from."
     )
     return Section("replay", "Trace replay: live tree vs blind gamble", body)
-
-
-def _format(value: object) -> str:
-    return f"{value:,.3f}" if isinstance(value, float) else f"{value:,}"

@@ -9,6 +9,7 @@ libibverbs1 is missing.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -31,14 +32,10 @@ def _backends(page_tokens: int) -> Iterator[dict[str, Storage | str]]:
             "file": FileStorage(folder),
         }
         try:
-            from ..runtime.mooncake import LocalMaster, MooncakeConfig, MooncakeStorage
+            from ..runtime.mooncake import LocalMaster, MooncakeStorage
 
             master = stack.enter_context(LocalMaster())
-            config = MooncakeConfig(
-                master=master.config.master,
-                metrics_port=master.config.metrics_port,
-                global_segment_size=1024 * 2**20,
-            )
+            config = dataclasses.replace(master.config, global_segment_size=1024 * 2**20)
             store = MooncakeStorage(config, _LAYOUT, page_tokens, staging_pages=_PAGES)
             stack.callback(store.close)
             backends["mooncake (tcp, loopback)"] = store

@@ -36,7 +36,7 @@ from hypothesis.stateful import (
 
 from ..runtime import MemoryStorage, RadixTree, Storage, page_hashes
 from ..runtime.hashing import namespace_of, storage_key
-from ..runtime.prefix_tree import Node, TreeFactory
+from ..runtime.prefix_tree import Node, TreeFactory, alloc_evicting
 from ..statemachine.config import PipelineConfig
 from ..statemachine.errors import LifecycleError
 from ..statemachine.pipeline import BufferPipeline, TransitionEvent
@@ -383,12 +383,7 @@ class PipelineFuzzer(RuleBasedStateMachine):
     def _publish(self, tokens: list[int], salt: str | None) -> None:
         tree, pool = self.pipe.tree, self.pipe.device_pool
         present = tree.match_prefix(tokens, cache_salt=salt)
-        missing = len(tokens) - present.length
-        if missing > pool.available():
-            tree.inc_lock_ref(present.last_node)
-            tree.evict(missing - pool.available())
-            tree.dec_lock_ref(present.last_node)
-        slots = pool.alloc(missing)
+        slots = alloc_evicting(tree, pool, len(tokens) - present.length, present.last_node)
         if slots is None:
             return
         values = kv_value(torch.tensor(tokens[present.length :]), salt)

@@ -23,7 +23,7 @@ import torch
 from ..runtime import IOOp, IOResult, ManualIO, TokenKey, page_hashes
 from ..runtime.hashing import ROOT_NAMESPACE, storage_key
 from ..runtime.io import OpKind
-from ..runtime.prefix_tree import Node, PrefixMatch
+from ..runtime.prefix_tree import Node, PrefixMatch, alloc_evicting
 from ..statemachine.pipeline import BufferPipeline
 
 _EMPTY = torch.empty(0, dtype=torch.int64)
@@ -58,19 +58,6 @@ class Policy(Protocol):
     def counters(self) -> dict[str, int]:
         """``l3_reads`` … ``declined_device_covered`` for the replay's metrics."""
         ...
-
-
-def allocate_device(pipe: BufferPipeline, tokens: int, protect: Node) -> torch.Tensor | None:
-    """``tokens`` device slots, evicting LRU leaves first (``protect``'s path stays locked)."""
-    pool, tree = pipe.device_pool, pipe.tree
-    short = tokens - pool.available()
-    if short > 0:
-        tree.inc_lock_ref(protect)
-        try:
-            tree.evict(short)
-        finally:
-            tree.dec_lock_ref(protect)
-    return pool.alloc(tokens)
 
 
 class LivePolicy:
@@ -151,7 +138,7 @@ class BlindPolicy:
 
     def issue(self, request_id: str, key: TokenKey, matched_len: int) -> None:
         page = self.pipe.config.page_size
-        aligned = key.prefix(len(key) - len(key) % page)
+        aligned = key.whole_pages(page)
         span = len(aligned) - matched_len
         if request_id in self._fetches or span <= 0 or span < self.pipe.config.prefetch_threshold:
             return
@@ -238,14 +225,12 @@ class BlindPolicy:
             fetch.abandoned = True  # its IO completion ends it
             return _EMPTY
         assert fetch.host is not None
-        tokens = fetch.host.numel()
-        slots = None
+        pipe, tokens, slots = self.pipe, fetch.host.numel(), None
         if prefix.length == fetch.matched_len:  # all-or-nothing: the base must be exactly there
-            slots = allocate_device(self.pipe, tokens, prefix.last_node)
+            slots = alloc_evicting(pipe.tree, pipe.device_pool, tokens, prefix.last_node)
         if slots is None:
             self._drop(fetch)
             return _EMPTY
-        pipe = self.pipe
         pipe.copy.h2d(pipe.host_pool, fetch.host, pipe.device_pool, slots).wait()
         end = fetch.matched_len + tokens
         present = pipe.tree.insert(fetch.key.prefix(end), torch.cat([prefix.device_indices, slots]))

@@ -38,11 +38,11 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..runtime import Storage, TokenKey
-from ..runtime.prefix_tree import Node
+from ..runtime.prefix_tree import Node, alloc_evicting
 from ..statemachine.config import PipelineConfig
 from ..statemachine.pipeline import BufferPipeline
 from .costs import CostModel
-from .policies import BlindPolicy, LivePolicy, Policy, allocate_device
+from .policies import BlindPolicy, LivePolicy, Policy
 from .trace import TraceRequest
 
 POLICIES: dict[str, Callable[[BufferPipeline], Policy]] = {
@@ -149,7 +149,7 @@ class Replay:
         self.pipe = BufferPipeline(config, storage=storage)
         self.policy = POLICIES[policy](self.pipe)
         self.requests = [
-            _Request(item, f"r{item.index}", self._aligned(item.tokens())) for item in trace
+            _Request(item, f"r{item.index}", item.tokens().whole_pages(page)) for item in trace
         ]
         self._random = random.Random(opts.seed)
         self._due: list[tuple[float, int]] = []
@@ -157,10 +157,6 @@ class Replay:
         # when each server is next free: L3 channels, and the H2D copy stream
         self._servers = {"l3": [0.0] * opts.costs.l3_channels, "h2d": [0.0]}
         self.input_tokens = self.device_hit_tokens = self.prefill_tokens = 0
-
-    def _aligned(self, key: TokenKey) -> TokenKey:
-        page = self.options.page_size
-        return key.prefix(len(key) - len(key) % page)
 
     # ------------------------------------------------------------------ the loop
 
@@ -260,7 +256,7 @@ class Replay:
         node = tree.match_prefix(request.key.prefix(cached)).last_node
         tree.inc_lock_ref(node)  # the request's KV stays put while it computes
         new_pages = len(request.key) - cached
-        slots = allocate_device(self.pipe, new_pages, node)
+        slots = alloc_evicting(tree, self.pipe.device_pool, new_pages, node)
         computed = request.trace.input_length - cached
         self.input_tokens += request.trace.input_length
         self.device_hit_tokens += prefix.length

@@ -51,8 +51,13 @@ def metrics_table(results: dict[str, ReplayMetrics]) -> Table:
         table.add_column(name, justify="right")
     for field in ReplayMetrics.model_fields:
         values = [getattr(metrics, field) for metrics in results.values()]
-        table.add_row(field, *(f"{v:,.3f}" if isinstance(v, float) else f"{v:,}" for v in values))
+        table.add_row(field, *(format_metric(v) for v in values))
     return table
+
+
+def format_metric(value: object) -> str:
+    """A metric for people: thousands separated, rates to three decimals."""
+    return f"{value:,.3f}" if isinstance(value, float) else f"{value:,}"
 
 
 def write_json(results: dict[str, ReplayMetrics], path: Path) -> None:
