@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
+from hypothesis import HealthCheck, Phase, settings
 
 from stagefate import BufferPipeline, MemoryStorage, PipelineConfig, TransitionEvent
 
@@ -75,9 +76,27 @@ class Pair:
         return slots
 
     def settle(self, rounds: int = 4) -> None:
-        for _ in range(rounds):
-            self.consumer.io.complete_all()  # type: ignore[attr-defined]
-            self.consumer.poll()
+        settle(self.consumer, rounds)
+
+
+def settle(pipe: BufferPipeline, rounds: int = 4) -> None:
+    """Storage and copies complete, then the scheduler polls, ``rounds`` times."""
+    for _ in range(rounds):
+        pipe.io.complete_all()  # type: ignore[attr-defined]
+        pipe.poll()
+
+
+def fuzz_settings(examples: int, steps: int) -> settings:
+    """A short, derandomized fuzz run that stops at the first failure (no shrinking)."""
+    return settings(
+        max_examples=examples,
+        stateful_step_count=steps,
+        derandomize=True,
+        database=None,
+        deadline=None,
+        phases=[Phase.explicit, Phase.generate],
+        suppress_health_check=list(HealthCheck),
+    )
 
 
 def make_pair(cfg: PipelineConfig) -> Pair:

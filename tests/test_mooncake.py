@@ -5,6 +5,7 @@ Needs the ``mooncake`` extra and the system library libibverbs1; ``.ci/run`` ins
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 import time
@@ -12,7 +13,6 @@ from collections.abc import Iterator
 
 import pytest
 import torch
-from hypothesis import HealthCheck, Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
 
 try:
@@ -36,7 +36,7 @@ from stagefate.runtime.mooncake import (
     free_port,
 )
 
-from .harness import assert_quiescent, config
+from .harness import assert_quiescent, config, fuzz_settings, settle
 
 LAYOUT = KVLayout(layers=2, kv_heads=1, head_dim=4)
 PAGE = 4
@@ -49,13 +49,14 @@ def master() -> Iterator[LocalMaster]:
 
 
 def storage_on(cfg: MooncakeConfig, segment_mib: int = 32) -> MooncakeStorage:
-    small = MooncakeConfig(
-        master=cfg.master,
-        metrics_port=cfg.metrics_port,
-        global_segment_size=segment_mib * 2**20,
-        local_buffer_size=16 * 2**20,
+    return MooncakeStorage(small(cfg, segment_mib), LAYOUT, PAGE, staging_pages=8)
+
+
+def small(cfg: MooncakeConfig, segment_mib: int) -> MooncakeConfig:
+    """The same master, a small segment and buffer (every client mounts one)."""
+    return dataclasses.replace(
+        cfg, global_segment_size=segment_mib * 2**20, local_buffer_size=16 * 2**20
     )
-    return MooncakeStorage(small, LAYOUT, PAGE, staging_pages=8)
 
 
 def url(cfg: MooncakeConfig) -> str:
@@ -95,13 +96,7 @@ def test_delete_under_a_read_lease_is_forced(master: LocalMaster) -> None:
 def test_a_full_store_skips_and_counts_the_writes() -> None:
     big = KVLayout(layers=16, kv_heads=8, head_dim=64)  # 1 MiB pages of 32 tokens
     with LocalMaster() as own:
-        small = MooncakeConfig(
-            master=own.config.master,
-            metrics_port=own.config.metrics_port,
-            global_segment_size=16 * 2**20,
-            local_buffer_size=16 * 2**20,
-        )
-        store = MooncakeStorage(small, big, 32, staging_pages=4)
+        store = MooncakeStorage(small(own.config, 16), big, 32, staging_pages=4)
         try:
             pages = [torch.zeros(big.shape(32), dtype=big.dtype) for _ in range(24)]
             store.batch_set([f"full-{i}" for i in range(24)], pages)
@@ -173,23 +168,17 @@ def _consumer(master: LocalMaster) -> BufferPipeline:
     return BufferPipeline(cfg)
 
 
-def _settle(pipe: BufferPipeline) -> None:
-    for _ in range(4):
-        pipe.io.complete_all()  # type: ignore[attr-defined]
-        pipe.poll()
-
-
 def test_two_processes_share_pages_through_the_store(master: LocalMaster) -> None:
     producer = _producer(master)
     consumer = _consumer(master)
     try:
         tokens = list(range(1, 21))
         consumer.prefetch_from_storage("r", tokens, 0)
-        _settle(consumer)
+        settle(consumer)
         assert consumer.state("r") == "staged"
         kv_tokens, _ = consumer.plan_staged_splice("r", 0)
         tail = consumer.init_load_back("r", torch.empty(0, dtype=torch.int64))
-        _settle(consumer)
+        settle(consumer)
         assert kv_tokens == 20 and tail.numel() == 20
         values = consumer.device_pool.kv[:, :, tail]
         expected = torch.arange(1, 21, dtype=torch.float16)[None, None, :, None, None]
@@ -210,7 +199,7 @@ def test_a_dead_data_holder_ends_the_read_with_nothing_leaked(master: LocalMaste
         consumer.poll()  # the existence answer: the pages are there, the read is committed
         assert consumer.state("r") == "reading"
         producer.communicate("")  # the holder of the pages goes away
-        _settle(consumer)
+        settle(consumer)
         assert consumer.state("r") is None and consumer.stats.discarded == 1
         assert consumer.storage.misses > 0  # type: ignore[attr-defined]
         assert_quiescent(consumer)
@@ -231,12 +220,7 @@ def test_the_fuzzer_runs_against_the_store(
         "storage_factory",
         staticmethod(
             lambda cfg: MooncakeStorage(
-                MooncakeConfig(
-                    master=master.config.master,
-                    metrics_port=master.config.metrics_port,
-                    global_segment_size=16 * 2**20,
-                    local_buffer_size=16 * 2**20,
-                ),
+                small(master.config, 16),
                 KVLayout(cfg.layers, cfg.kv_heads, cfg.head_dim, cfg.dtype),
                 cfg.page_size,
                 staging_pages=8,
@@ -245,13 +229,5 @@ def test_the_fuzzer_runs_against_the_store(
     )
     run_state_machine_as_test(
         PipelineFuzzer,
-        settings=settings(
-            max_examples=8,
-            stateful_step_count=40,
-            derandomize=True,
-            database=None,
-            deadline=None,
-            phases=[Phase.explicit, Phase.generate],
-            suppress_health_check=list(HealthCheck),
-        ),
+        settings=fuzz_settings(examples=8, steps=40),
     )

@@ -13,7 +13,6 @@ from contextlib import contextmanager
 import pytest
 import torch
 import yaml
-from hypothesis import HealthCheck, Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
 
 from stagefate.fuzz.machine import PipelineFuzzer
@@ -21,6 +20,8 @@ from stagefate.spec import modelcheck
 from stagefate.spec.load import DEFAULT_SPEC_PATH, parse_spec
 from stagefate.spec.modelcheck import Bounds, ModelChecker
 from stagefate.statemachine.pipeline import BufferPipeline, Record
+
+from .harness import fuzz_settings
 
 BUGS = [
     "anchor_pin_never_taken",
@@ -138,15 +139,7 @@ def _planted_pipeline_bug(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setattr(cls, "_effect_unpin", free_on_abort)
 
 
-FUZZ = settings(
-    max_examples=300,
-    stateful_step_count=60,
-    derandomize=True,
-    database=None,
-    deadline=None,
-    phases=[Phase.explicit, Phase.generate],  # caught is enough: no time spent shrinking
-    suppress_health_check=list(HealthCheck),
-)
+FUZZ = fuzz_settings(examples=300, steps=60)  # caught is enough: no time spent shrinking
 
 
 @contextmanager

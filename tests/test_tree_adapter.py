@@ -6,11 +6,12 @@ from collections import Counter
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, settings
 from hypothesis.stateful import run_state_machine_as_test
 
 from stagefate.fuzz.machine import PipelineFuzzer
 from stagefate.runtime import RadixTree, SlotPool
+
+from .harness import fuzz_settings
 
 CALLS: Counter[str] = Counter()
 
@@ -32,14 +33,7 @@ def test_the_fuzzer_drives_a_tree_through_the_adapter(monkeypatch: pytest.Monkey
     monkeypatch.setattr(PipelineFuzzer, "tree_factory", DelegatingTree)
     run_state_machine_as_test(
         PipelineFuzzer,
-        settings=settings(
-            max_examples=10,
-            stateful_step_count=40,
-            derandomize=True,
-            database=None,
-            deadline=None,
-            suppress_health_check=list(HealthCheck),
-        ),
+        settings=fuzz_settings(examples=10, steps=40),
     )
     for name in ("match_prefix", "insert", "inc_lock_ref", "evict", "sanity_check"):
         assert CALLS[name] > 0, f"the pipeline or fuzzer never called {name}"
