@@ -148,9 +148,7 @@ class Replay:
         )
         self.pipe = BufferPipeline(config, storage=storage)
         self.policy = POLICIES[policy](self.pipe)
-        self.requests = [
-            _Request(item, f"r{item.index}", item.tokens().whole_pages(page)) for item in trace
-        ]
+        self.trace = trace
         self._random = random.Random(opts.seed)
         self._due: list[tuple[float, int]] = []
         self._timed: set[int] = set()
@@ -163,14 +161,17 @@ class Replay:
     def run(self, on_request: Callable[[], None] | None = None) -> ReplayMetrics:
         """Replay the whole trace; the metrics are also kept as :attr:`metrics`."""
         started = time.perf_counter()
-        arrivals = deque(self.requests)
+        # Prompts are synthesized at arrival: a full trace's tokens at once would be ~0.5 GB.
+        arrivals = deque(self.trace)
         waiting: deque[_Request] = deque()
         running: _Running | None = None
         now = 0.0
         while arrivals or waiting or running is not None or self.policy.io.pending():
             now = self._next_event(now, arrivals, waiting, running)
-            while arrivals and arrivals[0].trace.timestamp_ms <= now:
-                request = arrivals.popleft()
+            while arrivals and arrivals[0].timestamp_ms <= now:
+                item = arrivals.popleft()
+                page = self.options.page_size
+                request = _Request(item, f"r{item.index}", item.tokens().whole_pages(page))
                 self._issue(request, now)
                 waiting.append(request)
                 if on_request is not None:
@@ -191,13 +192,13 @@ class Replay:
     def _next_event(
         self,
         now: float,
-        arrivals: deque[_Request],
+        arrivals: deque[TraceRequest],
         waiting: deque[_Request],
         running: _Running | None,
     ) -> float:
         times = [math.inf]
         if arrivals:
-            times.append(arrivals[0].trace.timestamp_ms)
+            times.append(arrivals[0].timestamp_ms)
         if self._due:
             times.append(self._due[0][0])
         if running is not None:
@@ -280,7 +281,7 @@ class Replay:
         counters = self.policy.counters()
         hit = 1 - self.prefill_tokens / self.input_tokens if self.input_tokens else 0.0
         return ReplayMetrics(
-            requests=len(self.requests),
+            requests=len(self.trace),
             prefill_tokens_computed=self.prefill_tokens,
             hit_rate=round(hit, 6),
             wall_seconds=round(wall_seconds, 3),
