@@ -49,6 +49,9 @@ class PrefixMatch(Protocol):
 class PrefixTree(Protocol):
     page_size: int
     protected_size: int
+    """Tokens on locked paths."""
+    evictable_size: int
+    """Tokens :meth:`evict` could free now (unlocked): a scheduler's memory budget counts them."""
 
     def match_prefix(
         self, tokens: Tokens, extra_key: str | None = None, cache_salt: str | None = None

@@ -13,6 +13,8 @@ from pathlib import Path
 from rich.console import Console
 
 from .bench.report import Section
+from .sim.costs import DEFAULT_PRESET, PRESETS, load_costs
+from .sim.replay import DEFAULT_SPEED, ReplayOptions
 from .spec import load_spec, run_static_checks
 from .spec.diagram import spec_digest, stale_diagrams, write_diagrams
 from .spec.load import DEFAULT_SPEC_PATH, SpecError
@@ -133,28 +135,86 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_replay(args: argparse.Namespace) -> int:
-    from .sim.replay import ReplayOptions
-    from .sim.report import dedup_line, metrics_table, replay_policies, write_json, write_plot
-    from .sim.trace import load_trace
+def _replay_options(args: argparse.Namespace, speed: float) -> ReplayOptions:
+    from .sim.engine import EngineOptions
 
-    trace = load_trace(args.trace, args.limit)
-    options = ReplayOptions(
+    engine = EngineOptions(
+        schedule=args.schedule,
+        prefetch_policy=args.prefetch_policy,
+        max_prefill_tokens=args.max_prefill_tokens,
+        chunked_prefill_size=args.chunked_prefill_size,
+    )
+    return ReplayOptions(
         page_size=args.page_size,
         device_tokens=args.device_tokens,
+        host_tokens=args.host_tokens,
+        speed=speed,
         seed=args.seed,
         dedup_inflight=not args.no_dedup,
         storage=args.storage,
+        costs=load_costs(args.model, args.costs),
+        engine=engine,
     )
+
+
+def _parse_speeds(text: str) -> list[float]:
+    try:
+        speeds = [float(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise ValueError(f"--sweep takes speeds like 0.5,1,2,4; got {text!r}") from None
+    if not speeds or any(speed <= 0 for speed in speeds):
+        raise ValueError(f"--sweep takes positive speeds like 0.5,1,2,4; got {text!r}")
+    return sorted(set(speeds))
+
+
+def _cmd_replay(args: argparse.Namespace) -> int:
+    from .sim.report import (
+        metrics_table,
+        replay_policies,
+        story,
+        sweep_table,
+        wasted_table,
+        write_json,
+        write_plot,
+        write_sweep_json,
+        write_sweep_plot,
+    )
+    from .sim.trace import load_trace
+
+    if args.speed <= 0:
+        raise ValueError(f"--speed must be positive (2 = arrivals twice as fast), got {args.speed}")
+    speeds = _parse_speeds(args.sweep) if args.sweep else None
+    trace = load_trace(args.trace, args.limit)
     policies = ["live", "blind"] if args.policy == "all" else [args.policy]
     source = args.trace or "the embedded Mooncake slice"
-    console.print(f"replaying {len(trace):,} requests of {source}")
-    replays = replay_policies(trace, policies, options, console)
+    first = _replay_options(args, speeds[0] if speeds else args.speed)
+    costs = first.costs
+    console.print(
+        f"replaying {len(trace):,} requests of {source} on {costs.model}, {costs.gpu} "
+        f"({first.device_tokens or costs.device_kv_tokens():,} device KV tokens), "
+        f"prefetch policy {first.engine.prefetch_policy}, {first.engine.schedule}"
+    )
+    arrival_ms = trace[-1].timestamp_ms - trace[0].timestamp_ms
+    if speeds:
+        sweep = {}
+        for speed in speeds:
+            replays = replay_policies(trace, policies, _replay_options(args, speed), console)
+            sweep[speed] = {name: replay.metrics for name, replay in replays.items()}
+        console.print(sweep_table(sweep))
+        if args.json:
+            write_sweep_json(sweep, Path(args.json))
+            console.print(f"wrote {args.json}")
+        if args.plot:
+            write_sweep_plot(sweep, Path(args.plot))
+            console.print(f"wrote {args.plot}")
+        return 0
+    replays = replay_policies(trace, policies, first, console)
     results = {name: replay.metrics for name, replay in replays.items()}
     console.print(metrics_table(results))
-    line = dedup_line(replays)
-    if line is not None:
-        console.print(line)
+    if any(m.wasted_by_reason for m in results.values()):
+        console.print(wasted_table(results))
+    for line in story(replays, arrival_ms / 1e3 / args.speed):
+        console.print(line, markup=False)
     if args.json:
         write_json(results, Path(args.json))
         console.print(f"wrote {args.json}")
@@ -202,8 +262,30 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument("--trace", help="Mooncake-format .jsonl (default: the embedded slice)")
     replay.add_argument("--limit", type=int, help="replay only the first N requests")
     replay.add_argument("--policy", choices=["live", "blind", "all"], default="all")
+    replay.add_argument(
+        "--speed",
+        type=float,
+        default=DEFAULT_SPEED,
+        help=f"arrival speed (timestamps divided by it; default {DEFAULT_SPEED}: one H200 "
+        "carries about a third of the trace's rate, docs/replay.md)",
+    )
+    replay.add_argument("--sweep", help="run every policy at each speed, e.g. 0.5,1,2,4")
+    replay.add_argument("--model", choices=sorted(PRESETS), default=DEFAULT_PRESET)
+    replay.add_argument("--costs", help="YAML/JSON file of cost-model fields to override")
+    replay.add_argument(
+        "--device-tokens", type=int, help="device KV pool (default: what the GPU holds)"
+    )
+    replay.add_argument("--host-tokens", type=int, default=256 * 1024, help="bounce buffer")
     replay.add_argument("--page-size", type=int, default=64)
-    replay.add_argument("--device-tokens", type=int, default=512 * 1024)
+    replay.add_argument(
+        "--prefetch-policy",
+        choices=["timeout", "best_effort", "wait_complete"],
+        default="timeout",
+        help="when admission stops waiting for a prefetch (SGLang's default: timeout)",
+    )
+    replay.add_argument("--schedule", choices=["fcfs", "lpm"], default="fcfs")
+    replay.add_argument("--max-prefill-tokens", type=int, default=16384)
+    replay.add_argument("--chunked-prefill-size", type=int, default=8192)
     replay.add_argument("--seed", type=int, default=0, help="seeds the IO-time jitter")
     replay.add_argument(
         "--storage",

@@ -60,6 +60,9 @@ from .stats import Stats
 
 LockOutcome = Literal["locked", "no_anchor", "cap_skip", "anchor_lost"]
 _HOLD_STATES = frozenset({"staged", "trimmed"})
+_PENDING_STATES = frozenset(
+    {"issued", "locked", "no_anchor", "cap_skip", "anchor_lost", "parked", "reading"}
+)
 _OWNING_STATES = frozenset({"reading", "staged", "trimmed", "consumed"})
 """States whose record owns its span's page keys for in-flight dedup."""
 _EMPTY = torch.empty(0, dtype=torch.int64)
@@ -170,6 +173,7 @@ class BufferPipeline:
         self._hits: OrderedDict[str, None] = OrderedDict()
         self._parked: OrderedDict[str, None] = OrderedDict()
         self._counts: dict[str, int] = dict.fromkeys(Stats.model_fields, 0)
+        self._wasted: dict[str, list[int]] = {}
         self.retries = RetryBook(cfg.retry_interval, cfg.retry_max_attempts)
         # in-flight dedup: page key -> records owning it (insertion order), and who waits on whom
         self._owners: dict[bytes, dict[str, None]] = {}
@@ -350,6 +354,21 @@ class BufferPipeline:
         record = self.records.get(req_id)
         return None if record is None else record.state
 
+    def prefetch_pending(self, req_id: str) -> bool:
+        """The request's prefetch is still on its way: a scheduler admitting it now would admit
+        it without what the prefetch brings (SGLang's ``check_prefetch_progress`` is False).
+
+        True while its record is before ``staged`` (existence query, parked, commit, read), and
+        while it waits for a sibling already reading its whole span (``declined_inflight``):
+        its retry falls due the moment that sibling ends.
+        """
+        record = self.records.get(req_id)
+        if record is not None:
+            return record.state in _PENDING_STATES
+        return self.retries.pending(req_id) and any(
+            req_id in waiters for waiters in self._waiters.values()
+        )
+
     @property
     def stats(self) -> Stats:
         return Stats(**self._counts)
@@ -363,6 +382,17 @@ class BufferPipeline:
         """
         live = [r for r in self.records.values() if r.read_tokens]
         return len(live), sum(r.read_tokens - r.spliced_tokens for r in live)
+
+    def wasted_by_reason(self) -> dict[str, tuple[int, int]]:
+        """``{reason: (reads, tokens)}`` of L3 reads settled as wasted, by why.
+
+        A read nothing was spliced from counts under its record's end reason (``discarded``,
+        ``shrunk``, ``device_covered``, ``dropped``, ``aborted``, …). Tokens read but not spliced
+        from a read that was used count under ``trimmed`` (the head a sibling published) and
+        ``short_read`` (the tail L3 did not return), with 0 reads. The reads and tokens add up
+        to ``l3_reads_wasted`` and ``l3_read_tokens_wasted``.
+        """
+        return {reason: (reads, tokens) for reason, (reads, tokens) in self._wasted.items()}
 
     def is_idle(self) -> bool:
         """No live record and no IO in flight."""
@@ -395,9 +425,7 @@ class BufferPipeline:
     def _end(self, record: Record, reason: str) -> None:
         self._counts[reason] += 1
         if record.read_tokens:  # every read is settled here: spliced from, or wasted
-            self._counts["l3_read_tokens_wasted"] += record.read_tokens - record.spliced_tokens
-            if not record.spliced_tokens:
-                self._counts["l3_reads_wasted"] += 1
+            self._settle_read(record, reason)
         request_id = record.request_id
         del self.records[request_id]
         self._hits.pop(request_id, None)
@@ -408,6 +436,24 @@ class BufferPipeline:
             self._oracle.remove(self._oracle_models.pop(request_id))
         if reason == "filled":
             self.retries.forget(request_id)
+
+    def _settle_read(self, record: Record, reason: str) -> None:
+        unspliced = record.read_tokens - record.spliced_tokens
+        self._counts["l3_read_tokens_wasted"] += unspliced
+        if not record.spliced_tokens:
+            self._counts["l3_reads_wasted"] += 1
+            self._waste(reason, 1, unspliced)
+            return
+        assert record.plan_prefix is not None
+        trimmed = record.plan_prefix - record.matched_len
+        self._waste("trimmed", 0, trimmed)
+        self._waste("short_read", 0, unspliced - trimmed)
+
+    def _waste(self, reason: str, reads: int, tokens: int) -> None:
+        if reads or tokens:
+            books = self._wasted.setdefault(reason, [0, 0])
+            books[0] += reads
+            books[1] += tokens
 
     def _live(self, req_id: str, event: str) -> Record:
         self._check_request_id(req_id)

@@ -1,4 +1,5 @@
-"""Trace replay: the books close for both policies, the JSON keys are exact, bad traces fail."""
+"""Trace replay on the continuous-batching engine: books, memory, retraction, the seed's failure,
+determinism, the JSON keys, the sweep, and bad input."""
 
 from __future__ import annotations
 
@@ -8,8 +9,10 @@ from pathlib import Path
 import pytest
 
 from stagefate.cli import main
+from stagefate.sim.costs import CostModel
+from stagefate.sim.engine import EngineOptions
 from stagefate.sim.replay import Replay, ReplayMetrics, ReplayOptions
-from stagefate.sim.trace import TraceError, load_trace
+from stagefate.sim.trace import TraceError, TraceRequest, load_trace
 
 KEYS = [
     "requests",
@@ -24,68 +27,170 @@ KEYS = [
     "declined_device_covered",
     "hit_rate",
     "wall_seconds",
+    "wasted_by_reason",
+    "engine",
+]
+ENGINE_KEYS = [
+    "steps",
+    "prefill_tokens",
+    "decode_tokens",
+    "retractions",
+    "evicted_tokens",
+    "peak_running",
+    "simulated_seconds",
 ]
 # A device pool of a few prompts, so that the replay evicts, re-reads from L3 and trims for real.
-SMALL = ReplayOptions(device_tokens=40 * 1024, host_tokens=64 * 1024)
+SMALL = ReplayOptions(device_tokens=40 * 1024, host_tokens=64 * 1024, speed=1.0)
+POLICIES = [("live", True), ("live", False), ("blind", True)]
 
 
-def _row(ms: int, blocks: list[int]) -> str:
-    row = {"timestamp": ms, "input_length": 512 * len(blocks), "output_length": 8}
+def _row(ms: float, blocks: list[int], output: int = 8) -> str:
+    row = {"timestamp": ms, "input_length": 512 * len(blocks), "output_length": output}
     return json.dumps({**row, "hash_ids": blocks})
 
 
+def _write(tmp_path_factory: pytest.TempPathFactory, name: str, rows: list[str]) -> list:  # type: ignore[type-arg]
+    path = tmp_path_factory.mktemp("trace") / name
+    path.write_text("\n".join(rows) + "\n")
+    return load_trace(path)
+
+
 @pytest.fixture(scope="module")
-def trace(tmp_path_factory: pytest.TempPathFactory) -> list:  # type: ignore[type-arg]
+def siblings(tmp_path_factory: pytest.TempPathFactory) -> list[TraceRequest]:
     """A prompt that comes back after eviction, with siblings at once: reads, trims, waste."""
     shared, extra = list(range(1, 25)), list(range(500, 508))  # 24 + 8 blocks
     rows = [_row(0, shared + extra)]  # computed and written through to L3
     fresh = iter(range(1000, 100_000))
     for wave in range(4):
-        start = 1000 + wave * 5000
+        start = 10_000 + wave * 20_000
         rows += [_row(start + i, [next(fresh) for _ in range(24)]) for i in range(6)]  # evicts
-        rows += [_row(start + 3000 + i, [*shared, next(fresh)]) for i in range(3)]  # siblings
-        rows.append(_row(start + 3005, shared + extra))  # its head is published meanwhile
-    path = tmp_path_factory.mktemp("trace") / "siblings.jsonl"
-    path.write_text("\n".join(rows) + "\n")
-    return load_trace(path)
+        rows += [_row(start + 12_000 + i, [*shared, next(fresh)]) for i in range(3)]  # siblings
+        rows.append(_row(start + 12_005, shared + extra))  # its head is published meanwhile
+    return _write(tmp_path_factory, "siblings.jsonl", rows)
 
 
-def test_live_trims_where_blind_discards(trace: list) -> None:  # type: ignore[type-arg]
-    live, blind = (Replay(policy, trace, SMALL).run() for policy in ("live", "blind"))
-    assert live.tokens_trimmed > 0 and blind.tokens_trimmed == 0
-    assert live.tokens_spliced > blind.tokens_spliced
-    assert live.l3_read_tokens_wasted < blind.l3_read_tokens_wasted
-
-
-@pytest.mark.parametrize("policy", ["live", "blind"])
-def test_replay_books_close(trace: list, policy: str) -> None:  # type: ignore[type-arg]
-    replay = Replay(policy, trace, SMALL)
-    metrics = replay.run()
-    assert metrics.requests == len(trace) and metrics.l3_reads > 0
-    # every prompt token was found on the device, spliced from L3, or computed
-    total = sum(request.input_length for request in trace)
-    assert replay.input_tokens == total
-    assert (
-        total == replay.device_hit_tokens + metrics.tokens_spliced + metrics.prefill_tokens_computed
+def assert_books_close(replay: Replay, metrics: ReplayMetrics, trace: list[TraceRequest]) -> None:
+    """Every prompt token is a device hit, a splice or computed; every read token is spliced or
+    wasted, and the reasons add up; the device pool holds exactly the tree; nothing is held."""
+    books = replay.engine.books
+    assert replay.engine.finished == len(trace), "every request finished"
+    assert books.spliced_tokens == metrics.tokens_spliced
+    assert books.input_tokens == (
+        books.device_hit_tokens + metrics.tokens_spliced + metrics.prefill_tokens_computed
     )
-    assert metrics.hit_rate == pytest.approx(1 - metrics.prefill_tokens_computed / total, abs=1e-6)
-    # every read was spliced from or wasted, to the token; nothing is left in flight
+    assert books.input_tokens >= sum(request.input_length for request in trace)
+    assert metrics.hit_rate == pytest.approx(
+        1 - metrics.prefill_tokens_computed / books.input_tokens, abs=1e-6
+    )
     assert metrics.l3_read_tokens == metrics.tokens_spliced + metrics.l3_read_tokens_wasted
-    pipe = replay.pipe
+    reasons = metrics.wasted_by_reason.values()
+    assert sum(w.reads for w in reasons) == metrics.l3_reads_wasted
+    assert sum(w.tokens for w in reasons) == metrics.l3_read_tokens_wasted
+    # every output token but the first (sampled by the prefill) is one decode; a retracted
+    # request's re-run samples one more at its prefill, so no output is lost or made twice
+    engine_metrics = metrics.engine
+    decoded = engine_metrics.decode_tokens + engine_metrics.retractions
+    assert decoded == sum(max(r.output_length - 1, 0) for r in trace)
+    pipe, engine = replay.pipe, replay.engine
+    assert not engine.busy() and not engine.running
     assert pipe.host_pool.available() == pipe.host_pool.capacity
     assert pipe.tree.protected_size == 0
     assert pipe.device_pool.available() + pipe.tree.total_tokens() == pipe.device_pool.capacity
     pipe.tree.sanity_check()
-    if policy == "live":
+    if replay.policy.name == "live":
         assert pipe.is_idle() and pipe.reads_in_flight() == (0, 0)
         assert metrics.l3_reads == pipe.stats.filled + metrics.l3_reads_wasted
 
 
-def test_replay_is_deterministic(trace: list) -> None:  # type: ignore[type-arg]
-    first = Replay("live", trace, SMALL).run().model_dump()
-    second = Replay("live", trace, SMALL).run().model_dump()
+@pytest.mark.parametrize(("policy", "dedup"), POLICIES)
+def test_books_close_and_memory_is_conserved(
+    siblings: list[TraceRequest], policy: str, dedup: bool
+) -> None:
+    replay = Replay(policy, siblings, SMALL.model_copy(update={"dedup_inflight": dedup}))
+    metrics = replay.run()
+    assert metrics.requests == len(siblings) and metrics.l3_reads > 0
+    assert metrics.engine.evicted_tokens > 0
+    assert_books_close(replay, metrics, siblings)
+
+
+def test_live_trims_where_blind_discards(siblings: list[TraceRequest]) -> None:
+    live, blind = (Replay(policy, siblings, SMALL).run() for policy in ("live", "blind"))
+    assert live.tokens_trimmed > 0 and blind.tokens_trimmed == 0
+    assert "trimmed" in live.wasted_by_reason
+    assert live.tokens_spliced > blind.tokens_spliced
+    assert live.l3_read_tokens_wasted < blind.l3_read_tokens_wasted
+
+
+@pytest.fixture(scope="module")
+def decode_heavy(tmp_path_factory: pytest.TempPathFactory) -> list[TraceRequest]:
+    """Eight prompts at once whose outputs outgrow the pool together."""
+    rows = [_row(i, [7000 + 2 * i, 7001 + 2 * i], output=3000) for i in range(8)]
+    return _write(tmp_path_factory, "decode.jsonl", rows)
+
+
+@pytest.mark.parametrize("policy", ["live", "blind"])
+def test_decode_growth_retracts_and_every_request_finishes(
+    decode_heavy: list[TraceRequest], policy: str
+) -> None:
+    options = ReplayOptions(device_tokens=16 * 1024, host_tokens=16 * 1024)
+    replay = Replay(policy, decode_heavy, options)
+    metrics = replay.run()
+    assert metrics.engine.retractions > 0
+    assert metrics.engine.prefill_tokens > sum(r.input_length for r in decode_heavy)  # re-runs
+    assert_books_close(replay, metrics, decode_heavy)
+
+
+@pytest.fixture(scope="module")
+def anchor_evicted(tmp_path_factory: pytest.TempPathFactory) -> list[TraceRequest]:
+    """B's prefix P is on the device when it issues its prefetch of Q; while its existence query
+    is in flight, short requests (below the prefetch threshold, so admitted at once) fill the
+    pool and evict every unlocked leaf."""
+    p, q = [1, 2, 3, 4], [5, 6, 7, 8, 9, 10, 11]
+    rows = [_row(0, p + q, output=1)]  # P + Q computed, written through to L3
+    rows += [_row(5_000 + i, [100 + 5 * i + j for j in range(5)], 1) for i in range(3)]  # evict
+    rows.append(_row(20_000, [*p, 200], output=1))  # P on the device again, Q not
+    rows.append(_row(30_000, p + q, output=1))  # B
+    rows += [_row(30_001 + i, [300 + 5 * i + j for j in range(5)], 1) for i in range(5)]
+    return _write(tmp_path_factory, "anchor.jsonl", rows)
+
+
+def test_an_anchor_evicted_during_the_read_is_shrunk_for_blind_and_pinned_for_live(
+    anchor_evicted: list[TraceRequest],
+) -> None:
+    options = ReplayOptions(
+        device_tokens=12 * 1024,
+        host_tokens=16 * 1024,
+        prefetch_threshold=3072,
+        speed=1.0,
+        costs=CostModel(exists_latency_ms=500),
+        engine=EngineOptions(prefetch_policy="wait_complete"),
+    )
+    live, blind = (Replay(policy, anchor_evicted, options) for policy in ("live", "blind"))
+    live_metrics, blind_metrics = live.run(), blind.run()
+    assert blind_metrics.wasted_by_reason["shrunk"].reads == 1
+    assert blind_metrics.tokens_spliced == 0
+    assert "shrunk" not in live_metrics.wasted_by_reason
+    assert live_metrics.l3_reads_wasted == 0 and live_metrics.tokens_spliced == 3520
+    assert live.pipe.stats.locked >= 1  # B's anchor was pinned at issue
+    for replay, metrics in ((live, live_metrics), (blind, blind_metrics)):
+        assert_books_close(replay, metrics, anchor_evicted)
+
+
+def test_same_seed_same_json(siblings: list[TraceRequest]) -> None:
+    first = Replay("live", siblings, SMALL).run().model_dump()
+    second = Replay("live", siblings, SMALL).run().model_dump()
     first.pop("wall_seconds"), second.pop("wall_seconds")
     assert first == second
+
+
+def test_lpm_and_every_prefetch_policy_close_their_books(siblings: list[TraceRequest]) -> None:
+    for engine in (
+        EngineOptions(schedule="lpm"),
+        EngineOptions(prefetch_policy="best_effort"),
+        EngineOptions(prefetch_policy="wait_complete"),
+    ):
+        replay = Replay("live", siblings, SMALL.model_copy(update={"engine": engine}))
+        assert_books_close(replay, replay.run(), siblings)
 
 
 def test_cli_json_has_exactly_the_keys_for_one_and_all_policies(tmp_path: Path) -> None:
@@ -96,6 +201,9 @@ def test_cli_json_has_exactly_the_keys_for_one_and_all_policies(tmp_path: Path) 
         assert list(payload) == expected
         for metrics in payload.values():
             assert list(metrics) == KEYS
+            assert list(metrics["engine"]) == ENGINE_KEYS
+            for wasted in metrics["wasted_by_reason"].values():
+                assert list(wasted) == ["reads", "tokens"]
     assert list(ReplayMetrics.model_fields) == KEYS
 
 
@@ -104,6 +212,17 @@ def test_cli_plot_writes_a_png(tmp_path: Path) -> None:
     out = tmp_path / "replay.png"
     assert main(["replay", "--limit", "30", "--plot", str(out)]) == 0
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_cli_sweep_writes_json_and_a_png(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib", reason="--plot needs the plot extra: pip install '.[plot]'")
+    out, png = tmp_path / "sweep.json", tmp_path / "sweep.png"
+    args = ["replay", "--limit", "30", "--sweep", "2,0.5", "--json", str(out), "--plot", str(png)]
+    assert main(args) == 0
+    payload = json.loads(out.read_text())
+    assert list(payload) == ["0.5", "2"]
+    assert all(list(by_policy) == ["live", "blind"] for by_policy in payload.values())
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 @pytest.mark.parametrize(
@@ -116,6 +235,10 @@ def test_cli_plot_writes_a_png(tmp_path: Path) -> None:
             "1 hash_ids for input_length=1000; expected 2",
         ),
         ('{"timestamp": -1, "input_length": 1, "output_length": 1, "hash_ids": [1]}', "timestamp"),
+        (
+            '{"timestamp": 0, "input_length": 0, "output_length": 1, "hash_ids": []}',
+            "input_length must be an int of at least 1",
+        ),
     ],
 )
 def test_bad_trace_lines_name_file_line_and_field(tmp_path: Path, line: str, message: str) -> None:
@@ -128,6 +251,23 @@ def test_bad_trace_lines_name_file_line_and_field(tmp_path: Path, line: str, mes
     assert f"{path}:2" in str(caught.value)
 
 
-def test_cli_reports_a_missing_trace_and_a_pool_too_small(tmp_path: Path) -> None:
-    assert main(["replay", "--trace", str(tmp_path / "nope.jsonl")]) == 2
-    assert main(["replay", "--limit", "5", "--device-tokens", "1024"]) == 2
+def test_cli_bad_input_is_a_clear_error_and_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad_costs = tmp_path / "costs.yaml"
+    bad_costs.write_text("gpu_memory_gb: -1\n")
+    cases = [
+        (["--trace", str(tmp_path / "nope.jsonl")], "does not exist"),
+        (["--limit", "5", "--device-tokens", "1024"], "--device-tokens"),
+        (["--limit", "5", "--speed", "0"], "--speed must be positive"),
+        (["--limit", "5", "--sweep", "1,fast"], "--sweep takes speeds"),
+        (["--limit", "5", "--costs", str(bad_costs)], "gpu_memory_gb"),
+        (["--limit", "5", "--costs", str(tmp_path / "none.yaml")], "does not exist"),
+    ]
+    for args, message in cases:
+        assert main(["replay", *args]) == 2, args
+        printed = "".join(capsys.readouterr().out.split())  # rich wraps long lines
+        assert "".join(message.split()) in printed, args
+    with pytest.raises(SystemExit) as exited:
+        main(["replay", "--model", "gpt-5"])
+    assert exited.value.code == 2

@@ -23,13 +23,15 @@ import torch
 from ..runtime import IOOp, IOResult, ManualIO, TokenKey, page_hashes
 from ..runtime.hashing import ROOT_NAMESPACE, storage_key
 from ..runtime.io import OpKind
-from ..runtime.prefix_tree import Node, PrefixMatch, alloc_evicting
+from ..runtime.prefix_tree import Node, PrefixMatch
 from ..statemachine.pipeline import BufferPipeline
 
 _EMPTY = torch.empty(0, dtype=torch.int64)
-_PENDING_STATES = frozenset(
-    {"issued", "locked", "no_anchor", "cap_skip", "anchor_lost", "parked", "reading"}
-)
+
+
+MakeRoom = Callable[[int, Node], bool]
+"""The engine's evict-before-alloc: ``make_room(tokens, keep)`` frees LRU leaves (never
+``keep``'s path) until ``tokens`` slots are free; False when they cannot be."""
 
 
 class Policy(Protocol):
@@ -49,7 +51,12 @@ class Policy(Protocol):
         """A prefetch is still on its way (admission may wait for it)."""
         ...
 
-    def admit(self, request_id: str, prefix: PrefixMatch) -> torch.Tensor:
+    def terminate(self, request_id: str) -> None:
+        """The request is admitted without its prefetch: let go of it (a read in flight is
+        abandoned and its bounce freed when it lands)."""
+        ...
+
+    def admit(self, request_id: str, prefix: PrefixMatch, make_room: MakeRoom) -> torch.Tensor:
         """Use what the prefetch staged; return the device slots spliced after ``prefix``."""
         ...
 
@@ -57,6 +64,10 @@ class Policy(Protocol):
 
     def counters(self) -> dict[str, int]:
         """``l3_reads`` … ``declined_device_covered`` for the replay's metrics."""
+        ...
+
+    def wasted_by_reason(self) -> dict[str, tuple[int, int]]:
+        """``{reason: (reads, tokens)}`` of wasted L3 reads; sums to the wasted totals."""
         ...
 
 
@@ -80,17 +91,21 @@ class LivePolicy:
         self.pipe.poll()
 
     def pending(self, request_id: str) -> bool:
-        return self.pipe.state(request_id) in _PENDING_STATES
+        return self.pipe.prefetch_pending(request_id)
 
-    def admit(self, request_id: str, prefix: PrefixMatch) -> torch.Tensor:
-        state = self.pipe.state(request_id)
-        if state in ("staged", "trimmed"):
-            kv_tokens, _swa = self.pipe.plan_staged_splice(request_id, prefix.length)
-            if kv_tokens:
-                return self.pipe.init_load_back(request_id, prefix.device_indices)
-        elif state in _PENDING_STATES:
-            self.pipe.release_aborted_request(request_id)
-        return _EMPTY
+    def terminate(self, request_id: str) -> None:
+        self.pipe.release_aborted_request(request_id)
+
+    def admit(self, request_id: str, prefix: PrefixMatch, make_room: MakeRoom) -> torch.Tensor:
+        if self.pipe.state(request_id) not in ("staged", "trimmed"):
+            return _EMPTY
+        kv_tokens, _swa = self.pipe.plan_staged_splice(request_id, prefix.length)
+        if not kv_tokens:
+            return _EMPTY  # released at the plan: shrunk or device_covered
+        # the engine evicts (and counts it); if room cannot be made, the pipeline drops the
+        # hold as device_capacity
+        make_room(kv_tokens, prefix.last_node)
+        return self.pipe.init_load_back(request_id, prefix.device_indices)
 
     def due_retries(self, waiting: Sequence[str]) -> list[str]:
         return self.pipe.due_retries(waiting)
@@ -108,6 +123,9 @@ class LivePolicy:
             "declined_device_covered": stats.declined_device_covered,
         }
 
+    def wasted_by_reason(self) -> dict[str, tuple[int, int]]:
+        return self.pipe.wasted_by_reason()
+
 
 @dataclass(eq=False)
 class _BlindFetch:
@@ -115,7 +133,7 @@ class _BlindFetch:
     matched_len: int
     anchor: Node
     keys: list[str]
-    stage: str = "exists"  # exists -> reading -> staged
+    stage: str = "exists"  # exists -> reading -> staged, or ended from any of them
     op_id: int = 0
     pinned: bool = False
     host: torch.Tensor | None = None
@@ -135,6 +153,7 @@ class BlindPolicy:
             ("l3_reads", "l3_read_tokens", "l3_reads_wasted", "l3_read_tokens_wasted"), 0
         )
         self._spliced = 0
+        self._wasted: dict[str, tuple[int, int]] = {}
 
     def issue(self, request_id: str, key: TokenKey, matched_len: int) -> None:
         page = self.pipe.config.page_size
@@ -172,14 +191,14 @@ class BlindPolicy:
     def _commit(self, fetch: _BlindFetch, hit_tokens: int) -> None:
         pipe = self.pipe
         if fetch.abandoned or hit_tokens < max(1, pipe.config.prefetch_threshold):
-            self._drop(fetch)
+            self._drop(fetch, "revoked")
             return
         if fetch.matched_len and fetch.anchor.attached:  # the stored id still resolves: pin
             pipe.tree.inc_lock_ref(fetch.anchor)
             fetch.pinned = True  # (a miss skips the pin silently and fetches anyway)
         fetch.host = pipe.host_pool.alloc(hit_tokens)
         if fetch.host is None:
-            self._drop(fetch)
+            self._drop(fetch, "host_capacity")
             return
         fetch.stage, fetch.read_tokens = "reading", hit_tokens
         self._counts["l3_reads"] += 1
@@ -198,26 +217,37 @@ class BlindPolicy:
             self.pipe.host_pool.free(fetch.host[read:])
             fetch.host = fetch.host[:read]
         fetch.stage = "staged"
-        if fetch.abandoned or read == 0:
-            self._drop(fetch)
+        if fetch.abandoned:
+            self._drop(fetch, "aborted")
+        elif read == 0:
+            self._drop(fetch, "discarded")
 
-    def _drop(self, fetch: _BlindFetch, spliced: int = 0) -> None:
-        """End a fetch: unpin, free its bounce, settle its read as spliced from or wasted."""
+    def _drop(self, fetch: _BlindFetch, reason: str, spliced: int = 0) -> None:
+        """End a fetch: unpin, free its bounce, settle its read as spliced from or wasted
+        (under ``reason`` when nothing of it was spliced)."""
+        fetch.stage = "ended"
         if fetch.pinned:
             self.pipe.tree.dec_lock_ref(fetch.anchor)
             fetch.pinned = False
         if fetch.host is not None:
             self.pipe.host_pool.free(fetch.host)
             fetch.host = None
-        if fetch.read_tokens:
-            self._counts["l3_read_tokens_wasted"] += fetch.read_tokens - spliced
-            self._counts["l3_reads_wasted"] += 0 if spliced else 1
+        if fetch.read_tokens and not spliced:
+            self._counts["l3_read_tokens_wasted"] += fetch.read_tokens
+            self._counts["l3_reads_wasted"] += 1
+            reads, tokens = self._wasted.get(reason, (0, 0))
+            self._wasted[reason] = (reads + 1, tokens + fetch.read_tokens)
 
     def pending(self, request_id: str) -> bool:
         fetch = self._fetches.get(request_id)
-        return fetch is not None and fetch.stage != "staged"
+        return fetch is not None and fetch.stage in ("exists", "reading")
 
-    def admit(self, request_id: str, prefix: PrefixMatch) -> torch.Tensor:
+    def terminate(self, request_id: str) -> None:
+        fetch = self._fetches.pop(request_id, None)
+        if fetch is not None:
+            fetch.abandoned = True  # its IO completion ends it
+
+    def admit(self, request_id: str, prefix: PrefixMatch, make_room: MakeRoom) -> torch.Tensor:
         fetch = self._fetches.pop(request_id, None)
         if fetch is None:
             return _EMPTY
@@ -225,18 +255,27 @@ class BlindPolicy:
             fetch.abandoned = True  # its IO completion ends it
             return _EMPTY
         assert fetch.host is not None
-        pipe, tokens, slots = self.pipe, fetch.host.numel(), None
-        if prefix.length == fetch.matched_len:  # all-or-nothing: the base must be exactly there
-            slots = alloc_evicting(pipe.tree, pipe.device_pool, tokens, prefix.last_node)
+        pipe, tokens = self.pipe, fetch.host.numel()
+        end = fetch.matched_len + tokens
+        # all-or-nothing: the splice base must be exactly where the span starts
+        if prefix.length != fetch.matched_len:
+            if prefix.length < fetch.matched_len:
+                reason = "shrunk"  # the base was evicted while the fetch was unpinned
+            elif prefix.length >= end:
+                reason = "device_covered"
+            else:
+                reason = "not_trimmed"  # a sibling published the head; the tail is unusable
+            self._drop(fetch, reason)
+            return _EMPTY
+        slots = pipe.device_pool.alloc(tokens) if make_room(tokens, prefix.last_node) else None
         if slots is None:
-            self._drop(fetch)
+            self._drop(fetch, "device_capacity")
             return _EMPTY
         pipe.copy.h2d(pipe.host_pool, fetch.host, pipe.device_pool, slots).wait()
-        end = fetch.matched_len + tokens
         present = pipe.tree.insert(fetch.key.prefix(end), torch.cat([prefix.device_indices, slots]))
-        assert present == prefix.length, "the engine admits one request at a time"
+        assert present == prefix.length, "the match and the insert run back to back"
         self._spliced += tokens
-        self._drop(fetch, spliced=tokens)
+        self._drop(fetch, "filled", spliced=tokens)
         return slots
 
     def due_retries(self, waiting: Sequence[str]) -> list[str]:
@@ -250,3 +289,6 @@ class BlindPolicy:
             "declined_anchor_lost": 0,
             "declined_device_covered": 0,
         }
+
+    def wasted_by_reason(self) -> dict[str, tuple[int, int]]:
+        return dict(self._wasted)

@@ -1,27 +1,27 @@
-"""``stagefate replay``: a discrete-event scheduler simulation over a Mooncake-format trace.
+"""``stagefate replay``: a trace replayed through a continuous-batching engine, one policy a run.
 
 Theory of operation
 -------------------
-One engine, one prefill at a time, FIFO admission; time is simulated milliseconds, advanced from
-event to event (an arrival, an IO completion due, a prefill finishing, the queue head's prefetch
-timeout). At every event the replay:
+Time is simulated milliseconds from the trace's first arrival, advanced from event to event.
+Requests arrive at their trace timestamps (divided by ``speed``); the engine (:mod:`.engine`,
+with its own essay) runs back-to-back steps while it has work, each taking the cost model's
+time. Before every step the replay:
 
 1. takes the arrivals due: each matches the live device tree and issues a prefetch of the rest
-   (the policy declines spans below the threshold or absent from L3);
-2. completes the IO operations whose modelled time has come, then lets the policy poll;
-3. re-issues due retries of waiting requests (``due_retries``);
-4. finishes the running prefill: its computed pages are inserted into the tree and written
-   through to L3, so later requests find them on the device or in L3;
-5. admits the queue head when the engine is free and the head's prefetch is settled (or waited
-   past its timeout, which grows with the span): it re-matches the live tree, lets the policy
-   splice what it staged (``plan_staged_splice`` + ``init_load_back`` for ``live``), pins the
-   request's prefix, allocates device slots for the rest (evicting LRU leaves) and computes it.
+   of its prompt through the policy, then joins the waiting queue;
+2. completes the IO operations whose modelled time has come and lets the policy poll (SGLang's
+   ``check_hicache_events``, once per scheduling pass);
+3. re-issues the due paced retries of waiting requests (the queue head's at once: stagefate's
+   retry book never delays the head; SGLang 0.5.23 instead cancels the head's retry);
 
-The device pool is far smaller than the trace's working set, so eviction, splits and sibling
-publishes (a request computed and inserted while another's read of the same span is in flight)
-happen for real. IO operations get their completion time when they are queued: they wait for a
-free server (``l3_channels`` for storage, one copy stream for H2D), then take the cost model's
-time, scaled by a seeded jitter of up to ``io_jitter`` either way.
+then runs one engine step and gives every IO operation queued meanwhile its completion time: it
+waits for a free server (``l3_channels`` for storage, one copy stream for H2D), then takes the
+cost model's time, scaled by a seeded jitter of up to ``io_jitter`` either way. When the engine
+has nothing to run (everything waits on a prefetch) the clock jumps to the next arrival, IO
+completion or prefetch timeout.
+
+The policy decides the fate of every prefetch; the engine is the same for all of them, so the
+figures differ only by what the policy does with the live tree.
 """
 
 from __future__ import annotations
@@ -32,16 +32,14 @@ import random
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
 
-import torch
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..runtime import Storage, TokenKey
-from ..runtime.prefix_tree import Node, alloc_evicting
 from ..statemachine.config import PipelineConfig
 from ..statemachine.pipeline import BufferPipeline
 from .costs import CostModel
+from .engine import Engine, EngineMetrics, EngineOptions, EngineRequest
 from .policies import BlindPolicy, LivePolicy, Policy
 from .trace import TraceRequest
 
@@ -51,19 +49,38 @@ POLICIES: dict[str, Callable[[BufferPipeline], Policy]] = {
 }
 
 
+DEFAULT_SPEED = 0.3
+"""One H200 running Llama-3.1-8B has about a third of the prefill capacity the trace's arrival
+rate asks for (at speed 1 the embedded slice keeps it busy 3.3 times longer than its 241 s of
+arrivals), so by default arrivals come at 0.3x: the engine runs near its capacity."""
+
+
 class ReplayOptions(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     page_size: int = Field(64, ge=1)
-    device_tokens: int = Field(512 * 1024, ge=1)
-    """The device KV pool; the default holds a few dozen average prompts of the trace."""
+    device_tokens: int | None = Field(None, ge=1)
+    """The device KV pool; None: what the cost model's GPU holds after the model's weights."""
     host_tokens: int = Field(256 * 1024, ge=1)
+    """The host bounce buffer (staging only)."""
+    prefetch_threshold: int = Field(256, ge=1)
+    """Spans shorter than this are not fetched (SGLang's default ``prefetch_threshold``)."""
+    speed: float = Field(DEFAULT_SPEED, gt=0)
+    """Arrival timestamps are divided by this: 2 replays the trace twice as fast."""
     seed: int = 0
     storage: str = "memory"
     """The L3: ``memory``, ``file:PATH`` or ``mooncake://HOST:PORT``."""
     dedup_inflight: bool = True
     io_jitter: float = Field(0.2, ge=0, lt=1)
     costs: CostModel = CostModel()
+    engine: EngineOptions = EngineOptions()
+
+
+class WastedReads(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    reads: int
+    tokens: int
 
 
 class ReplayMetrics(BaseModel):
@@ -81,34 +98,15 @@ class ReplayMetrics(BaseModel):
     tokens_spliced: int
     tokens_trimmed: int
     prefill_tokens_computed: int
+    """Prompt tokens computed at admission (a retracted request's re-run counts again)."""
     declined_anchor_lost: int
     declined_device_covered: int
     hit_rate: float
-    """Share of prompt tokens not computed: found on the device at admission or spliced."""
+    """Share of admitted prompt tokens not computed: found on the device or spliced."""
     wall_seconds: float
-
-
-@dataclass(eq=False)
-class _Request:
-    trace: TraceRequest
-    request_id: str
-    key: TokenKey
-    """The prompt cut to whole pages: what the tree and L3 can hold."""
-    issued_ms: float = 0.0
-    span_tokens: int = 0
-    """When its last prefetch was issued and what it asked for: admission waits for it from
-    then, for a time that grows with the span."""
-
-
-@dataclass(eq=False)
-class _Running:
-    request: _Request
-    finish_ms: float
-    cached: int
-    """Tokens of the prompt already on the device when it was admitted (prefix + splice)."""
-    node: Node
-    slots: torch.Tensor | None
-    """Device slots for the computed pages (None: no room; they are computed, not cached)."""
+    wasted_by_reason: dict[str, WastedReads]
+    """Wasted reads and tokens by why (docs/replay.md); they add up to the two totals."""
+    engine: EngineMetrics
 
 
 class Replay:
@@ -124,13 +122,16 @@ class Replay:
         if policy not in POLICIES:
             raise ValueError(f"unknown policy {policy!r}; choose one of {sorted(POLICIES)}")
         self.options = opts = options or ReplayOptions()
-        longest = max(request.input_length for request in trace)
         page = opts.page_size
-        device_tokens = -(-opts.device_tokens // page) * page
-        if device_tokens < 2 * longest:
+        longest = max(request.input_length + request.output_length for request in trace)
+        max_context = -(-longest // page) * page + page
+        pool = opts.device_tokens or opts.costs.device_kv_tokens()
+        device_tokens = -(-pool // page) * page
+        if device_tokens < 2 * max_context:
             raise ValueError(
-                f"device_tokens={opts.device_tokens} cannot hold the trace's longest prompt "
-                f"({longest} tokens) twice over; pass --device-tokens {2 * longest} or more"
+                f"a device pool of {device_tokens:,} tokens cannot hold the trace's longest "
+                f"request ({longest:,} tokens of prompt and output) twice over; pass "
+                f"--device-tokens {2 * max_context} or more (or a GPU with more memory)"
             )
         config = PipelineConfig(
             page_size=page,
@@ -139,8 +140,8 @@ class Replay:
             head_dim=1,
             device_tokens=device_tokens,
             host_tokens=-(-opts.host_tokens // page) * page,
-            max_context_len=-(-longest // page) * page,
-            prefetch_threshold=page,
+            max_context_len=max_context,
+            prefetch_threshold=-(-opts.prefetch_threshold // page) * page,
             device="cpu",
             io="manual",
             dedup_inflight=opts.dedup_inflight,
@@ -148,13 +149,20 @@ class Replay:
         )
         self.pipe = BufferPipeline(config, storage=storage)
         self.policy = POLICIES[policy](self.pipe)
+        self.engine = Engine(
+            self.pipe.tree,
+            self.pipe.device_pool,
+            self.policy,
+            self.pipe.write_through,
+            opts.costs,
+            opts.engine,
+        )
         self.trace = trace
         self._random = random.Random(opts.seed)
         self._due: list[tuple[float, int]] = []
         self._timed: set[int] = set()
         # when each server is next free: L3 channels, and the H2D copy stream
         self._servers = {"l3": [0.0] * opts.costs.l3_channels, "h2d": [0.0]}
-        self.input_tokens = self.device_hit_tokens = self.prefill_tokens = 0
 
     # ------------------------------------------------------------------ the loop
 
@@ -163,59 +171,53 @@ class Replay:
         started = time.perf_counter()
         # Prompts are synthesized at arrival: a full trace's tokens at once would be ~0.5 GB.
         arrivals = deque(self.trace)
-        waiting: deque[_Request] = deque()
-        running: _Running | None = None
+        engine, io = self.engine, self.policy.io
         now = 0.0
-        while arrivals or waiting or running is not None or self.policy.io.pending():
-            now = self._next_event(now, arrivals, waiting, running)
-            while arrivals and arrivals[0].timestamp_ms <= now:
-                item = arrivals.popleft()
-                page = self.options.page_size
-                request = _Request(item, f"r{item.index}", item.tokens().whole_pages(page))
-                self._issue(request, now)
-                waiting.append(request)
+        while arrivals or engine.busy() or io.pending():
+            while arrivals and self._arrival_ms(arrivals[0]) <= now:
+                engine.arrive(self._request(arrivals.popleft()))
                 if on_request is not None:
                     on_request()
             self._complete_io(now)
-            by_id = {request.request_id: request for request in waiting}
+            by_id = {request.request_id: request for request in engine.waiting}
             for request_id in self.policy.due_retries(list(by_id)):
-                self._issue(by_id[request_id], now)
-            if running is not None and running.finish_ms <= now:
-                self._finish(running)
-                running = None
-            if running is None and waiting and self._may_admit(waiting[0], now):
-                running = self._admit(waiting.popleft(), now)
+                engine.issue(by_id[request_id])
+            duration = engine.step(now)
             self._time_new_ops(now)
-        self.metrics = self._metrics(time.perf_counter() - started)
+            if duration is not None:
+                now += duration
+            elif arrivals or engine.busy() or io.pending():
+                now = self._next_event(now, arrivals)
+        self.metrics = self._metrics(now, time.perf_counter() - started)
         return self.metrics
 
-    def _next_event(
-        self,
-        now: float,
-        arrivals: deque[TraceRequest],
-        waiting: deque[_Request],
-        running: _Running | None,
-    ) -> float:
+    def _request(self, item: TraceRequest) -> EngineRequest:
+        prompt = item.tokens()
+        # The last prompt token is always computed (it yields the first output token), so the
+        # cacheable key stops before it, as SGLang's prefix match does.
+        key = TokenKey.of(prompt[: item.input_length - 1]).whole_pages(self.options.page_size)
+        return EngineRequest(item, f"r{item.index}", prompt, key)
+
+    def _arrival_ms(self, item: TraceRequest) -> float:
+        return (item.timestamp_ms - self.trace[0].timestamp_ms) / self.options.speed
+
+    def _next_event(self, now: float, arrivals: deque[TraceRequest]) -> float:
         times = [math.inf]
         if arrivals:
-            times.append(arrivals[0].timestamp_ms)
+            times.append(self._arrival_ms(arrivals[0]))
         if self._due:
             times.append(self._due[0][0])
-        if running is not None:
-            times.append(running.finish_ms)
-        elif waiting:
-            times.append(self._deadline(waiting[0]))
+        deadline = self.engine.next_deadline()
+        if deadline is not None:
+            times.append(deadline)
         upcoming = min(times)
-        assert upcoming < math.inf, "the replay stalled: no event left while work remains"
+        if upcoming == math.inf:
+            raise RuntimeError(
+                "the replay stalled: requests wait but nothing can run and no event is due "
+                "(device pool too small for what the prefetches pin); pass a larger "
+                "--device-tokens"
+            )
         return max(now, upcoming)
-
-    def _deadline(self, request: _Request) -> float:
-        if not self.policy.pending(request.request_id):
-            return -math.inf  # admissible now
-        return request.issued_ms + self.options.costs.prefetch_timeout(request.span_tokens)
-
-    def _may_admit(self, request: _Request, now: float) -> bool:
-        return self._deadline(request) <= now
 
     # ------------------------------------------------------------------ IO on the clock
 
@@ -242,48 +244,23 @@ class Replay:
             io.complete(op_id)
         self.policy.poll()
 
-    # ------------------------------------------------------------------ requests
-
-    def _issue(self, request: _Request, now: float) -> None:
-        match = self.pipe.tree.match_prefix(request.key)
-        request.issued_ms, request.span_tokens = now, len(request.key) - match.length
-        self.policy.issue(request.request_id, request.key, match.length)
-
-    def _admit(self, request: _Request, now: float) -> _Running:
-        tree = self.pipe.tree
-        prefix = tree.match_prefix(request.key)
-        tail = self.policy.admit(request.request_id, prefix)
-        cached = prefix.length + tail.numel()
-        node = tree.match_prefix(request.key.prefix(cached)).last_node
-        tree.inc_lock_ref(node)  # the request's KV stays put while it computes
-        new_pages = len(request.key) - cached
-        slots = alloc_evicting(tree, self.pipe.device_pool, new_pages, node)
-        computed = request.trace.input_length - cached
-        self.input_tokens += request.trace.input_length
-        self.device_hit_tokens += prefix.length
-        self.prefill_tokens += computed
-        costs = self.options.costs
-        finish = now + costs.io_ms("load", tail.numel()) + costs.prefill_ms(computed)
-        return _Running(request, finish, cached, node, slots)
-
-    def _finish(self, running: _Running) -> None:
-        tree, key = self.pipe.tree, running.request.key
-        if running.slots is not None and running.slots.numel():
-            prefix = tree.match_prefix(key.prefix(running.cached)).device_indices
-            present = tree.insert(key, torch.cat([prefix, running.slots]))
-            assert present == running.cached, "one prefill at a time: nothing else inserts"
-            self.pipe.write_through(key, tree.match_prefix(key).device_indices)
-        tree.dec_lock_ref(running.node)
-
     # ------------------------------------------------------------------ results
 
-    def _metrics(self, wall_seconds: float) -> ReplayMetrics:
+    def _metrics(self, simulated_ms: float, wall_seconds: float) -> ReplayMetrics:
         counters = self.policy.counters()
-        hit = 1 - self.prefill_tokens / self.input_tokens if self.input_tokens else 0.0
+        books = self.engine.books
+        computed = books.prompt_tokens_computed
+        hit = 1 - computed / books.input_tokens if books.input_tokens else 0.0
+        wasted = {
+            reason: WastedReads(reads=reads, tokens=tokens)
+            for reason, (reads, tokens) in sorted(self.policy.wasted_by_reason().items())
+        }
         return ReplayMetrics(
             requests=len(self.trace),
-            prefill_tokens_computed=self.prefill_tokens,
+            prefill_tokens_computed=computed,
             hit_rate=round(hit, 6),
             wall_seconds=round(wall_seconds, 3),
+            wasted_by_reason=wasted,
+            engine=self.engine.metrics(simulated_ms),
             **counters,
         )

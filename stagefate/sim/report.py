@@ -1,11 +1,12 @@
-"""Running one or more policies over a trace, and presenting the outcome (table, JSON, PNG)."""
+"""Running policies over a trace, and presenting the outcome: tables, the story, JSON, PNGs."""
 
 from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.progress import Progress
@@ -13,6 +14,22 @@ from rich.table import Table
 
 from .replay import Replay, ReplayMetrics, ReplayOptions
 from .trace import TraceRequest
+
+REASONS = {
+    "shrunk": "the splice base was evicted before admission: the live prefix ends before the span",
+    "not_trimmed": "a sibling published the span's head; all-or-nothing cannot splice the tail",
+    "device_covered": "by admission the device held the whole span: a sibling computed it",
+    "dropped": "the live prefix moved between the plan and the splice",
+    "discarded": "L3 returned nothing for the span",
+    "aborted": "admitted without it (prefetch timeout): the read landed after admission",
+    "device_capacity": "no device room for the splice at admission",
+    "host_capacity": "no bounce room when the read was due",
+    "released": "the scheduler released the hold",
+    "aux_cut": "a trim would have cut into the sliding window",
+    "trimmed": "heads of spliced spans a sibling had published meanwhile (tokens only)",
+    "short_read": "tails of spliced spans L3 did not return (tokens only)",
+}
+"""What each ``wasted_by_reason`` key means (docs/replay.md has the long form)."""
 
 
 def replay_policies(
@@ -25,34 +42,13 @@ def replay_policies(
     replays: dict[str, Replay] = {}
     with Progress(console=console, transient=False, disable=console is None) as progress:
         for name in policies:
-            task = progress.add_task(f"replay {name}", total=len(trace))
+            task = progress.add_task(f"replay {name} ×{options.speed:g}", total=len(trace))
             replays[name] = replay = Replay(name, trace, options)
             replay.run(on_request=functools.partial(progress.advance, task))
     return replays
 
 
-def dedup_line(replays: dict[str, Replay]) -> str | None:
-    """What in-flight dedup did in the live run (not a JSON key: the keys are fixed)."""
-    live = replays.get("live")
-    if live is None:
-        return None
-    stats = live.pipe.stats
-    return (
-        f"live: {stats.declined_inflight:,} IO commits found a sibling already reading their "
-        f"whole span and waited for it instead of reading (declined_inflight); compare "
-        f"`--no-dedup` for the reads this saves"
-    )
-
-
-def metrics_table(results: dict[str, ReplayMetrics]) -> Table:
-    table = Table(title="stagefate replay")
-    table.add_column("metric")
-    for name in results:
-        table.add_column(name, justify="right")
-    for field in ReplayMetrics.model_fields:
-        values = [getattr(metrics, field) for metrics in results.values()]
-        table.add_row(field, *(format_metric(v) for v in values))
-    return table
+# ---------------------------------------------------------------------- tables
 
 
 def format_metric(value: object) -> str:
@@ -60,14 +56,143 @@ def format_metric(value: object) -> str:
     return f"{value:,.3f}" if isinstance(value, float) else f"{value:,}"
 
 
+_NESTED = ("wasted_by_reason", "engine")
+
+
+def metric_rows(results: dict[str, ReplayMetrics]) -> list[list[str]]:
+    """``[metric, value per policy…]``: the scalar keys, the engine block, then the wasted
+    reads and tokens by reason (one row per reason, ``reads / tokens``)."""
+    metrics = list(results.values())
+    rows = [
+        [field, *(format_metric(getattr(m, field)) for m in metrics)]
+        for field in ReplayMetrics.model_fields
+        if field not in _NESTED
+    ]
+    rows += [
+        [f"engine.{field}", *(format_metric(getattr(m.engine, field)) for m in metrics)]
+        for field in type(metrics[0].engine).model_fields
+    ]
+    for reason in sorted({r for m in metrics for r in m.wasted_by_reason}):
+        cells = []
+        for m in metrics:
+            wasted = m.wasted_by_reason.get(reason)
+            cells.append("-" if wasted is None else f"{wasted.reads:,} / {wasted.tokens:,}")
+        rows.append([f"wasted: {reason}", *cells])
+    return rows
+
+
+def metrics_table(results: dict[str, ReplayMetrics]) -> Table:
+    table = Table(title="stagefate replay")
+    table.add_column("metric")
+    for name in results:
+        table.add_column(name, justify="right")
+    for row in metric_rows(results):
+        if not row[0].startswith("wasted: "):  # the wasted table shows them with meanings
+            table.add_row(*row)
+    return table
+
+
+def wasted_table(results: dict[str, ReplayMetrics]) -> Table:
+    """Wasted reads / tokens by reason, one column per policy, with what each reason means."""
+    table = Table(title="wasted L3 reads by reason (reads / tokens)")
+    table.add_column("reason")
+    for name in results:
+        table.add_column(name, justify="right")
+    table.add_column("meaning")
+    for row in metric_rows(results):
+        if row[0].startswith("wasted: "):
+            reason = row[0].removeprefix("wasted: ")
+            table.add_row(reason, *row[1:], REASONS.get(reason, ""))
+    return table
+
+
+# ---------------------------------------------------------------------- the story
+
+
+def story(replays: dict[str, Replay], arrival_seconds: float) -> list[str]:
+    """What the comparison shows, in words, from the figures themselves."""
+    lines = []
+    for name, replay in replays.items():
+        m = replay.metrics
+        share = f"{m.l3_reads_wasted / m.l3_reads:.0%}" if m.l3_reads else "n/a"
+        lines.append(
+            f"{name}: {m.l3_reads:,} L3 reads, {m.l3_reads_wasted:,} wasted ({share}), "
+            f"{m.l3_read_tokens_wasted:,} tokens read for nothing; hit rate {m.hit_rate:.3f}; "
+            f"the engine ran {m.engine.simulated_seconds:,.0f} s for {arrival_seconds:,.0f} s "
+            f"of arrivals"
+        )
+        biggest = sorted(m.wasted_by_reason.items(), key=lambda kv: -kv[1].tokens)
+        for reason, wasted in biggest[:3]:
+            what = f"{_count(wasted.reads, 'read')}, " if wasted.reads else ""
+            lines.append(f"  {reason}: {what}{wasted.tokens:,} tokens: {REASONS.get(reason, '')}")
+    live, blind = replays.get("live"), replays.get("blind")
+    if live is not None and blind is not None:
+        lines += _compare(live, blind)
+    return lines
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"
+
+
+def _compare(live: Replay, blind: Replay) -> list[str]:
+    lm, bm = live.metrics, blind.metrics
+    stats = live.pipe.stats
+    lines = []
+    shrunk = bm.wasted_by_reason.get("shrunk")
+    if shrunk is not None:
+        lines.append(
+            f"blind discarded {_count(shrunk.reads, 'span')} whose splice base was evicted while "
+            f"the fetch was unpinned; live pins the anchor when it issues, or declines before "
+            f"reading ({lm.declined_anchor_lost:,} declined_anchor_lost)"
+        )
+    not_trimmed = bm.wasted_by_reason.get("not_trimmed")
+    if not_trimmed is not None:
+        lines.append(
+            f"blind discarded {_count(not_trimmed.reads, 'span')} whose head a sibling had "
+            f"published; live trims such a head and splices the tail (it trimmed "
+            f"{lm.tokens_trimmed:,} tokens)"
+        )
+    covered = bm.wasted_by_reason.get("device_covered")
+    if covered is not None:
+        lines.append(
+            f"blind read {_count(covered.reads, 'span')} that a sibling brought to the device "
+            f"first; live's commits found {_count(stats.declined_inflight, 'span')} a sibling was "
+            f"already reading and waited for it instead (declined_inflight), and "
+            f"{lm.declined_device_covered:,} already on the device (declined_device_covered)"
+        )
+    if lm.l3_reads > bm.l3_reads:
+        lines.append(
+            f"live read {_count(lm.l3_reads - bm.l3_reads, 'span')} more than blind: it retries "
+            f"a span that was not in L3 yet ({stats.retries_armed:,} retries armed), blind "
+            f"gives up at the first miss"
+        )
+    lines.append(
+        f"hit rate: live {lm.hit_rate:.3f}, blind {bm.hit_rate:.3f}; prompt tokens computed: "
+        f"live {lm.prefill_tokens_computed:,}, blind {bm.prefill_tokens_computed:,}"
+    )
+    return lines
+
+
+# ---------------------------------------------------------------------- files
+
+
 def write_json(results: dict[str, ReplayMetrics], path: Path) -> None:
     """One object keyed by policy name, also for a single policy."""
-    payload = {name: metrics.model_dump() for name, metrics in results.items()}
+    path.write_text(json.dumps(_dump(results), indent=2) + "\n")
+
+
+def write_sweep_json(sweep: dict[float, dict[str, ReplayMetrics]], path: Path) -> None:
+    """``{speed: {policy: metrics}}``."""
+    payload = {f"{speed:g}": _dump(results) for speed, results in sweep.items()}
     path.write_text(json.dumps(payload, indent=2) + "\n")
 
 
-def write_plot(results: dict[str, ReplayMetrics], path: Path) -> None:
-    """A PNG comparing the policies: L3 reads (used vs wasted) and prompt tokens by source."""
+def _dump(results: dict[str, ReplayMetrics]) -> dict[str, Any]:
+    return {name: metrics.model_dump() for name, metrics in results.items()}
+
+
+def _pyplot() -> Any:
     try:
         import matplotlib
 
@@ -75,6 +200,12 @@ def write_plot(results: dict[str, ReplayMetrics], path: Path) -> None:
         import matplotlib.pyplot as plt
     except ImportError:
         raise RuntimeError("--plot needs matplotlib: pip install 'stagefate[plot]'") from None
+    return plt
+
+
+def write_plot(results: dict[str, ReplayMetrics], path: Path) -> None:
+    """A PNG comparing the policies: L3 reads (used vs wasted) and prompt tokens by source."""
+    plt = _pyplot()
     names = list(results)
     figure, (reads, tokens) = plt.subplots(1, 2, figsize=(10, 4))
     used = [m.l3_reads - m.l3_reads_wasted for m in results.values()]
@@ -99,6 +230,57 @@ def write_plot(results: dict[str, ReplayMetrics], path: Path) -> None:
     tokens.legend()
     requests = next(iter(results.values())).requests
     figure.suptitle(f"stagefate replay: {requests:,} requests")
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
+def sweep_table(sweep: dict[float, dict[str, ReplayMetrics]]) -> Table:
+    table = Table(title="load sweep")
+    for column in (
+        "speed",
+        "policy",
+        "L3 reads",
+        "wasted reads",
+        "wasted tokens",
+        "hit rate",
+        "engine s",
+    ):
+        table.add_column(column, justify="right")
+    for speed, results in sweep.items():
+        for name, m in results.items():
+            table.add_row(
+                f"{speed:g}",
+                name,
+                f"{m.l3_reads:,}",
+                f"{m.l3_reads_wasted:,}",
+                f"{m.l3_read_tokens_wasted:,}",
+                f"{m.hit_rate:.3f}",
+                f"{m.engine.simulated_seconds:,.0f}",
+            )
+    return table
+
+
+def write_sweep_plot(sweep: dict[float, dict[str, ReplayMetrics]], path: Path) -> None:
+    """Wasted reads, wasted tokens and hit rate against load, one line per policy."""
+    plt = _pyplot()
+    speeds = list(sweep)
+    policies = list(next(iter(sweep.values())))
+    figure, axes = plt.subplots(1, 3, figsize=(13, 4))
+    panels: tuple[tuple[str, Callable[[ReplayMetrics], float]], ...] = (
+        ("wasted L3 reads", lambda m: m.l3_reads_wasted),
+        ("wasted L3 tokens (millions)", lambda m: m.l3_read_tokens_wasted / 1e6),
+        ("hit rate", lambda m: m.hit_rate),
+    )
+    for axis, (title, value) in zip(axes, panels, strict=True):
+        for name in policies:
+            axis.plot(speeds, [value(sweep[s][name]) for s in speeds], marker="o", label=name)
+        axis.set_title(title)
+        axis.set_xlabel("load (arrival speed ×)")
+        axis.set_xscale("log", base=2)
+        axis.set_xticks(speeds, [f"{s:g}" for s in speeds])
+        axis.legend()
+    figure.suptitle("stagefate replay: load sweep")
     figure.tight_layout()
     figure.savefig(path, dpi=110)
     plt.close(figure)

@@ -15,8 +15,6 @@ from pathlib import Path
 
 import torch
 
-from ..runtime import TokenKey
-
 BLOCK_TOKENS = 512
 DEFAULT_TRACE = "mooncake_synthetic_slice.jsonl"
 """The embedded slice: the last 1,000 requests of Mooncake's synthetic trace (data/NOTICE.md)."""
@@ -34,12 +32,12 @@ class TraceRequest:
     output_length: int
     hash_ids: tuple[int, ...]
 
-    def tokens(self) -> TokenKey:
-        """The prompt's synthesized token ids, ``input_length`` of them."""
+    def tokens(self) -> torch.Tensor:
+        """The prompt's synthesized token ids (int64), ``input_length`` of them."""
         ids = torch.tensor(self.hash_ids, dtype=torch.int64)
         block = torch.arange(BLOCK_TOKENS, dtype=torch.int64)
         tokens = (ids[:, None] * BLOCK_TOKENS + block[None, :]).reshape(-1)
-        return TokenKey.of(tokens[: self.input_length])
+        return tokens[: self.input_length]
 
 
 def default_trace_path() -> Path:
@@ -81,9 +79,9 @@ def _parse(path: Path, number: int, line: str, index: int) -> TraceRequest:
     hash_ids = row["hash_ids"]
     if not isinstance(timestamp, (int, float)) or timestamp < 0:
         raise TraceError(f"{where}: timestamp must be a non-negative number of ms")
-    for field, value in (("input_length", length), ("output_length", output)):
-        if not isinstance(value, int) or value < 0:
-            raise TraceError(f"{where}: {field} must be a non-negative int, got {value!r}")
+    for field, value, least in (("input_length", length, 1), ("output_length", output, 0)):
+        if not isinstance(value, int) or value < least:
+            raise TraceError(f"{where}: {field} must be an int of at least {least}, got {value!r}")
     if not isinstance(hash_ids, list) or not all(isinstance(h, int) and h >= 0 for h in hash_ids):
         raise TraceError(f"{where}: hash_ids must be a list of non-negative ints")
     blocks = -(-length // BLOCK_TOKENS)
