@@ -9,6 +9,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TypeVar
 
 from rich.console import Console
 
@@ -22,6 +23,7 @@ from .spec.modelcheck import Bounds
 from .spec.schema import LifecycleSpec
 
 console = Console(highlight=False)
+Payload = TypeVar("Payload")
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
@@ -201,12 +203,7 @@ def _cmd_replay(args: argparse.Namespace) -> int:
             replays = replay_policies(trace, policies, _replay_options(args, speed), console)
             sweep[speed] = {name: replay.metrics for name, replay in replays.items()}
         console.print(sweep_table(sweep))
-        if args.json:
-            write_sweep_json(sweep, Path(args.json))
-            console.print(f"wrote {args.json}")
-        if args.plot:
-            write_sweep_plot(sweep, Path(args.plot))
-            console.print(f"wrote {args.plot}")
+        _save(args, sweep, write_sweep_json, write_sweep_plot)
         return 0
     replays = replay_policies(trace, policies, first, console)
     results = {name: replay.metrics for name, replay in replays.items()}
@@ -215,13 +212,21 @@ def _cmd_replay(args: argparse.Namespace) -> int:
         console.print(wasted_table(results))
     for line in story(replays, arrival_ms / 1e3 / args.speed):
         console.print(line, markup=False)
-    if args.json:
-        write_json(results, Path(args.json))
-        console.print(f"wrote {args.json}")
-    if args.plot:
-        write_plot(results, Path(args.plot))
-        console.print(f"wrote {args.plot}")
+    _save(args, results, write_json, write_plot)
     return 0
+
+
+def _save(
+    args: argparse.Namespace,
+    payload: Payload,
+    write_json: Callable[[Payload, Path], None],
+    write_plot: Callable[[Payload, Path], None],
+) -> None:
+    """``--json`` and ``--plot``, when given."""
+    for path, write in ((args.json, write_json), (args.plot, write_plot)):
+        if path:
+            write(payload, Path(path))
+            console.print(f"wrote {path}")
 
 
 def _cmd_fuzz(args: argparse.Namespace) -> int:

@@ -131,6 +131,9 @@ def assert_quiescent(pipe: BufferPipeline) -> None:
     assert pipe.reads_in_flight() == (0, 0)
     assert stats.l3_reads == stats.filled + stats.l3_reads_wasted
     assert stats.l3_read_tokens == stats.spliced_tokens + stats.l3_read_tokens_wasted
+    wasted = pipe.wasted_by_reason().values()
+    assert sum(reads for reads, _ in wasted) == stats.l3_reads_wasted
+    assert sum(tokens for _, tokens in wasted) == stats.l3_read_tokens_wasted
 
 
 def kv_marks(pipe: BufferPipeline, slots: torch.Tensor) -> list[float]:

@@ -39,11 +39,14 @@ def test_same_span_is_read_once_and_the_waiter_gets_a_device_hit() -> None:
     assert ("b", "no_anchor", "released", "declined_inflight") in pair.outcomes
     assert consumer.stats.l3_reads == 1 and consumer.stats.declined_inflight == 1
     assert consumer.due_retries([NOT_HEAD, "b"]) == []  # waits for the sibling, not the clock
+    assert consumer.prefetch_pending("b")  # a scheduler keeps it waiting: a is reading for it
     pair.settle()
     tail = _admit(consumer, "a", seq)
     assert tail.numel() == 5 * PAGE
     assert consumer.due_retries([NOT_HEAD, "b"]) == []  # a is consumed, still owning the span
+    assert consumer.prefetch_pending("b") and not consumer.prefetch_pending("a")
     pair.settle()  # the H2D ack: a is filled
+    assert not consumer.prefetch_pending("b")  # its retry is due now: a device hit waits
     assert consumer.due_retries([NOT_HEAD, "b"]) == ["b"]
     assert consumer.prefetch_from_storage("b", seq, consumer.tree.match_prefix(seq).length) == (
         "released"

@@ -61,6 +61,7 @@ def test_trim_head_published_by_sibling(page: int, window_pages: int | None) -> 
         assert node.aux_value is not None and consumer.aux_pool is not None
         assert float(consumer.aux_pool.kv[0, 0, node.aux_value, 0, 0].min()) == 9.5
     assert consumer.stats.trimmed_tokens == page and consumer.stats.spliced_tokens == 4 * page
+    assert consumer.wasted_by_reason() == {"trimmed": (0, page)}  # read, not spliced, no read lost
     assert_quiescent(consumer)
 
 
@@ -341,6 +342,8 @@ def test_short_read_stages_the_prefix_and_failed_read_discards() -> None:
     consumer.init_load_back("short", torch.empty(0, dtype=torch.int64))
     pair.settle()
     assert consumer.tree.match_prefix(seq).length == 3
+    # the failed read is a whole wasted read; the short one wasted its missing tail only
+    assert consumer.wasted_by_reason() == {"discarded": (1, 5), "short_read": (0, 2)}
     assert_quiescent(consumer)
 
 

@@ -1,5 +1,5 @@
 """``stagefate bench replay``: the replay's wall time and outcome for live, live without dedup,
-and blind, on the embedded slice or (``--trace``) another trace.
+and blind, on the embedded slice or (``--trace``) another trace (a section of its own).
 
 Targets (DESIGN §8.1, issue "Replay on a continuous-batching engine"): ``make demo`` (live and
 blind on the embedded slice) under 30 s on 2 cores; the full synthetic trace with both policies
@@ -7,6 +7,8 @@ under 2 minutes.
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 from ..sim.replay import ReplayOptions
 from ..sim.report import metric_rows, replay_policies
@@ -39,4 +41,7 @@ def run(trace_path: str | None = None) -> Section:
         f"{blind.l3_reads:,}; hit rate {live.hit_rate:.3f} against {blind.hit_rate:.3f}. "
         "docs/replay.md explains where each wasted read comes from."
     )
-    return Section("replay", "Trace replay: live tree vs blind gamble", body)
+    if trace_path is None:
+        return Section("replay", "Trace replay: the embedded slice", body)
+    stem = Path(trace_path).stem
+    return Section(f"replay-{stem}", f"Trace replay: {stem}", body)
