@@ -6,9 +6,13 @@
   where source and destination both advance by one, a run is one strided slice copy, at the
   speed of a plain ``copy_``; scattered slots fall back to a per-plane index_select/index_copy_
   (an advanced-index assignment on dim 2 of the 5-D KV is several times slower). On CUDA it
-  runs on a dedicated stream, copies non-blocking from pinned memory, and records one event per
-  load; completion is queried (``CopyHandle.done``), never busy-waited. On the CPU the copy is
-  synchronous and its handle is done at once: the same behaviour, without the overlap.
+  runs on a dedicated stream that first waits for the work already queued on the caller's
+  stream (a freshly allocated slot may still be read by an earlier kernel), copies each run
+  plane by plane straight out of the pinned bounce (a contiguous pinned source is what makes a
+  non-blocking copy truly asynchronous), gathers scattered slots into a pinned staging tensor
+  first, and records one event per load; completion is queried (``CopyHandle.done``), never
+  busy-waited. On the CPU the copy is synchronous and its handle is done at once: the same
+  behaviour, without the overlap.
 * device → host → L3 (``pages_of``): the producer side of ``write_through``.
 """
 
@@ -54,11 +58,12 @@ FINISHED: CopyHandle = _Finished()
 class CopyEngine:
     def __init__(self, device: torch.device) -> None:
         self.device = device
-        self._stream = (
+        self.stream: torch.cuda.Stream | None = (
             torch.cuda.Stream(device)  # type: ignore[no-untyped-call]
             if device.type == "cuda"
             else None
         )
+        """The H2D stream (None on the CPU): loads never run on the caller's stream."""
 
     def read_into_host(
         self,
@@ -99,17 +104,15 @@ class CopyEngine:
             )
         if src_indices.numel() == 0:
             return FINISHED
-        if self._stream is None:
+        if self.stream is None:
             copy_slots(src_pool.kv, src_indices, dst_pool.kv, dst_indices)
             return FINISHED
-        staging = src_pool.kv[:, :, src_indices]
-        if src_pool.kv.is_pinned():
-            staging = staging.pin_memory()
-        dst = dst_indices.to(self.device, non_blocking=True)
-        with torch.cuda.stream(self._stream):
-            dst_pool.kv[:, :, dst] = staging.to(self.device, non_blocking=True)
+        stream = self.stream
+        stream.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(stream):
+            _upload(src_pool.kv, src_indices, dst_pool.kv, dst_indices)
             event = torch.cuda.Event()  # type: ignore[no-untyped-call]
-            event.record(self._stream)
+            event.record(stream)
         return _CudaEvent(event)
 
     @staticmethod
@@ -120,6 +123,31 @@ class CopyEngine:
             host[:, :, start : start + page_size].contiguous()
             for start in range(0, indices.numel() - page_size + 1, page_size)
         ]
+
+
+def _upload(
+    host_kv: torch.Tensor, src: torch.Tensor, device_kv: torch.Tensor, dst: torch.Tensor
+) -> None:
+    """Queue ``device_kv[:, :, dst] = host_kv[:, :, src]`` on the current (side) stream."""
+    pinned = host_kv.is_pinned()
+    runs = _runs(src, dst)
+    planes = host_kv.shape[0] * host_kv.shape[1]
+    device_planes = device_kv.view(planes, device_kv.shape[2], -1)
+    if pinned and len(runs) * _MIN_RUN <= src.numel():
+        host_planes = host_kv.view(planes, host_kv.shape[2], -1)
+        for s, d, length in runs:  # each (plane, run) is one contiguous pinned block
+            for plane in range(planes):
+                device_planes[plane, d : d + length].copy_(
+                    host_planes[plane, s : s + length], non_blocking=True
+                )
+        return
+    staging = host_kv[:, :, src]
+    if pinned:
+        staging = staging.pin_memory()  # the caching host allocator keeps it until the copy ran
+    upload = staging.to(device_kv.device, non_blocking=pinned).view(planes, src.numel(), -1)
+    targets = dst.to(device_kv.device)
+    for plane in range(planes):
+        device_planes[plane].index_copy_(0, targets, upload[plane])
 
 
 _MIN_RUN = 16

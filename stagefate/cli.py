@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TypeVar
 
+import torch
 from rich.console import Console
 
 from .bench.report import Section
@@ -109,14 +110,18 @@ def _cmd_diagram(args: argparse.Namespace) -> int:
     return 0
 
 
-def _bench_runners(trace: str | None = None) -> dict[str, Callable[[], Section]]:
+def _bench_runners(
+    trace: str | None = None, device: str = "auto"
+) -> dict[str, Callable[[], Section]]:
     from .bench import copy, dispatch, lifecycle, replay, storage, tree
 
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
     return {
         "dispatch": dispatch.run,
         "tree": tree.run,
-        "copy": copy.run,
-        "lifecycle": lifecycle.run,
+        "copy": lambda: copy.run(device),
+        "lifecycle": lambda: lifecycle.run(device),
         "replay": lambda: replay.run(trace),
         "storage": storage.run,
     }
@@ -125,7 +130,9 @@ def _bench_runners(trace: str | None = None) -> dict[str, Callable[[], Section]]
 def _cmd_bench(args: argparse.Namespace) -> int:
     from .bench.report import write_section
 
-    runners = _bench_runners(args.trace)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise ValueError("--device cuda: torch sees no GPU here; use --device cpu or auto")
+    runners = _bench_runners(args.trace, args.device)
     names = list(runners) if args.which == "all" else [args.which]
     for name in names:
         console.print(f"running bench {name} …")
@@ -341,6 +348,12 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("which", nargs="?", default="all", choices=["all", *_bench_runners()])
     bench.add_argument("--report", default="docs/benchmarks.md", help="report file")
     bench.add_argument("--trace", help="trace for the replay bench (default: the embedded slice)")
+    bench.add_argument(
+        "--device",
+        choices=["auto", "cpu", "cuda"],
+        default="auto",
+        help="where copy and lifecycle run (auto: cuda when a GPU is visible)",
+    )
     bench.set_defaults(func=_cmd_bench)
     return parser
 

@@ -3,10 +3,27 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 
+import pytest
 from hypothesis import settings
 
 from stagefate.fuzz.profiles import register_profiles
 
+from .harness import DEVICES, on_device
+
 register_profiles()
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+@pytest.fixture(params=DEVICES)
+def device(request: pytest.FixtureRequest) -> Iterator[str]:
+    """Each test that asks for it (or uses ``on_each_device``) runs on every device here."""
+    with on_device(request.param):
+        yield request.param
+
+
+@pytest.fixture
+def on_each_device(device: str) -> str:
+    """For ``pytestmark = pytest.mark.usefixtures("on_each_device")``: a whole module per device."""
+    return device

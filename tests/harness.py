@@ -2,13 +2,47 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+import os
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
 from hypothesis import HealthCheck, Phase, settings
 
 from stagefate import BufferPipeline, MemoryStorage, PipelineConfig, TransitionEvent
+
+
+def _devices() -> list[str]:
+    """``cpu`` always, ``cuda`` when torch sees a GPU; ``STAGEFATE_TEST_DEVICES=cuda`` (as
+    scripts/gpu-check sets it) keeps only the listed ones."""
+    found = ["cpu", *(["cuda"] if torch.cuda.is_available() else [])]
+    wanted = os.environ.get("STAGEFATE_TEST_DEVICES")
+    if wanted is None:
+        return found
+    chosen = [name for name in wanted.split(",") if name in found]
+    if not chosen:
+        raise RuntimeError(f"STAGEFATE_TEST_DEVICES={wanted!r}, but this machine has {found}")
+    return chosen
+
+
+DEVICES = _devices()
+_current_device = ["cpu"]
+
+
+@contextlib.contextmanager
+def on_device(name: str) -> Iterator[None]:
+    """Pipelines that :func:`config` builds inside the block put their device pools on ``name``."""
+    previous = _current_device[0]
+    _current_device[0] = name
+    try:
+        yield
+    finally:
+        _current_device[0] = previous
+
+
+def current_device() -> str:
+    return _current_device[0]
 
 
 def config(page_size: int = 1, window: int | None = None, **overrides: object) -> PipelineConfig:
@@ -21,7 +55,7 @@ def config(page_size: int = 1, window: int | None = None, **overrides: object) -
         device_tokens=64 * page_size,
         host_tokens=64 * page_size,
         sliding_window=window,
-        device="cpu",
+        device=current_device(),
         io="manual",
         prefetch_threshold=1,
         anchor_lock_cap_fraction=0.5,
@@ -137,4 +171,4 @@ def assert_quiescent(pipe: BufferPipeline) -> None:
 
 
 def kv_marks(pipe: BufferPipeline, slots: torch.Tensor) -> list[float]:
-    return [float(v) for v in pipe.device_pool.kv[0, 0, slots, 0, 0]]
+    return [float(v) for v in pipe.device_pool.kv[0, 0, slots, 0, 0].cpu()]

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from stagefate import BufferPipeline
 
 from .harness import Pair, assert_quiescent, config, make_pair, seq_of
+
+pytestmark = pytest.mark.usefixtures("on_each_device")  # cpu, and cuda with a GPU
 
 PAGE = 4
 NOT_HEAD = "someone-ahead"  # keeps the waiter off the queue head, which is always due at once

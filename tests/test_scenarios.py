@@ -16,6 +16,8 @@ from stagefate import BufferPipeline, MemoryStorage
 
 from .harness import assert_quiescent, config, kv_marks, make_pair, seq_of
 
+pytestmark = pytest.mark.usefixtures("on_each_device")  # cpu, and cuda with a GPU
+
 MATRIX = [
     pytest.param(page, window, id=f"page{page}-swa{window or 0}")
     for page, window in itertools.product((1, 4, 16), (None, 4))

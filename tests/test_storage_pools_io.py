@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from stagefate.runtime import (
+    CopyEngine,
     DevicePool,
     FileStorage,
     HostPool,
@@ -29,8 +30,9 @@ def page(value: float) -> torch.Tensor:
     return torch.full(LAYOUT.shape(4), value, dtype=LAYOUT.dtype)
 
 
-def test_pool_double_free_raises_names_slots_and_frees_nothing() -> None:
-    pool = DevicePool(LAYOUT, 8, "cpu")
+def test_pool_double_free_raises_names_slots_and_frees_nothing(device: str) -> None:
+    pool = DevicePool(LAYOUT, 8, device)
+    assert pool.kv.device.type == device
     slots = pool.alloc(3)
     assert slots is not None and pool.available() == 5
     pool.free(slots[:1])
@@ -44,9 +46,9 @@ def test_pool_double_free_raises_names_slots_and_frees_nothing() -> None:
 
 
 @pytest.mark.parametrize("size", [1, 3, 300], ids=["one", "few", "vectorised"])
-def test_pool_double_and_foreign_free_raise_on_both_paths(size: int) -> None:
+def test_pool_double_and_foreign_free_raise_on_both_paths(size: int, device: str) -> None:
     """Small frees are checked per slot in Python, large ones vectorised: same verdicts."""
-    pool = DevicePool(LAYOUT, 512, "cpu")
+    pool = DevicePool(LAYOUT, 512, device)
     slots = pool.alloc(size)
     assert slots is not None
     with pytest.raises(PoolError, match="double free"):
@@ -87,6 +89,26 @@ def test_copy_slots_equals_advanced_indexing(order: str, scale: int) -> None:
     expected[:, :, dst_idx] = src[:, :, src_idx]
     copy_slots(src, src_idx, dst, dst_idx)
     assert torch.equal(dst, expected)
+
+
+@pytest.mark.parametrize("order", ["runs", "scattered"])
+def test_h2d_copies_exactly_the_slots_asked(order: str, device: str) -> None:
+    """The host → device path on each device (on CUDA: pinned bounce, side stream, event)."""
+    torch.manual_seed(0)
+    host, pool = HostPool(LAYOUT, 96), DevicePool(LAYOUT, 96, device)
+    engine = CopyEngine(pool.device)
+    host.kv.copy_(torch.randn(LAYOUT.shape(96)).to(LAYOUT.dtype))
+    if order == "runs":
+        src, dst = torch.arange(8, 72), torch.cat([torch.arange(0, 32), torch.arange(50, 82)])
+    else:
+        src, dst = torch.randperm(96)[:64], torch.randperm(96)[:64]
+    expected = torch.zeros(LAYOUT.shape(96), dtype=LAYOUT.dtype)
+    expected[:, :, dst] = host.kv[:, :, src]
+    handle = engine.h2d(host, src, pool, dst)
+    handle.wait()
+    assert handle.done()
+    assert torch.equal(pool.kv.cpu(), expected)
+    assert (engine.stream is not None) == (device == "cuda")
 
 
 def test_memory_storage_counts_consecutive_hits_and_keeps_first_write() -> None:

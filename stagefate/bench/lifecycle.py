@@ -19,7 +19,7 @@ from .report import Section, table
 _EMPTY = torch.empty(0, dtype=torch.int64)
 
 
-def run(prefetches: int = 400, span: int = 64, prefix: int = 256) -> Section:
+def run(device: str = "cpu", prefetches: int = 400, span: int = 64, prefix: int = 256) -> Section:
     cfg = PipelineConfig(
         page_size=16,
         layers=1,
@@ -27,7 +27,7 @@ def run(prefetches: int = 400, span: int = 64, prefix: int = 256) -> Section:
         head_dim=1,
         device_tokens=8192,
         host_tokens=4096,
-        device="cpu",
+        device=device,
         io="manual",
         max_context_len=1024,
     )
@@ -83,4 +83,7 @@ def run(prefetches: int = 400, span: int = 64, prefix: int = 256) -> Section:
         f"commit row's guards (anchor re-match, device coverage, host capacity). Target: ≤ 50 µs "
         f"of bookkeeping per prefetch (**{'met' if median_us <= 50 else 'NOT met'}**)."
     )
+    if pipe.device_pool.device.type == "cuda":
+        body += " On CUDA each ack waits for its H2D event (ManualIO completes a load by waiting)."
+        return Section("lifecycle-cuda", "Lifecycle bookkeeping per prefetch on the GPU", body)
     return Section("lifecycle", "Lifecycle bookkeeping per prefetch", body)

@@ -91,7 +91,7 @@ _TORCH_RANDOM = _TorchRandom()  # Hypothesis keeps only a weak reference
 register_random(_TORCH_RANDOM)
 
 
-def fuzz_config(window: int | None = None) -> PipelineConfig:
+def fuzz_config(window: int | None = None, device: str = "cpu") -> PipelineConfig:
     return PipelineConfig(
         page_size=PAGE,
         sliding_window=window,
@@ -101,7 +101,7 @@ def fuzz_config(window: int | None = None) -> PipelineConfig:
         dtype=torch.float32,
         device_tokens=24,
         host_tokens=12,
-        device="cpu",
+        device=device,
         io="manual",
         prefetch_threshold=2 * PAGE,
         anchor_lock_cap_fraction=0.25,
@@ -131,13 +131,15 @@ class PipelineFuzzer(RuleBasedStateMachine):
     """The L3 each program starts with (tests swap in Mooncake)."""
     tree_factory: ClassVar[TreeFactory] = RadixTree
     """The radix tree under test: any :class:`~stagefate.runtime.prefix_tree.PrefixTree`."""
+    device: ClassVar[str] = "cpu"
+    """Where the device and aux pools live (``cuda``: real H2D copies on a side stream)."""
 
     requests = Bundle("requests")
 
     @initialize(window=st.sampled_from([None, 2 * PAGE]))
     def setup(self, window: int | None) -> None:
         """L3 holds every page-aligned prefix of every sequence, with its aux window if any."""
-        cfg = fuzz_config(window)
+        cfg = fuzz_config(window, type(self).device)
         self.storage = type(self).storage_factory(cfg)
         producer = BufferPipeline(cfg, storage=self.storage)
         for salt in SALTS:
@@ -157,6 +159,7 @@ class PipelineFuzzer(RuleBasedStateMachine):
         slots = producer.device_pool.alloc(len(tokens))
         assert slots is not None
         values = kv_value(torch.tensor(tokens), salt)[None, None, :, None, None]
+        values = values.to(producer.device_pool.device)
         producer.device_pool.kv[:, :, slots] = values
         aux = None
         if window is not None and producer.aux_pool is not None:
@@ -387,7 +390,7 @@ class PipelineFuzzer(RuleBasedStateMachine):
         if slots is None:
             return
         values = kv_value(torch.tensor(tokens[present.length :]), salt)
-        pool.kv[:, :, slots] = values[None, None, :, None, None]
+        pool.kv[:, :, slots] = values[None, None, :, None, None].to(pool.device)
         tree.insert(tokens, torch.cat([present.device_indices, slots]), cache_salt=salt)
 
     @rule(tokens=st.integers(0, 40))
@@ -471,7 +474,7 @@ class PipelineFuzzer(RuleBasedStateMachine):
         for node in pipe.tree.nodes():
             salt = node.namespace[1]
             expected = kv_value(torch.tensor(node.tokens()), salt)
-            actual = pipe.device_pool.kv[0, 0, node.value, 0, 0]
+            actual = pipe.device_pool.kv[0, 0, node.value, 0, 0].cpu()
             settled = torch.tensor([slot not in in_flight for slot in node.value.tolist()])
             assert torch.equal(actual[settled], expected[settled]), f"wrong KV under {node!r}"
 
