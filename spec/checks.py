@@ -11,7 +11,8 @@ Each check returns findings; an empty list means the spec passed. The checks are
 * ``resource_balance``: applying a branch's effects to what the source may hold yields exactly
   what the target may hold (acquire what is new, release what is dropped, never acquire twice);
 * ``terminal``: terminal states hold nothing and have no exits;
-* ``unused``: every declared event, guard, effect and reason is used by some row.
+* ``unused``: every declared event, guard, effect and reason is used by some row;
+* ``diagram``: every state is drawn in exactly one phase and every reason in exactly one family.
 """
 
 from __future__ import annotations
@@ -215,6 +216,30 @@ def check_unused(spec: LifecycleSpec) -> list[Finding]:
     ]
 
 
+def check_diagram(spec: LifecycleSpec) -> list[Finding]:
+    findings: list[Finding] = []
+    for kind, declared, groups in (
+        ("state", spec.states, {p.name: p.states for p in spec.diagram.phases}),
+        ("reason", spec.reasons, {f.name: f.reasons for f in spec.diagram.families}),
+    ):
+        group_kind = "phase" if kind == "state" else "family"
+        homes: dict[str, list[str]] = {name: [] for name in declared}
+        for group, members in groups.items():
+            for name in members:
+                if name not in homes:
+                    findings.append(
+                        Finding("diagram", f"{group_kind} {group!r} lists unknown {kind} {name!r}")
+                    )
+                else:
+                    homes[name].append(group)
+        for name, found in homes.items():
+            if len(found) != 1:
+                where = f"in {found}" if found else "in none"
+                fix = f"list it under exactly one diagram {group_kind}"
+                findings.append(Finding("diagram", f"{kind} {name!r} is {where}; {fix}"))
+    return findings
+
+
 def run_static_checks(
     spec: LifecycleSpec,
     guards: Collection[str] | None = None,
@@ -230,4 +255,5 @@ def run_static_checks(
     findings += check_resource_balance(spec)
     findings += check_terminal(spec)
     findings += check_unused(spec)
+    findings += check_diagram(spec)
     return findings

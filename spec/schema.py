@@ -71,6 +71,29 @@ class InvariantSpec(_Frozen):
     checked_by: tuple[str, ...]
 
 
+class PhaseSpec(_Frozen):
+    name: str
+    states: tuple[str, ...] = Field(min_length=1)
+
+
+class FamilySpec(_Frozen):
+    name: str
+    reasons: tuple[str, ...] = Field(min_length=1)
+
+
+class DiagramSpec(_Frozen):
+    """How the docs group the lifecycle: states by phase, terminal reasons by family."""
+
+    phases: tuple[PhaseSpec, ...] = Field(min_length=1)
+    families: tuple[FamilySpec, ...] = Field(min_length=1)
+
+    def phase_of(self, state: str) -> str:
+        return next(phase.name for phase in self.phases if state in phase.states)
+
+    def family_of(self, reason: str) -> str:
+        return next(family.name for family in self.families if reason in family.reasons)
+
+
 class LifecycleSpec(_Frozen):
     version: Literal[1]
     resources: dict[str, str]
@@ -81,6 +104,7 @@ class LifecycleSpec(_Frozen):
     effects: dict[str, EffectSpec]
     reasons: dict[str, str]
     transitions: tuple[TransitionSpec, ...]
+    diagram: DiagramSpec
     invariants: tuple[InvariantSpec, ...]
 
     @model_validator(mode="after")

@@ -27,12 +27,16 @@ def test_diagram_check_detects_stale_docs(tmp_path: Path) -> None:
     text = (tmp_path / "lifecycle.md").read_text()
     (tmp_path / "lifecycle.md").write_text(text.replace("abandoned", "abandonned", 1))
     assert main(["diagram", "--check", "--out", str(tmp_path)]) == 1
+    assert main(["diagram", "--out", str(tmp_path)]) == 0
+    (tmp_path / "lifecycle-hold.svg").unlink()  # a phase diagram counts as much as the overview
+    assert main(["diagram", "--check", "--out", str(tmp_path)]) == 1
 
 
-def test_mermaid_labels_every_edge_with_event_guard_and_effects() -> None:
+def test_phase_diagrams_label_every_branch_with_event_guard_and_effects() -> None:
     text = (REPO / "docs" / "lifecycle.md").read_text()
-    assert "reading --> abandoned : abort [else] / unpin" in text
-    assert "cap_skip --> released : commit [live_match_short] / unpin, arm_retry" in text
+    assert '-- "abort [else] / unpin" --> n_abandoned' in text
+    assert "commit [live_match_short] / unpin, arm_retry" in text
+    assert "## Phase: anchor lock" in text and "## Phase: end" not in text
 
 
 def test_check_reports_a_broken_spec(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -12,6 +12,7 @@ import yaml
 from stagefate.spec import SpecError, load_spec, parse_spec, run_static_checks
 from stagefate.spec.checks import (
     check_determinism,
+    check_diagram,
     check_implementations,
     check_reachability,
     check_resource_balance,
@@ -19,6 +20,7 @@ from stagefate.spec.checks import (
     check_termination,
     check_unused,
 )
+from stagefate.spec.diagram import drawn_phases, overview_edges, phase_edges
 from stagefate.spec.load import DEFAULT_SPEC_PATH
 from stagefate.statemachine.bindings import implemented_names
 
@@ -174,3 +176,42 @@ def test_unused_check_finds_dead_declarations() -> None:
     doc["guards"]["never_used"] = "declared for nothing"
     findings = [f.message for f in check_unused(parse_spec(doc))]
     assert findings == ["guard 'never_used' is declared but no transition uses it"]
+
+
+def test_diagram_check_finds_a_state_without_phase_and_a_reason_in_two_families() -> None:
+    doc = document()
+    doc["diagram"]["phases"][1]["states"] = []  # parked has no phase now
+    doc["diagram"]["phases"][1]["states"].append("parkd")
+    doc["diagram"]["families"][0]["reasons"].append("aborted")
+    findings = [f.message for f in check_diagram(parse_spec(doc))]
+    assert findings == [
+        "phase 'IO commit' lists unknown state 'parkd'",
+        "state 'parked' is in none; list it under exactly one diagram phase",
+        "reason 'aborted' is in ['filled', 'aborted']; list it under exactly one diagram family",
+    ]
+
+
+def test_the_overview_loses_no_transition_and_the_phases_show_every_branch() -> None:
+    """Every branch that leaves its state is an overview arrow (from its state or its phase,
+    to its state or its reason's family, its event in the label), and every branch appears in
+    the diagram of each phase its row starts in."""
+    spec = load_spec()
+    arrows = {(e.source, e.target): e.label.split(", ") for e in overview_edges(spec)}
+    for source, event, branches in spec.rows():
+        for branch in branches:
+            target = spec.target_of(source, branch)
+            if target == source:
+                continue  # self-loops live in the phase diagrams
+            if spec.states[target].terminal:
+                assert branch.reason is not None
+                target = f"released: {spec.diagram.family_of(branch.reason)}"
+            phase = spec.diagram.phase_of(source)
+            drawn = arrows.get((source, target)) or arrows.get((phase, target))
+            assert drawn is not None and event in drawn, (source, event, branch)
+    assert len(arrows) < len(spec.edges()) / 2  # one page, not the whole table
+    for phase in drawn_phases(spec):
+        labels = "\n".join(e.label for e in phase_edges(spec, phase))
+        for row in spec.transitions:
+            if set(row.sources) & set(phase.states):
+                for branch in row.branches:
+                    assert f"{row.event} [{branch.guard or 'else'}]" in labels
