@@ -1,0 +1,169 @@
+"""Prometheus metrics of a pipeline (optional extra: ``pip install 'stagefate[metrics]'``).
+
+:class:`PipelineMetrics` is an instrument: the pipeline calls it after every transition, on the
+scheduler's thread, and it takes a snapshot there (counters, records per state, pinned tokens,
+bounce occupancy). A scrape, on the HTTP server's thread, only reads the latest snapshot, so it
+never walks the pipeline while the scheduler changes it.
+
+Names and labels follow SGLang's HiCache metrics (``sglang:storage_prefetch_…_total`` with the
+engine's constant labels plus a ``reason``): every metric is ``stagefate:…``, counters end in
+``_total`` in the exposition, and the engine's labels (model, rank, …) are added to each sample.
+
+===========================================  =======  =========================================
+metric                                       type     labels
+===========================================  =======  =========================================
+``stagefate:prefetch_outcomes_total``        counter  ``reason``: how records ended (spec)
+``stagefate:prefetch_events_total``          counter  ``event``: issued, locked, cap_skip, …
+``stagefate:l3_reads_total``                 counter
+``stagefate:l3_read_tokens_total``           counter
+``stagefate:l3_reads_wasted_total``          counter  ``reason``: why nothing was spliced
+``stagefate:l3_read_tokens_wasted_total``    counter  ``reason`` (also ``trimmed``, ``short_read``)
+``stagefate:prefetch_retries_total``         counter  ``outcome``: armed, exhausted
+``stagefate:prefetch_records``               gauge    ``state``: live records in each state
+``stagefate:anchor_pinned_tokens``           gauge
+``stagefate:anchor_pin_cap_tokens``          gauge
+``stagefate:host_bounce_used_tokens``        gauge
+``stagefate:host_bounce_total_tokens``       gauge
+===========================================  =======  =========================================
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from .statemachine.pipeline import BufferPipeline, TransitionEvent
+
+if TYPE_CHECKING:
+    from prometheus_client.metrics_core import Metric
+    from prometheus_client.registry import CollectorRegistry
+
+_RETRY_COUNTERS = {"armed": "retries_armed", "exhausted": "retries_exhausted"}
+
+
+@dataclass(frozen=True)
+class _Snapshot:
+    counts: dict[str, int]
+    wasted: dict[str, tuple[int, int]]
+    states: dict[str, int]
+    pinned_tokens: int
+    host_used_tokens: int
+
+
+class PipelineMetrics:
+    """Registers a collector for ``pipe`` in ``registry`` and keeps it current as an instrument.
+
+    ``labels`` are constant labels on every sample (SGLang passes ``model_name``, ``tp_rank``…).
+    """
+
+    def __init__(
+        self,
+        pipe: BufferPipeline,
+        registry: CollectorRegistry | None = None,
+        labels: Mapping[str, str] | None = None,
+    ) -> None:
+        try:
+            from prometheus_client import REGISTRY
+        except ImportError:
+            raise RuntimeError(
+                "stagefate.metrics needs prometheus_client: pip install 'stagefate[metrics]'"
+            ) from None
+        self.pipe = pipe
+        self.labels = dict(labels or {})
+        self._snapshot = self._take()
+        pipe.instruments.append(self._on_transition)
+        self.registry = REGISTRY if registry is None else registry
+        self.registry.register(self)
+
+    def _on_transition(self, _event: TransitionEvent) -> None:
+        self._snapshot = self._take()
+
+    def refresh(self) -> None:
+        """Take a snapshot now (a scheduler may call it once per pass; transitions do anyway)."""
+        self._snapshot = self._take()
+
+    def _take(self) -> _Snapshot:
+        pipe = self.pipe
+        return _Snapshot(
+            counts=pipe.stats.model_dump(),
+            wasted=pipe.wasted_by_reason(),
+            states=dict(Counter(record.state for record in pipe.records.values())),
+            pinned_tokens=pipe.pinned_tokens,
+            host_used_tokens=pipe.host_pool.capacity - pipe.host_pool.available(),
+        )
+
+    # ------------------------------------------------------------------ the collector
+
+    def describe(self) -> list[Metric]:
+        return []  # no samples at registration: the families are built at each scrape
+
+    def collect(self) -> Iterator[Metric]:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        snap, spec = self._snapshot, self.pipe.spec
+        names = list(self.labels)
+        values = list(self.labels.values())
+
+        def counter(name: str, doc: str, extra: str | None = None) -> CounterMetricFamily:
+            labels = [*names, extra] if extra else names
+            return CounterMetricFamily(f"stagefate:{name}", doc, labels=labels)
+
+        outcomes = counter("prefetch_outcomes", "Prefetch records ended, by end reason.", "reason")
+        for reason in spec.reasons:
+            outcomes.add_metric([*values, reason], snap.counts[reason])
+        yield outcomes
+        events = counter(
+            "prefetch_events", "Lifecycle outcomes counted by the spec's branches.", "event"
+        )
+        branch_counters = [c for c in spec.counters if c not in spec.reasons]
+        for name in branch_counters:
+            events.add_metric([*values, name], snap.counts[name])
+        yield events
+        reads = counter("l3_reads", "L3 reads launched into the host bounce.")
+        reads.add_metric(values, snap.counts["l3_reads"])
+        yield reads
+        read_tokens = counter("l3_read_tokens", "Tokens the launched L3 reads asked for.")
+        read_tokens.add_metric(values, snap.counts["l3_read_tokens"])
+        yield read_tokens
+        wasted_reads = counter(
+            "l3_reads_wasted", "L3 reads nothing was spliced from, by end reason.", "reason"
+        )
+        wasted_tokens = counter(
+            "l3_read_tokens_wasted",
+            "Tokens read from L3 and not spliced, by reason (trimmed heads, short tails too).",
+            "reason",
+        )
+        for reason, (reads_n, tokens_n) in sorted(snap.wasted.items()):
+            if reads_n:
+                wasted_reads.add_metric([*values, reason], reads_n)
+            wasted_tokens.add_metric([*values, reason], tokens_n)
+        yield wasted_reads
+        yield wasted_tokens
+        retries = counter("prefetch_retries", "Paced retries armed and given up.", "outcome")
+        for outcome, name in _RETRY_COUNTERS.items():
+            retries.add_metric([*values, outcome], snap.counts[name])
+        yield retries
+        records = GaugeMetricFamily(
+            "stagefate:prefetch_records",
+            "Live prefetch records per state.",
+            labels=[*names, "state"],
+        )
+        for state, spec_state in spec.states.items():
+            if not spec_state.terminal:
+                records.add_metric([*values, state], snap.states.get(state, 0))
+        yield records
+        for name, doc, value in (
+            ("anchor_pinned_tokens", "Tokens pinned by prefetch anchor locks.", snap.pinned_tokens),
+            ("anchor_pin_cap_tokens", "The anchor-pin cap.", self.pipe.cap),
+            (
+                "host_bounce_used_tokens",
+                "Host bounce slots owned by records.",
+                snap.host_used_tokens,
+            ),
+            ("host_bounce_total_tokens", "Host bounce capacity.", self.pipe.host_pool.capacity),
+        ):
+            gauge = GaugeMetricFamily(f"stagefate:{name}", doc, labels=names)
+            gauge.add_metric(values, value)
+            yield gauge
