@@ -22,6 +22,7 @@ from .spec.diagram import spec_digest, stale_diagrams, write_diagrams
 from .spec.load import DEFAULT_SPEC_PATH, SpecError
 from .spec.modelcheck import Bounds
 from .spec.schema import LifecycleSpec
+from .transition_log import TransitionLog
 
 console = Console(highlight=False)
 Payload = TypeVar("Payload")
@@ -204,6 +205,11 @@ def _cmd_replay(args: argparse.Namespace) -> int:
         f"prefetch policy {first.engine.prefetch_policy}, {first.engine.schedule}"
     )
     arrival_ms = trace[-1].timestamp_ms - trace[0].timestamp_ms
+    if args.log and (speeds or "live" not in policies):
+        raise ValueError(
+            "--log records the live pipeline's transitions in one run: use it without --sweep, "
+            "with --policy live or all"
+        )
     if speeds:
         sweep = {}
         for speed in speeds:
@@ -212,7 +218,13 @@ def _cmd_replay(args: argparse.Namespace) -> int:
         console.print(sweep_table(sweep))
         _save(args, sweep, write_sweep_json, write_sweep_plot)
         return 0
-    replays = replay_policies(trace, policies, first, console)
+    log = TransitionLog.open(args.log) if args.log else None
+    try:
+        replays = replay_policies(trace, policies, first, console, [log] if log else [])
+    finally:
+        if log is not None:
+            log.close()
+            console.print(f"wrote {args.log} ({log.seq:,} transitions; `stagefate validate` it)")
     results = {name: replay.metrics for name, replay in replays.items()}
     console.print(metrics_table(results))
     if any(m.wasted_by_reason for m in results.values()):
@@ -236,13 +248,43 @@ def _save(
             console.print(f"wrote {path}")
 
 
+def _cmd_validate(args: argparse.Namespace) -> int:
+    from .transition_log import validate_log
+
+    spec = load_spec(Path(args.spec) if args.spec else DEFAULT_SPEC_PATH)
+    path = Path(args.log)
+    if not path.is_file():
+        raise ValueError(f"transition log {path} does not exist; write one with --log FILE")
+    with path.open(encoding="utf-8") as lines:
+        summary = validate_log(lines, spec)
+    if summary.violation is not None:
+        console.print(f"[red]INVALID[/red] {path}:{summary.violation}", soft_wrap=True)
+        return 1
+    ended = ", ".join(f"{reason} {n:,}" for reason, n in summary.ended.most_common()) or "none"
+    live = ", ".join(f"{state} {n:,}" for state, n in summary.live.most_common()) or "none"
+    console.print(
+        f"{path}: {summary.lines:,} transitions of {summary.records:,} records follow the spec; "
+        f"{len(summary.edges)} of {len(spec.edges())} edges taken; ended: {ended}; "
+        f"still live: {live}",
+        markup=False,
+        soft_wrap=True,
+    )
+    return 0
+
+
 def _cmd_fuzz(args: argparse.Namespace) -> int:
     from .fuzz.campaign import DATABASE, edge_table, run_campaign
 
     if args.steps is None and args.budget is None:
         args.steps = 20_000
     result = run_campaign(
-        console, args.steps, args.budget, args.seed, faults=args.faults, profile=args.profile
+        console,
+        args.steps,
+        args.budget,
+        args.seed,
+        faults=args.faults,
+        profile=args.profile,
+        log_path=args.log,
     )
     console.print(edge_table())
     console.print(
@@ -252,6 +294,8 @@ def _cmd_fuzz(args: argparse.Namespace) -> int:
         f"faults {'on' if args.faults else 'off'}"
     )
     _report_unreached(result.unreached)
+    if args.log:
+        console.print(f"wrote {args.log}: the transition log of the last program run")
     if result.failure is not None:
         console.print(
             f"[red]VIOLATION[/red] {type(result.failure).__name__}: {result.failure}\n"
@@ -308,6 +352,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--no-dedup", action="store_true", help="live: read spans a sibling is already reading"
     )
     replay.add_argument("--json", help="write {policy: metrics} to this file")
+    replay.add_argument("--log", help="write the live run's transition log (JSON lines) here")
     replay.add_argument("--plot", help="write a PNG comparing the policies (needs matplotlib)")
     replay.set_defaults(func=_cmd_replay)
 
@@ -317,6 +362,9 @@ def build_parser() -> argparse.ArgumentParser:
     fuzz.add_argument("--seed", type=int, default=0)
     fuzz.add_argument("--faults", action=argparse.BooleanOptionalAction, default=True)
     fuzz.add_argument("--profile", default="fuzz", choices=["ci", "dev", "fuzz", "repro"])
+    fuzz.add_argument(
+        "--log", help="write each program's transition log here (the failing one's on a failure)"
+    )
     fuzz.set_defaults(func=_cmd_fuzz)
 
     check = sub.add_parser(
@@ -337,6 +385,13 @@ def build_parser() -> argparse.ArgumentParser:
     ):
         check.add_argument(flag, type=int, default=default, help=f"model check: {meaning}")
     check.set_defaults(func=_cmd_check)
+
+    validate = sub.add_parser(
+        "validate", help="check a transition log (JSON lines) against the lifecycle spec"
+    )
+    validate.add_argument("log", help="the log: one transition a line (stagefate replay --log)")
+    validate.add_argument("--spec", help="spec file (default: the shipped lifecycle.yaml)")
+    validate.set_defaults(func=_cmd_validate)
 
     diagram = sub.add_parser("diagram", help="regenerate docs/lifecycle.md and .svg from the spec")
     diagram.add_argument("--spec", help="spec file (default: the shipped lifecycle.yaml)")
@@ -366,8 +421,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.argv = args_list[1:]
     try:
         result: int = args.func(args)
-    except (SpecError, ValueError, RuntimeError) as exc:
-        console.print(f"[red]error:[/red] {exc}")
+    except (SpecError, ValueError, RuntimeError, OSError) as exc:
+        console.print(f"[red]error:[/red] {exc}", soft_wrap=True)  # paths stay on one line
         return 2
     return result
 

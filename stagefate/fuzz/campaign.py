@@ -41,10 +41,12 @@ def run_campaign(
     seed: int = 0,
     faults: bool = True,
     profile: str = "fuzz",
+    log_path: str | None = None,
 ) -> CampaignResult:
     """Batches of programs until ``steps`` states are checked or ``budget_seconds`` pass."""
     register_profiles()
     PipelineFuzzer.faults = faults
+    PipelineFuzzer.log_path = log_path
     TALLY.reset()
     # Hypothesis draws each run's seed from this generator when not derandomized: seeding it
     # once makes a whole campaign (every batch) repeatable from ``--seed``.

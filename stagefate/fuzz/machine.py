@@ -40,6 +40,7 @@ from ..runtime.prefix_tree import Node, TreeFactory, alloc_evicting
 from ..statemachine.config import PipelineConfig
 from ..statemachine.errors import LifecycleError
 from ..statemachine.pipeline import BufferPipeline, TransitionEvent
+from ..transition_log import TransitionLog
 
 PAGE = 2
 _HEAD = list(range(1, 17))
@@ -133,6 +134,9 @@ class PipelineFuzzer(RuleBasedStateMachine):
     """The radix tree under test: any :class:`~stagefate.runtime.prefix_tree.PrefixTree`."""
     device: ClassVar[str] = "cpu"
     """Where the device and aux pools live (``cuda``: real H2D copies on a side stream)."""
+    log_path: ClassVar[str | None] = None
+    """Write each program's transition log here (rewritten per program: after a failure it
+    holds the minimal failing program's, which ``stagefate validate`` can check)."""
 
     requests = Bundle("requests")
 
@@ -148,6 +152,9 @@ class PipelineFuzzer(RuleBasedStateMachine):
                     self._write_through(producer, sequence[:end], salt, window)
         self.pipe = BufferPipeline(cfg, storage=self.storage, tree_factory=type(self).tree_factory)
         self.pipe.instruments.append(_record_edge)
+        self.log = None if self.log_path is None else TransitionLog.open(self.log_path)
+        if self.log is not None:
+            self.pipe.instruments.append(self.log)
         self.asked: dict[str, tuple[list[int], str | None]] = {}
         self.running: list[Node] = []
         """Nodes the engine's running requests lock (their KV must stay while they compute)."""
@@ -411,6 +418,9 @@ class PipelineFuzzer(RuleBasedStateMachine):
         close = getattr(getattr(self, "storage", None), "close", None)
         if close is not None:
             close()
+        log: TransitionLog | None = getattr(self, "log", None)
+        if log is not None:
+            log.close()
 
     # ------------------------------------------------------------------ invariants
 

@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
+from ..statemachine.pipeline import Instrument
 from .replay import Replay, ReplayMetrics, ReplayOptions
 from .trace import TraceRequest
 
@@ -37,13 +38,17 @@ def replay_policies(
     policies: Sequence[str],
     options: ReplayOptions,
     console: Console | None = None,
+    live_instruments: Sequence[Instrument] = (),
 ) -> dict[str, Replay]:
-    """Each policy on a fresh engine over the same trace and seed, with a progress bar each."""
+    """Each policy on a fresh engine over the same trace and seed, with a progress bar each;
+    ``live_instruments`` watch the live policy's pipeline (a transition log, metrics)."""
     replays: dict[str, Replay] = {}
     with Progress(console=console, transient=False, disable=console is None) as progress:
         for name in policies:
             task = progress.add_task(f"replay {name} ×{options.speed:g}", total=len(trace))
             replays[name] = replay = Replay(name, trace, options)
+            if name == "live":
+                replay.pipe.instruments.extend(live_instruments)
             replay.run(on_request=functools.partial(progress.advance, task))
     return replays
 

@@ -1,0 +1,186 @@
+"""A transition log (one JSON line per transition) and its validation against a spec.
+
+:class:`TransitionLog` is an instrument: attach it to a pipeline and every transition becomes a
+line ``{"seq", "request", "source", "event", "guard", "target", "reason"}`` (``guard`` is the
+branch taken: its guard's name, or ``else``; ``reason`` is null unless the record ended).
+:func:`validate_log` reads such a file and checks it against the spec's table:
+
+* ``seq`` increases strictly from line to line;
+* a request with no live record starts one at the spec's initial state (a request id may be
+  used again once its record ended);
+* every step leaves the request's current state by an edge of the table (source, event, guard),
+  reaches that edge's target and names that edge's reason;
+* a record ends once: after its terminal step, the next step of that request must start anew.
+
+The first step that breaks a rule is reported with its line number. Any implementation that
+writes this format (another engine's pipeline, a replayed production log) can be checked the same
+way: the log is the ground truth of what happened, the spec of what may happen.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+from .spec.schema import BranchSpec, LifecycleSpec
+from .statemachine.pipeline import TransitionEvent
+
+FIELDS = ("seq", "request", "source", "event", "guard", "target", "reason")
+
+
+class TransitionLog:
+    """Writes one JSON line per transition of the pipelines it is attached to."""
+
+    def __init__(self, sink: IO[str]) -> None:
+        self.sink = sink
+        self.seq = 0
+
+    @classmethod
+    def open(cls, path: Path | str) -> TransitionLog:
+        return cls(Path(path).open("w", encoding="utf-8"))
+
+    def __call__(self, event: TransitionEvent) -> None:
+        outcome = event.outcome
+        self.seq += 1
+        line = {
+            "seq": self.seq,
+            "request": event.request_id,
+            "source": outcome.source,
+            "event": outcome.event,
+            "guard": outcome.guard or "else",
+            "target": outcome.target,
+            "reason": outcome.reason,
+        }
+        self.sink.write(json.dumps(line) + "\n")
+
+    def close(self) -> None:
+        self.sink.close()
+
+
+class LogFormatError(ValueError):
+    """A line is not a transition record; the message names the line and the fix."""
+
+
+@dataclass(frozen=True)
+class Violation:
+    line: int
+    message: str
+
+    def __str__(self) -> str:
+        return f"line {self.line}: {self.message}"
+
+
+@dataclass
+class LogSummary:
+    lines: int = 0
+    records: int = 0
+    ended: Counter[str] = field(default_factory=Counter)
+    """Records ended, by reason."""
+    live: Counter[str] = field(default_factory=Counter)
+    """Records still live at the end of the log, by state."""
+    edges: set[tuple[str, str, str]] = field(default_factory=set)
+    """``(state, event, guard)`` edges the log took."""
+    violation: Violation | None = None
+
+
+@dataclass(frozen=True)
+class Step:
+    """One parsed line of a transition log."""
+
+    seq: int
+    request: str
+    source: str
+    event: str
+    guard: str
+    target: str
+    reason: str | None
+
+
+def validate_log(lines: Iterable[str], spec: LifecycleSpec) -> LogSummary:
+    """Check a transition log against ``spec``; stops at the first violation (its line).
+
+    Raises :class:`LogFormatError` for a line that is not a transition record at all.
+    """
+    branches = {
+        (state, event, branch.guard or "else"): branch
+        for state, event, row_branches in spec.rows()
+        for branch in row_branches
+    }
+    summary = LogSummary()
+    current: dict[str, str] = {}
+    last_seq: int | None = None
+    for number, text in enumerate(lines, start=1):
+        if not text.strip():
+            continue
+        summary.lines += 1
+        step = parse_step(number, text)
+        if last_seq is not None and step.seq <= last_seq:
+            summary.violation = Violation(number, f"seq {step.seq} does not follow {last_seq}")
+            break
+        last_seq = step.seq
+        problem = _check_step(step, current.get(step.request), branches, spec)
+        if problem is not None:
+            summary.violation = Violation(number, problem)
+            break
+        if step.request not in current:
+            summary.records += 1
+        summary.edges.add((step.source, step.event, step.guard))
+        if spec.states[step.target].terminal:
+            current.pop(step.request, None)
+            summary.ended[step.reason or ""] += 1
+        else:
+            current[step.request] = step.target
+    summary.live = Counter(current.values())
+    return summary
+
+
+def parse_step(number: int, text: str) -> Step:
+    """Line ``number`` of a log as a :class:`Step`; a clear error when it is not one."""
+    where = f"line {number}"
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise LogFormatError(f"{where}: not JSON ({error.msg}); one JSON object a line") from None
+    if not isinstance(raw, dict):
+        raise LogFormatError(f"{where}: expected a JSON object with {', '.join(FIELDS)}")
+    missing = [name for name in FIELDS if name not in raw]
+    if missing:
+        raise LogFormatError(f"{where}: missing field(s) {', '.join(missing)}")
+    if not isinstance(raw["seq"], int) or isinstance(raw["seq"], bool):
+        raise LogFormatError(f"{where}: seq must be an integer, got {raw['seq']!r}")
+    for name in ("request", "source", "event", "guard", "target"):
+        if not isinstance(raw[name], str):
+            raise LogFormatError(f"{where}: {name} must be a string, got {raw[name]!r}")
+    if raw["reason"] is not None and not isinstance(raw["reason"], str):
+        raise LogFormatError(f"{where}: reason must be a string or null, got {raw['reason']!r}")
+    return Step(**{name: raw[name] for name in FIELDS})
+
+
+def _check_step(
+    step: Step,
+    state: str | None,
+    branches: dict[tuple[str, str, str], BranchSpec],
+    spec: LifecycleSpec,
+) -> str | None:
+    """Why ``step`` may not follow a record in ``state`` (None: no live record), or None."""
+    if state is None and step.source != spec.initial:
+        return (
+            f"request {step.request!r} has no live record (it never started, or it ended), so "
+            f"its step must start a record at {spec.initial!r}, not at {step.source!r}"
+        )
+    if state is not None and step.source != state:
+        return f"request {step.request!r} is in {state!r}, but the step leaves {step.source!r}"
+    edge = f"{step.source} --{step.event} [{step.guard}]-->"
+    branch = branches.get((step.source, step.event, step.guard))
+    if branch is None:
+        return f"{edge} is not an edge of the spec"
+    wanted = spec.target_of(step.source, branch)
+    if step.target != wanted:
+        return f"{edge} leads to {wanted!r}, not {step.target!r}"
+    if step.reason != branch.reason:
+        return f"{edge} ends with reason {branch.reason!r}, not {step.reason!r}"
+    return None
