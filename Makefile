@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint bench diagram gpu-wheels clean
+.PHONY: demo test lint bench diagram gpu-wheels sglang clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -34,6 +34,16 @@ bench: $(STAMP)
 
 diagram: $(STAMP)
 	$(BIN)/stagefate diagram
+
+# SGLang 0.5.23 as a target (stagefate/targets/sglang, docs/sglang.md): the wheel without its
+# dependencies (they pin torch 2.14.1's CUDA build), then only what its imports need (extra
+# sglang-deps). Without it the target's tests skip and name this command.
+SGLANG_STAMP := $(VENV)/.sglang
+sglang: $(SGLANG_STAMP)
+$(SGLANG_STAMP): $(STAMP)
+	$(BIN)/pip install -q --no-deps sglang==0.5.23
+	$(BIN)/pip install -q -e '.[sglang-deps]'
+	touch $(SGLANG_STAMP)
 
 # What scripts/gpu-check installs on a GPU machine whose image lacks them (Python 3.12, x86-64),
 # pinned to the versions this project is tested with. Carry .whl/ with the device tool.

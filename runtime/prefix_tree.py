@@ -48,10 +48,17 @@ class PrefixMatch(Protocol):
 
 class PrefixTree(Protocol):
     page_size: int
-    protected_size: int
-    """Tokens on locked paths."""
-    evictable_size: int
-    """Tokens :meth:`evict` could free now (unlocked): a scheduler's memory budget counts them."""
+
+    @property
+    def protected_size(self) -> int:
+        """Tokens on locked paths."""
+        ...
+
+    @property
+    def evictable_size(self) -> int:
+        """Tokens :meth:`evict` could free now (unlocked): a scheduler's memory budget counts
+        them."""
+        ...
 
     def match_prefix(
         self, tokens: Tokens, extra_key: str | None = None, cache_salt: str | None = None

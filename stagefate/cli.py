@@ -22,6 +22,7 @@ from .spec.diagram import spec_digest, stale_diagrams, write_diagrams
 from .spec.load import DEFAULT_SPEC_PATH, SpecError
 from .spec.modelcheck import Bounds
 from .spec.schema import LifecycleSpec
+from .targets import TREES
 from .transition_log import TransitionLog
 
 console = Console(highlight=False)
@@ -162,6 +163,7 @@ def _replay_options(args: argparse.Namespace, speed: float) -> ReplayOptions:
         seed=args.seed,
         dedup_inflight=not args.no_dedup,
         storage=args.storage,
+        tree=args.tree,
         costs=load_costs(args.model, args.costs),
         engine=engine,
     )
@@ -285,12 +287,14 @@ def _cmd_fuzz(args: argparse.Namespace) -> int:
         faults=args.faults,
         profile=args.profile,
         log_path=args.log,
+        tree=args.tree,
     )
     console.print(edge_table())
     console.print(
         f"{result.states:,} states checked in {result.examples:,} programs, "
         f"{result.seconds:.0f} s, "
-        f"seed {args.seed}, PYTHONHASHSEED {os.environ.get('PYTHONHASHSEED', 'random')}, "
+        f"tree {args.tree}, seed {args.seed}, "
+        f"PYTHONHASHSEED {os.environ.get('PYTHONHASHSEED', 'random')}, "
         f"faults {'on' if args.faults else 'off'}"
     )
     _report_unreached(result.unreached)
@@ -353,6 +357,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     replay.add_argument("--json", help="write {policy: metrics} to this file")
     replay.add_argument("--log", help="write the live run's transition log (JSON lines) here")
+    replay.add_argument(
+        "--tree",
+        choices=TREES,
+        default="stagefate",
+        help="the radix tree both policies run on (sglang-*: SGLang 0.5.23's, `make sglang`)",
+    )
     replay.add_argument("--plot", help="write a PNG comparing the policies (needs matplotlib)")
     replay.set_defaults(func=_cmd_replay)
 
@@ -364,6 +374,12 @@ def build_parser() -> argparse.ArgumentParser:
     fuzz.add_argument("--profile", default="fuzz", choices=["ci", "dev", "fuzz", "repro"])
     fuzz.add_argument(
         "--log", help="write each program's transition log here (the failing one's on a failure)"
+    )
+    fuzz.add_argument(
+        "--tree",
+        choices=TREES,
+        default="stagefate",
+        help="the radix tree under test (sglang-*: SGLang 0.5.23's, after `make sglang`)",
     )
     fuzz.set_defaults(func=_cmd_fuzz)
 

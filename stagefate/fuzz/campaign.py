@@ -16,7 +16,8 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from ..spec import load_spec
-from .machine import TALLY, Edge, PipelineFuzzer
+from ..targets import tree_factory
+from .machine import PAGE, TALLY, Edge, PipelineFuzzer
 from .profiles import register_profiles
 
 STEPS_PER_EXAMPLE = 100
@@ -42,11 +43,17 @@ def run_campaign(
     faults: bool = True,
     profile: str = "fuzz",
     log_path: str | None = None,
+    tree: str = "stagefate",
 ) -> CampaignResult:
-    """Batches of programs until ``steps`` states are checked or ``budget_seconds`` pass."""
+    """Batches of programs until ``steps`` states are checked or ``budget_seconds`` pass.
+
+    ``tree`` names the radix tree under test (:data:`stagefate.targets.TREES`)."""
     register_profiles()
     PipelineFuzzer.faults = faults
     PipelineFuzzer.log_path = log_path
+    PipelineFuzzer.tree_factory = staticmethod(tree_factory(tree))
+    # SGLang's trees are built with the FULL component only: no sliding-window variant.
+    PipelineFuzzer.windows = (None, 2 * PAGE) if tree == "stagefate" else (None,)
     TALLY.reset()
     # Hypothesis draws each run's seed from this generator when not derandomized: seeding it
     # once makes a whole campaign (every batch) repeatable from ``--seed``.

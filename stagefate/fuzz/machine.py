@@ -134,15 +134,18 @@ class PipelineFuzzer(RuleBasedStateMachine):
     """The radix tree under test: any :class:`~stagefate.runtime.prefix_tree.PrefixTree`."""
     device: ClassVar[str] = "cpu"
     """Where the device and aux pools live (``cuda``: real H2D copies on a side stream)."""
+    windows: ClassVar[tuple[int | None, ...]] = (None, 2 * PAGE)
+    """Sliding windows a program may run with (a tree without aux support takes ``(None,)``)."""
     log_path: ClassVar[str | None] = None
     """Write each program's transition log here (rewritten per program: after a failure it
     holds the minimal failing program's, which ``stagefate validate`` can check)."""
 
     requests = Bundle("requests")
 
-    @initialize(window=st.sampled_from([None, 2 * PAGE]))
-    def setup(self, window: int | None) -> None:
+    @initialize(data=st.data())
+    def setup(self, data: st.DataObject) -> None:
         """L3 holds every page-aligned prefix of every sequence, with its aux window if any."""
+        window = data.draw(st.sampled_from(type(self).windows), label="window")
         cfg = fuzz_config(window, type(self).device)
         self.storage = type(self).storage_factory(cfg)
         producer = BufferPipeline(cfg, storage=self.storage)

@@ -38,6 +38,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..runtime import Storage, TokenKey
 from ..statemachine.config import PipelineConfig
 from ..statemachine.pipeline import BufferPipeline
+from ..targets import tree_factory
 from .costs import CostModel
 from .engine import Engine, EngineMetrics, EngineOptions, EngineRequest
 from .policies import BlindPolicy, LivePolicy, Policy
@@ -71,6 +72,8 @@ class ReplayOptions(BaseModel):
     storage: str = "memory"
     """The L3: ``memory``, ``file:PATH`` or ``mooncake://HOST:PORT``."""
     dedup_inflight: bool = True
+    tree: str = "stagefate"
+    """The radix tree: stagefate's, or ``sglang-python`` / ``sglang-rust`` (``make sglang``)."""
     io_jitter: float = Field(0.2, ge=0, lt=1)
     costs: CostModel = CostModel()
     engine: EngineOptions = EngineOptions()
@@ -147,7 +150,7 @@ class Replay:
             dedup_inflight=opts.dedup_inflight,
             storage=opts.storage,
         )
-        self.pipe = BufferPipeline(config, storage=storage)
+        self.pipe = BufferPipeline(config, storage=storage, tree_factory=tree_factory(opts.tree))
         self.policy = POLICIES[policy](self.pipe)
         self.engine = Engine(
             self.pipe.tree,

@@ -1,0 +1,326 @@
+"""SGLang's ``UnifiedRadixCache`` (Python or Rust tree core) as a stagefate ``PrefixTree``.
+
+The cache is SGLang's own, built as its scheduler builds it (FULL component, the page size, a
+request-to-token pool), and every decision (match, split, insert, lock, LRU eviction, its own
+``sanity_check``) is its code. Two things are bridged, because stagefate's pipeline owns the
+device pool:
+
+* SGLang frees through its allocator. :class:`_PoolBridge` is that allocator: a real
+  ``TokenToKVPoolAllocator`` whose ``free`` returns slots to the stagefate pool the pipeline
+  allocates from (so a double free or a foreign slot raises there) and whose ``alloc`` refuses:
+  the tree never allocates.
+* Insert contracts differ. SGLang's insert frees the part of ``value`` it already holds (the
+  caller passed its own copy of those tokens); stagefate's protocol leaves that part with the
+  caller (the pipeline passes the tree's own slots there). The adapter takes the frees SGLang
+  issues *during* an insert, checks they are exactly that part, and does not pass them on.
+
+Nodes are SGLang's node ids, wrapped so the pipeline and the fuzzer can ask what they ask of any
+tree: is it still attached (not evicted), is it locked. The Rust core keeps its nodes to itself,
+so :meth:`SGLangTree.nodes` gives one view per cached prefix of every key inserted (with the
+tokens and device slots SGLang's match returns for it), which is what the fuzzer's byte check
+needs, and ``total_tokens`` is SGLang's own count.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from array import array
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from ...runtime.hashing import Namespace, namespace_of
+from ...runtime.pools import SlotPool
+from ...runtime.prefix_tree import PrefixTree, TreeFactory
+from ...runtime.tokens import TokenKey, Tokens
+
+_EMPTY = torch.empty(0, dtype=torch.int64)
+
+
+class SGLangTreeError(RuntimeError):
+    """SGLang did something the adapter's contract forbids (the message says what)."""
+
+
+@dataclass(eq=False)
+class SGLangNode:
+    """A node id of the SGLang tree, as the pipeline and fuzzer see nodes."""
+
+    tree: SGLangTree
+    node_id: int
+    namespace: Namespace
+
+    @property
+    def attached(self) -> bool:
+        return self.tree.node_attached(self.node_id)
+
+    @property
+    def lock_ref(self) -> int:
+        return len(self.tree.receipts.get(self.node_id, ()))
+
+
+@dataclass(frozen=True)
+class SGLangMatch:
+    length: int
+    last_node: SGLangNode
+    device_indices: torch.Tensor
+
+
+@dataclass(frozen=True)
+class PrefixView:
+    """One cached prefix of an inserted key, as SGLang's match returns it (for byte checks)."""
+
+    namespace: Namespace
+    token_ids: tuple[int, ...]
+    value: torch.Tensor
+
+    def tokens(self) -> list[int]:
+        return list(self.token_ids)
+
+
+def _bridge_class() -> type:
+    from sglang.srt.mem_cache.allocator import TokenToKVPoolAllocator
+
+    class _PoolBridge(TokenToKVPoolAllocator):  # type: ignore[misc]
+        """SGLang's allocator, freeing into stagefate's pool (the tree's only allocator call)."""
+
+        def bind(self, pool: SlotPool) -> None:
+            self.stagefate_pool = pool
+            self.held: list[torch.Tensor] | None = None
+
+        def free(self, free_index: torch.Tensor) -> None:
+            if free_index.numel() == 0:
+                return
+            if self.held is not None:  # during an insert: the caller's part, kept by the caller
+                self.held.append(free_index.to(torch.int64).cpu())
+                return
+            self.stagefate_pool.free(free_index.to(torch.int64).cpu())
+
+        def alloc(self, need_size: int) -> None:
+            raise SGLangTreeError("the adapted tree must not allocate: the pipeline owns slots")
+
+        def available_size(self) -> int:
+            return self.stagefate_pool.available()
+
+    return _PoolBridge
+
+
+class SGLangTree:
+    """:class:`~stagefate.runtime.prefix_tree.PrefixTree` over SGLang's ``UnifiedRadixCache``."""
+
+    def __init__(self, core: str, page_size: int, device_pool: SlotPool) -> None:
+        from . import require
+
+        require()
+        from sglang.srt.mem_cache.allocator import TokenToKVPoolAllocator  # noqa: F401
+        from sglang.srt.mem_cache.cache_init_params import CacheInitParams
+        from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool, ReqToTokenPool
+        from sglang.srt.mem_cache.unified_cache.components.base import ComponentType
+        from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
+        from sglang.srt.server_args import ServerArgs, set_global_server_args_for_scheduler
+
+        if core not in ("python", "rust"):
+            raise ValueError(f"unknown SGLang tree core {core!r}; choose python or rust")
+        self.page_size = page_size
+        self.pool = device_pool
+        set_global_server_args_for_scheduler(ServerArgs(model_path="dummy", page_size=page_size))
+        # SGLang's own pools, minimal: the tree only reads their shapes and frees through the
+        # allocator, which the bridge sends to stagefate's pool.
+        kv = MHATokenToKVPool(
+            size=max(device_pool.capacity, page_size),
+            page_size=page_size,
+            dtype=torch.float16,
+            head_num=1,
+            head_dim=1,
+            layer_num=1,
+            device="cpu",
+            enable_memory_saver=False,
+        )
+        self.allocator: Any = _bridge_class()(
+            size=max(device_pool.capacity, page_size),
+            dtype=torch.float16,
+            device="cpu",
+            kvcache=kv,
+            need_sort=False,
+        )
+        self.allocator.bind(device_pool)
+        params = CacheInitParams(
+            req_to_token_pool=ReqToTokenPool(
+                size=4, max_context_len=8, device="cpu", enable_memory_saver=False
+            ),
+            token_to_kv_pool_allocator=self.allocator,
+            page_size=page_size,
+            disable=False,
+            tree_components=(ComponentType.FULL,),
+            tree_core_backend=core,
+        )
+        self.cache: Any = UnifiedRadixCache(params=params)
+        if self.cache._tree_core_backend != core:  # SGLang falls back to python silently
+            raise SGLangTreeError(
+                f"SGLang picked the {self.cache._tree_core_backend} tree core, not {core}: the "
+                "Rust core needs Linux and torch 2.11 to 2.14"
+            )
+        self.core = core
+        self.receipts: dict[int, list[Any]] = {}
+        """Lock receipts per node id: SGLang's dec_lock_ref takes the receipt of its inc."""
+        self.keys: dict[tuple[Namespace, bytes], None] = {}
+        """Every key inserted (namespace, bytes), for :meth:`nodes`."""
+
+    # ------------------------------------------------------------------ sizes
+
+    @property
+    def protected_size(self) -> int:
+        return int(self.cache.protected_size())
+
+    @property
+    def evictable_size(self) -> int:
+        return int(self.cache.evictable_size())
+
+    def total_tokens(self) -> int:
+        return int(self.cache.tree_core.total_size()[0])
+
+    # ------------------------------------------------------------------ match and insert
+
+    def _key(self, tokens: Tokens, namespace: Namespace) -> tuple[Any, TokenKey]:
+        from sglang.srt.mem_cache.radix_cache import RadixKey
+
+        key = TokenKey.of(tokens).whole_pages(self.page_size)
+        ids = array("q")
+        ids.frombytes(key.data)  # little-endian int64, as TokenKey stores them
+        extra_key, cache_salt = namespace
+        return RadixKey(ids, extra_key=extra_key, cache_salt=cache_salt), key
+
+    def match_prefix(
+        self, tokens: Tokens, extra_key: str | None = None, cache_salt: str | None = None
+    ) -> SGLangMatch:
+        from sglang.srt.mem_cache.base_prefix_cache import MatchPrefixParams
+
+        namespace = namespace_of(extra_key, cache_salt)
+        radix_key, _ = self._key(tokens, namespace)
+        result = self.cache.match_prefix(MatchPrefixParams(key=radix_key))
+        node = result.last_device_node
+        length = int(result.device_prefix_len)
+        indices = self._path(node, namespace)[:length]
+        return SGLangMatch(length, SGLangNode(self, int(node), namespace), indices)
+
+    def _path(self, node: int, namespace: Namespace) -> torch.Tensor:
+        root = self.cache.root_node_handle(namespace[0])
+        path = self.cache.tree_core.collect_full_device_indices(node, root)
+        return path.to(torch.int64).cpu() if path is not None else _EMPTY
+
+    def insert(
+        self,
+        tokens: Tokens,
+        device_indices: torch.Tensor,
+        extra_key: str | None = None,
+        cache_salt: str | None = None,
+    ) -> int:
+        return self.insert_node(tokens, device_indices, extra_key, cache_salt)[0]
+
+    def insert_node(
+        self,
+        tokens: Tokens,
+        device_indices: torch.Tensor,
+        extra_key: str | None = None,
+        cache_salt: str | None = None,
+    ) -> tuple[int, SGLangNode]:
+        from sglang.srt.mem_cache.base_prefix_cache import InsertParams
+
+        namespace = namespace_of(extra_key, cache_salt)
+        radix_key, key = self._key(tokens, namespace)
+        total = len(key)
+        if not isinstance(device_indices, torch.Tensor) or device_indices.dtype != torch.int64:
+            raise TypeError("device_indices must be an int64 tensor of device slots")
+        if device_indices.numel() < total:
+            raise ValueError(f"insert: {total} page-aligned tokens but {device_indices.numel()}")
+        value = device_indices[:total].clone()
+        with self._holding_frees() as held:
+            result = self.cache.insert(InsertParams(key=radix_key, value=value))
+        present = int(result.prefix_len)
+        freed = torch.cat(held) if held else _EMPTY
+        if not torch.equal(freed.sort().values, value[:present].sort().values):
+            raise SGLangTreeError(
+                f"SGLang's insert freed {freed.tolist()}, not the {present} tokens it already held"
+            )
+        self.keys[(namespace, key.data)] = None
+        node = self.match_prefix(key, *namespace).last_node
+        return present, node
+
+    @contextlib.contextmanager
+    def _holding_frees(self) -> Iterator[list[torch.Tensor]]:
+        held: list[torch.Tensor] = []
+        self.allocator.held = held
+        try:
+            yield held
+        finally:
+            self.allocator.held = None
+
+    # ------------------------------------------------------------------ locks and eviction
+
+    def inc_lock_ref(self, node: SGLangNode) -> int:
+        receipt = self.cache.inc_lock_ref(node.node_id)
+        self.receipts.setdefault(node.node_id, []).append(receipt)
+        return int(receipt.delta)
+
+    def dec_lock_ref(self, node: SGLangNode) -> int:
+        held = self.receipts.get(node.node_id)
+        if not held:
+            raise SGLangTreeError(f"dec_lock_ref on node {node.node_id} without a matching inc")
+        receipt = held.pop()
+        if not held:
+            del self.receipts[node.node_id]
+        before = self.evictable_size
+        self.cache.dec_lock_ref(node.node_id, receipt.to_dec_params())
+        return self.evictable_size - before
+
+    def evict(self, num_tokens: int) -> int:
+        from sglang.srt.mem_cache.base_prefix_cache import EvictParams
+
+        if not isinstance(num_tokens, int) or num_tokens < 0:
+            raise ValueError(f"evict: num_tokens must be a non-negative int, got {num_tokens!r}")
+        if num_tokens == 0:
+            return 0
+        return int(self.cache.evict(EvictParams(num_tokens=num_tokens)).num_tokens_evicted)
+
+    def node_attached(self, node_id: int) -> bool:
+        try:
+            return not bool(self.cache.tree_core.is_full_device_evicted(node_id))
+        except (KeyError, IndexError, ValueError, RuntimeError):
+            return False  # SGLang no longer knows the id
+
+    # ------------------------------------------------------------------ inspection
+
+    def attach_aux(self, node: SGLangNode, aux_indices: torch.Tensor) -> None:
+        raise SGLangTreeError(
+            "the SGLang target is built with the FULL component only: no sliding-window aux"
+        )
+
+    def aux_slots(self) -> torch.Tensor:
+        return _EMPTY
+
+    def nodes(self) -> list[PrefixView]:
+        """One view per cached prefix of each inserted key (its tokens and device slots)."""
+        views = []
+        for namespace, data in self.keys:
+            match = self.match_prefix(TokenKey(data), *namespace)
+            if match.length:
+                ids = TokenKey(data).prefix(match.length).tolist()
+                views.append(PrefixView(namespace, tuple(ids), match.device_indices))
+        return views
+
+    def sanity_check(self) -> None:
+        self.cache.sanity_check()
+
+
+def sglang_tree_factory(core: str) -> TreeFactory:
+    """A factory the pipeline takes: ``(page_size, device_pool, aux_pool) -> SGLangTree``."""
+
+    def build(page_size: int, device_pool: SlotPool, aux_pool: SlotPool | None) -> PrefixTree:
+        if aux_pool is not None:
+            raise SGLangTreeError(
+                "the SGLang target has no sliding-window aux pool: use sliding_window=None"
+            )
+        return SGLangTree(core, page_size, device_pool)
+
+    return build
