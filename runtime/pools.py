@@ -8,9 +8,11 @@ that was never handed out) raises and names the slots, instead of corrupting the
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NoReturn
 
+import numpy as np
 import torch
 
 _SMALL_FREE = 256
@@ -110,14 +112,49 @@ class SlotPool:
                 self._reject_double_free(slots)
             for slot in slots:
                 owned[slot] = 0
-        else:
-            if bool(((indices < 0) | (indices >= self.capacity)).any()):
-                self._reject_out_of_range(indices.tolist())
-            unique = torch.unique(indices)
-            if unique.numel() != count or not bool(self._owned[unique].all()):
-                self._reject_double_free(indices.tolist())
-            self._owned[indices] = False
+            self._free[self._top : self._top + count] = indices
+            self._top += count
+            return
+        if count > self._top_room():
+            self._reject_double_free(indices.tolist())  # more than can be owned: some twice
         self._free[self._top : self._top + count] = indices
+        self._release_staged(count)
+
+    def free_many(self, parts: Sequence[torch.Tensor]) -> None:
+        """:meth:`free` of many index tensors at once (a bulk eviction), with the same checks.
+
+        The parts are joined straight into the free list above its top (pages this pool
+        already touched), so freeing k leaves costs one vectorised check and no new buffer.
+        """
+        arrays = [part.to(device="cpu", dtype=torch.int64).reshape(-1).numpy() for part in parts]
+        count = sum(array.size for array in arrays)
+        if count <= _SMALL_FREE:
+            if count:
+                self.free(torch.from_numpy(np.concatenate(arrays)))
+            return
+        if count > self._top_room():
+            self._reject_double_free(np.concatenate(arrays).tolist())
+        np.concatenate(arrays, out=self._free[self._top : self._top + count].numpy())
+        self._release_staged(count)
+
+    def _top_room(self) -> int:
+        return self.capacity - self._top
+
+    def _release_staged(self, count: int) -> None:
+        """Check the ``count`` indices staged above the free list's top and commit them; on a
+        bad index nothing changes (the staged copy is above the top: unused space)."""
+        indices = self._free[self._top : self._top + count]
+        if bool(((indices < 0) | (indices >= self.capacity)).any()):
+            self._reject_out_of_range(indices.tolist())
+        if not bool(self._owned[indices].all()):
+            self._reject_double_free(indices.tolist())
+        owned_before = self.capacity - self._top
+        self._owned[indices] = False
+        # A slot repeated within the call is cleared once: fewer slots end up freed than asked.
+        # One sequential count (no sort, no scratch memory) tells.
+        if int(np.count_nonzero(self._owned.numpy())) != owned_before - count:
+            self._owned[indices] = True
+            self._reject_double_free(indices.tolist())
         self._top += count
 
     def _reject_out_of_range(self, slots: list[int]) -> NoReturn:

@@ -315,33 +315,57 @@ class RadixTree:
     # ------------------------------------------------------------------ eviction
 
     def evict(self, num_tokens: int) -> int:
-        """Free LRU unlocked leaves until ``num_tokens`` are freed or none is left."""
+        """Free LRU unlocked leaves until ``num_tokens`` are freed or none is left.
+
+        Leaves are detached one by one (O(log n) heap work each) and their slots returned to
+        the pool in one call at the end: a bulk eviction of k leaves pays the pool's checks once,
+        not k times.
+        """
         if not isinstance(num_tokens, int) or num_tokens < 0:
             raise ValueError(f"evict: num_tokens must be a non-negative int, got {num_tokens!r}")
         freed = 0
+        slots: list[torch.Tensor] = []
+        aux: list[torch.Tensor] = []
         while freed < num_tokens and self._heap:
             _access, stamp, _nid, node = heapq.heappop(self._heap)
             if stamp != node.heap_stamp or node.lock_ref or node.children or node.parent is None:
                 continue
-            freed += self._remove_leaf(node)
+            freed += self._detach_leaf(node, slots, aux)
+        self._free_slots(slots, aux)
         if len(self._heap) > 64 and len(self._heap) > 4 * (self._node_count + 1):
             self._rebuild_heap()
         return freed
 
     def _remove_leaf(self, node: TreeNode) -> int:
+        slots: list[torch.Tensor] = []
+        aux: list[torch.Tensor] = []
+        removed = self._detach_leaf(node, slots, aux)
+        self._free_slots(slots, aux)
+        return removed
+
+    def _detach_leaf(
+        self, node: TreeNode, slots: list[torch.Tensor], aux: list[torch.Tensor]
+    ) -> int:
+        """Unlink ``node``; its device (and aux) slots go to ``slots`` (``aux``) to be freed."""
         parent = node.parent
         assert parent is not None
         del parent.children[self._child_slot(parent, node.namespace, node.key[: self._page_bytes])]
         node.parent = None
         node.heap_stamp += 1
-        self.device_pool.free(node.value)
+        slots.append(node.value)
         if node.aux_value is not None and self.aux_pool is not None:
-            self.aux_pool.free(node.aux_value)
+            aux.append(node.aux_value)
             node.aux_value = None
         self.evictable_size -= node.length
         self._node_count -= 1
         self._push_if_evictable(parent)
         return node.length
+
+    def _free_slots(self, slots: list[torch.Tensor], aux: list[torch.Tensor]) -> None:
+        if slots:
+            self.device_pool.free_many(slots)
+        if aux and self.aux_pool is not None:
+            self.aux_pool.free_many(aux)
 
     def _rebuild_heap(self) -> None:
         self._heap = []
@@ -443,3 +467,4 @@ class RadixTree:
                 f"token accounting drifted: counted evictable={evictable} protected={protected}, "
                 f"tracked {self.evictable_size}/{self.protected_size}"
             )
+

@@ -113,19 +113,20 @@ def _cmd_diagram(args: argparse.Namespace) -> int:
 
 
 def _bench_runners(
-    trace: str | None = None, device: str = "auto"
-) -> dict[str, Callable[[], Section]]:
+    trace: str | None = None, device: str = "auto", peer: str | None = None
+) -> dict[str, Callable[[], list[Section]]]:
     from .bench import copy, dispatch, lifecycle, replay, storage, tree
 
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
     return {
-        "dispatch": dispatch.run,
-        "tree": tree.run,
-        "copy": lambda: copy.run(device),
-        "lifecycle": lambda: lifecycle.run(device),
-        "replay": lambda: replay.run(trace),
-        "storage": storage.run,
+        "dispatch": lambda: [dispatch.run()],
+        # today's shapes, then the §9.1 workload (side by side with a peer when asked)
+        "tree": lambda: [tree.run(), tree.run_side_by_side(peer)],
+        "copy": lambda: [copy.run(device)],
+        "lifecycle": lambda: [lifecycle.run(device)],
+        "replay": lambda: [replay.run(trace)],
+        "storage": lambda: [storage.run()],
     }
 
 
@@ -134,14 +135,14 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 
     if args.device == "cuda" and not torch.cuda.is_available():
         raise ValueError("--device cuda: torch sees no GPU here; use --device cpu or auto")
-    runners = _bench_runners(args.trace, args.device)
+    runners = _bench_runners(args.trace, args.device, args.peer)
     names = list(runners) if args.which == "all" else [args.which]
     for name in names:
         console.print(f"running bench {name} …")
-        section = runners[name]()
-        command = "stagefate bench " + " ".join(shlex.quote(a) for a in args.argv)
-        write_section(section, command.strip(), Path(args.report))
-        console.print(section.body)
+        for section in runners[name]():
+            command = "stagefate bench " + " ".join(shlex.quote(a) for a in args.argv)
+            write_section(section, command.strip(), Path(args.report))
+            console.print(section.body)
     console.print(f"results written to {args.report}")
     return 0
 
@@ -424,6 +425,11 @@ def build_parser() -> argparse.ArgumentParser:
         choices=["auto", "cpu", "cuda"],
         default="auto",
         help="where copy and lifecycle run (auto: cuda when a GPU is visible)",
+    )
+    bench.add_argument(
+        "--peer",
+        choices=["sglang"],
+        help="tree: also run SGLang 0.5.23's trees on the §9.1 workload (`make sglang`)",
     )
     bench.set_defaults(func=_cmd_bench)
     return parser

@@ -165,3 +165,12 @@ def test_a_missing_target_names_make_sglang(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setattr(importlib.metadata, "version", lambda name: "0.5.99")
     with pytest.raises(TargetUnavailable, match=r"0\.5\.99 is installed"):
         require()
+
+
+def test_the_tree_bench_runs_sglang_beside_stagefate() -> None:
+    from stagefate.bench.tree import run_side_by_side
+
+    section = run_side_by_side("sglang", nodes=300, repeats=2)
+    header = section.body.split("\n")[0]
+    assert "SGLang Rust core" in header and "SGLang Python core" in header
+    assert "Rust core / stagefate" in header

@@ -219,3 +219,25 @@ def test_threaded_io_posts_every_completion() -> None:
         threading.Event().wait(0.005)
     io.close()
     assert sorted(done) == list(range(1, 9)) and io.pending() == 0
+
+
+@pytest.mark.parametrize("size", [3, 300], ids=["few", "vectorised"])
+def test_free_many_has_the_verdicts_of_free_and_frees_nothing_on_a_bad_part(size: int) -> None:
+    """A bulk eviction frees many nodes' slots in one call: a slot twice across parts, out of
+    range, or never handed out raises and leaves the pool as it was."""
+    pool = DevicePool(LAYOUT, 1024, "cpu")
+    slots = pool.alloc(2 * size)
+    assert slots is not None
+    first, second = slots[:size], slots[size:]
+    for parts, verdict in (
+        ([first, second[:1], second[:1]], "double free"),  # repeated across parts
+        ([first, torch.tensor([1024])], "out of range"),
+        ([first, torch.tensor([0])], "double free"),  # slot 0 was never handed out
+    ):
+        with pytest.raises(PoolError, match=verdict):
+            pool.free_many(parts)
+        assert pool.available() == 1024 - 2 * size  # nothing was freed
+    pool.free_many([first, second])
+    assert pool.available() == 1024
+    again = pool.alloc(1024)
+    assert again is not None and sorted(again.tolist()) == list(range(1024))

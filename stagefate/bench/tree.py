@@ -15,6 +15,7 @@ import torch
 
 from ..runtime import DevicePool, KVLayout, RadixTree, TokenKey
 from .report import Section, median_seconds, table
+from .tree_workload import TreeDriver, build_keys, measure
 
 _LAYOUT = KVLayout(layers=1, kv_heads=1, head_dim=1)
 _PATH_TOKENS = 32 * 1024
@@ -83,6 +84,105 @@ def _measure(tree: RadixTree, main: list[int], page: int, repeats: int) -> list[
         [page, nodes, "evict(num_tokens=1)", f"{_median_us(lambda: tree.evict(1), repeats):.1f}"]
     )
     return rows
+
+
+class StagefateDriver:
+    """stagefate's :class:`RadixTree` as a :class:`TreeDriver` (it frees into its real pool)."""
+
+    name = "stagefate RadixTree"
+
+    def __init__(self, page: int, slots: int) -> None:
+        self.tree = RadixTree(page, DevicePool(_LAYOUT, slots, "cpu"))
+
+    def key(self, tokens: list[int]) -> object:
+        return TokenKey.of(tokens)
+
+    def prepare_insert(self, key: object, length: int) -> Callable[[], object]:
+        assert isinstance(key, TokenKey)
+        prefix = self.tree.match_prefix(key).device_indices
+        new = self.tree.device_pool.alloc(len(key) - prefix.numel())
+        assert new is not None
+        indices = torch.cat([prefix, new])
+        return lambda: self.tree.insert(key, indices)
+
+    def match(self, key: object) -> object:
+        assert isinstance(key, TokenKey)
+        return self.tree.match_prefix(key)
+
+    def node(self, key: object) -> object:
+        assert isinstance(key, TokenKey)
+        return self.tree.match_prefix(key).last_node
+
+    def lock(self, node: object) -> object:
+        self.tree.inc_lock_ref(node)  # type: ignore[arg-type]
+        return node
+
+    def unlock(self, handle: object) -> None:
+        self.tree.dec_lock_ref(handle)  # type: ignore[arg-type]
+
+    def evict(self, tokens: int) -> int:
+        return self.tree.evict(tokens)
+
+    def total_tokens(self) -> int:
+        return self.tree.total_tokens()
+
+
+def _workload_slots(page: int, nodes: int) -> int:
+    keys, _doc = build_keys(page, nodes)
+    return sum(len(key) for key in keys) + 64 * 1024
+
+
+def run_side_by_side(peer: str | None = None, nodes: int = 100_000, repeats: int = 50) -> Section:
+    """DESIGN §9.1: the same workload through stagefate's tree and (``peer="sglang"``) SGLang's
+    unified cache with its Rust and Python cores, one after the other in this process."""
+    names = ["stagefate"] + (["rust", "python"] if peer == "sglang" else [])
+    if peer not in (None, "sglang"):
+        raise ValueError(f"unknown --peer {peer!r}; the peer this bench knows is sglang")
+    results: dict[tuple[int, str], dict[str, float]] = {}
+    for page in (1, 64):
+        slots = _workload_slots(page, nodes)
+        for name in names:
+            driver: TreeDriver
+            if name == "stagefate":
+                driver = StagefateDriver(page, slots)
+            else:
+                from ..targets.sglang.bench import SGLangDriver
+
+                driver = SGLangDriver(name, page, slots)
+            results[(page, name)] = measure(driver, page, nodes, repeats)
+            del driver
+    operations = list(next(iter(results.values())))
+    headers = ["operation (page 1 / 64)", *(_label(name) for name in names)]
+    if peer:
+        headers.append("Rust core / stagefate")
+    rows: list[list[object]] = []
+    for op in operations:
+        row: list[object] = [op]
+        for name in names:
+            row.append(" / ".join(f"{results[(page, name)][op]:,.1f}" for page in (1, 64)))
+        if peer:
+            ratios = [results[(p, "rust")][op] / results[(p, "stagefate")][op] for p in (1, 64)]
+            row.append(" / ".join(f"{ratio:.2f}" for ratio in ratios))
+        rows.append(row)
+    body = table(headers, rows)
+    body += (
+        f"\n\nWorkload (DESIGN §9.1, `stagefate/bench/tree_workload.py`): two 33,280-token "
+        f"documents with a 256-token branch every 512 tokens, filler families (a 512-token "
+        f"prefix, 9 branches of 64–512 tokens) up to ~{nodes:,} nodes; median µs of "
+        f"{repeats} calls (bulk eviction: one call, ms). Keys are built once outside the timed "
+        "call for every tree. stagefate frees into its real pool; SGLang's allocator only "
+        "counts frees. A ratio above 1 means stagefate is faster."
+    )
+    title = "Radix tree side by side (§9.1 workload)" + (" with SGLang" if peer else "")
+    return Section("tree-side-by-side", title, body)
+
+
+def _label(name: str) -> str:
+    return {
+        "stagefate": "stagefate",
+        "rust": "SGLang Rust core",
+        "python": "SGLang Python core",
+    }[name]
 
 
 def run(sizes: tuple[int, ...] = (1_000, 100_000), repeats: int = 100) -> Section:

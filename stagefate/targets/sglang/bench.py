@@ -1,0 +1,105 @@
+"""SGLang's ``UnifiedRadixCache`` (Python and Rust cores) driven directly on the §9.1 workload.
+
+Tree cost only, as DESIGN §9.1 measured it: keys are SGLang ``RadixKey``s built once, values are
+fresh slot numbers, and the allocator only counts what the tree frees (stagefate's tree, beside
+it, frees into its real pool).
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+
+def _counting_allocator(size: int) -> Any:
+    from sglang.srt.mem_cache.allocator import TokenToKVPoolAllocator
+    from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool
+
+    class Counting(TokenToKVPoolAllocator):  # type: ignore[misc]
+        freed = 0
+
+        def free(self, free_index: torch.Tensor) -> None:
+            self.freed += free_index.numel()
+
+    kv = MHATokenToKVPool(
+        size=size,
+        page_size=1,
+        dtype=torch.float16,
+        head_num=1,
+        head_dim=1,
+        layer_num=1,
+        device="cpu",
+        enable_memory_saver=False,
+    )
+    return Counting(size=size, dtype=torch.float16, device="cpu", kvcache=kv, need_sort=False)
+
+
+class SGLangDriver:
+    """A :class:`~stagefate.bench.tree_workload.TreeDriver` over SGLang's unified cache."""
+
+    def __init__(self, core: str, page: int, slots: int) -> None:
+        from . import require
+
+        require()
+        from sglang.srt.mem_cache.cache_init_params import CacheInitParams
+        from sglang.srt.mem_cache.memory_pool import ReqToTokenPool
+        from sglang.srt.mem_cache.unified_cache.components.base import ComponentType
+        from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
+        from sglang.srt.server_args import ServerArgs, set_global_server_args_for_scheduler
+
+        set_global_server_args_for_scheduler(ServerArgs(model_path="dummy", page_size=page))
+        self.name = f"SGLang UnifiedRadixCache, {core} core"
+        self.allocator = _counting_allocator(slots)
+        params = CacheInitParams(
+            req_to_token_pool=ReqToTokenPool(
+                size=4, max_context_len=8, device="cpu", enable_memory_saver=False
+            ),
+            token_to_kv_pool_allocator=self.allocator,
+            page_size=page,
+            disable=False,
+            tree_components=(ComponentType.FULL,),
+            tree_core_backend=core,
+        )
+        self.cache: Any = UnifiedRadixCache(params=params)
+        assert self.cache._tree_core_backend == core, "SGLang fell back to another tree core"
+        self.next_slot = 1  # slot 0 is SGLang's padding slot
+
+    def key(self, tokens: list[int]) -> object:
+        from sglang.srt.mem_cache.radix_cache import RadixKey
+
+        return RadixKey(array("q", tokens))
+
+    def prepare_insert(self, key: object, length: int) -> Callable[[], object]:
+        from sglang.srt.mem_cache.base_prefix_cache import InsertParams
+
+        value = torch.arange(self.next_slot, self.next_slot + length, dtype=torch.int64)
+        self.next_slot += length
+        params = InsertParams(key=key, value=value)
+        return lambda: self.cache.insert(params)
+
+    def match(self, key: object) -> object:
+        from sglang.srt.mem_cache.base_prefix_cache import MatchPrefixParams
+
+        return self.cache.match_prefix(MatchPrefixParams(key=key))
+
+    def node(self, key: object) -> object:
+        return self.match(key).last_device_node  # type: ignore[attr-defined]
+
+    def lock(self, node: object) -> object:
+        return node, self.cache.inc_lock_ref(node)
+
+    def unlock(self, handle: object) -> None:
+        assert isinstance(handle, tuple)
+        node, receipt = handle
+        self.cache.dec_lock_ref(node, receipt.to_dec_params())
+
+    def evict(self, tokens: int) -> int:
+        from sglang.srt.mem_cache.base_prefix_cache import EvictParams
+
+        return int(self.cache.evict(EvictParams(num_tokens=tokens)).num_tokens_evicted)
+
+    def total_tokens(self) -> int:
+        return int(self.cache.tree_core.total_size()[0])
