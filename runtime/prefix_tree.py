@@ -101,6 +101,16 @@ TreeFactory = Callable[[int, SlotPool, SlotPool | None], PrefixTree]
 """Builds a tree over the pipeline's pools: ``(page_size, device_pool, aux_pool)``."""
 
 
+def check_insert_slots(tokens: int, device_indices: torch.Tensor) -> None:
+    """Every tree's insert takes one int64 slot per page-aligned token (at least)."""
+    if not isinstance(device_indices, torch.Tensor) or device_indices.dtype != torch.int64:
+        raise TypeError("device_indices must be an int64 tensor of device slots")
+    if device_indices.numel() < tokens:
+        raise ValueError(
+            f"insert: {tokens} page-aligned tokens but only {device_indices.numel()} slots"
+        )
+
+
 @contextlib.contextmanager
 def locked(tree: PrefixTree, node: Node) -> Iterator[None]:
     """``node``'s path pinned for the block, so eviction inside it cannot take it."""

@@ -37,6 +37,7 @@ import torch
 
 from .hashing import Namespace, namespace_of, page_hashes
 from .pools import SlotPool
+from .prefix_tree import check_insert_slots
 from .tokens import TOKEN_BYTES, TokenKey, Tokens
 
 _EMPTY = torch.empty(0, dtype=torch.int64)
@@ -254,13 +255,8 @@ class RadixTree:
         """:meth:`insert`, also returning the node that ends at the inserted length."""
         namespace = namespace_of(extra_key, cache_salt)
         key = self._aligned(tokens)
-        if not isinstance(device_indices, torch.Tensor) or device_indices.dtype != torch.int64:
-            raise TypeError("device_indices must be an int64 tensor of device slots")
         total = len(key) // TOKEN_BYTES
-        if device_indices.numel() < total:
-            raise ValueError(
-                f"insert: {total} page-aligned tokens but only {device_indices.numel()} slots"
-            )
+        check_insert_slots(total, device_indices)
         node, pos, _values = self._walk(key, namespace)
         present = pos // TOKEN_BYTES
         if pos < len(key):

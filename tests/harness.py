@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
@@ -172,3 +173,23 @@ def assert_quiescent(pipe: BufferPipeline) -> None:
 
 def kv_marks(pipe: BufferPipeline, slots: torch.Tensor) -> list[float]:
     return [float(v) for v in pipe.device_pool.kv[0, 0, slots, 0, 0].cpu()]
+
+
+def staged_with_threaded_io(tokens: int) -> tuple[BufferPipeline, list[int]]:
+    """A consumer with threaded IO whose request ``r`` staged ``tokens`` tokens (marked 9) that
+    a producer wrote through; the IO threads do the work, this thread only polls."""
+    storage = MemoryStorage()
+    cfg = config(io="threaded")
+    producer, consumer = BufferPipeline(cfg, storage=storage), BufferPipeline(cfg, storage=storage)
+    seq = seq_of(tokens, 1)
+    slots = producer.device_pool.alloc(len(seq))
+    assert slots is not None
+    producer.device_pool.kv[:, :, slots] = 9
+    producer.write_through(seq, slots)
+    consumer.prefetch_from_storage("r", seq, 0)
+    deadline = time.monotonic() + 10
+    while consumer.state("r") != "staged" and time.monotonic() < deadline:
+        consumer.poll()
+        time.sleep(0.001)
+    assert consumer.state("r") == "staged"
+    return consumer, seq

@@ -10,11 +10,10 @@ import time
 import torch
 from hypothesis.stateful import run_state_machine_as_test
 
-from stagefate import BufferPipeline, MemoryStorage
 from stagefate.fuzz.machine import PipelineFuzzer
 from stagefate.runtime import HostPool, KVLayout
 
-from .harness import assert_quiescent, config, fuzz_settings, kv_marks, seq_of
+from .harness import assert_quiescent, fuzz_settings, kv_marks, staged_with_threaded_io
 
 STALL_CYCLES = 2_000_000_000
 """About a second of GPU clock: long enough that a poll before it ends must see the copy pending."""
@@ -26,28 +25,9 @@ def test_bounce_is_pinned_exactly_when_a_gpu_is_present(device: str) -> None:
     assert host.kv.device.type == "cpu"
 
 
-def _staged_pair(device: str) -> tuple[BufferPipeline, list[int]]:
-    """A consumer (threaded IO) whose request ``r`` has staged a span the producer wrote."""
-    storage = MemoryStorage()
-    cfg = config(io="threaded")
-    producer, consumer = BufferPipeline(cfg, storage=storage), BufferPipeline(cfg, storage=storage)
-    assert consumer.device_pool.device.type == device
-    seq = seq_of(8, 1)
-    slots = producer.device_pool.alloc(len(seq))
-    assert slots is not None
-    producer.device_pool.kv[:, :, slots] = 9
-    producer.write_through(seq, slots)
-    consumer.prefetch_from_storage("r", seq, 0)
-    deadline = time.monotonic() + 10
-    while consumer.state("r") != "staged" and time.monotonic() < deadline:
-        consumer.poll()
-        time.sleep(0.001)
-    assert consumer.state("r") == "staged"
-    return consumer, seq
-
-
 def test_a_load_runs_on_its_own_stream_and_its_ack_waits_for_the_copy(device: str) -> None:
-    pipe, seq = _staged_pair(device)
+    pipe, seq = staged_with_threaded_io(8)
+    assert pipe.device_pool.device.type == device
     copy_stream = pipe.copy.stream
     if device == "cuda":
         assert copy_stream is not None and copy_stream != torch.cuda.current_stream()

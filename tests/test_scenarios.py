@@ -7,14 +7,11 @@ pages, so ``seq`` is five pages and "one token" of the seed's tests is one page 
 from __future__ import annotations
 
 import itertools
-import time
 
 import pytest
 import torch
 
-from stagefate import BufferPipeline, MemoryStorage
-
-from .harness import assert_quiescent, config, kv_marks, make_pair, seq_of
+from .harness import assert_quiescent, config, kv_marks, make_pair, seq_of, staged_with_threaded_io
 
 pytestmark = pytest.mark.usefixtures("on_each_device")  # cpu, and cuda with a GPU
 
@@ -350,20 +347,7 @@ def test_short_read_stages_the_prefix_and_failed_read_discards() -> None:
 
 
 def test_threaded_io_round_trip() -> None:
-    storage = MemoryStorage()
-    cfg = config(io="threaded")
-    producer, consumer = BufferPipeline(cfg, storage=storage), BufferPipeline(cfg, storage=storage)
-    seq = seq_of(5, 1)
-    slots = producer.device_pool.alloc(5)
-    assert slots is not None
-    producer.device_pool.kv[:, :, slots] = 9
-    producer.write_through(seq, slots)
-    consumer.prefetch_from_storage("r", seq, 0)
-    deadline = time.monotonic() + 10
-    while consumer.state("r") != "staged" and time.monotonic() < deadline:
-        consumer.poll()
-        time.sleep(0.001)  # the IO threads do the work; this thread only polls
-    assert consumer.state("r") == "staged"
+    consumer, _seq = staged_with_threaded_io(5)
     assert consumer.plan_staged_splice("r", 0) == (5, 0)
     tail = consumer.init_load_back("r", torch.empty(0, dtype=torch.int64))
     while consumer.state("r") is not None:

@@ -15,6 +15,8 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
+from .report import median_seconds
+
 DOC_TOKENS = 33_280
 BRANCH_EVERY = 512
 BRANCH_TOKENS = 256
@@ -82,12 +84,7 @@ class TreeDriver(Protocol):
 
 
 def _median_us(call: Callable[[], object], repeats: int) -> float:
-    samples = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        call()
-        samples.append(time.perf_counter() - start)
-    return statistics.median(samples) * 1e6
+    return median_seconds(call, repeats) * 1e6
 
 
 def measure(driver: TreeDriver, page: int, target_nodes: int, repeats: int) -> dict[str, float]:

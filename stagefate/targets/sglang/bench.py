@@ -9,32 +9,24 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Callable
-from typing import Any
 
 import torch
 
+from .cache import build_unified_cache
 
-def _counting_allocator(size: int) -> Any:
+
+def _counting_class() -> type:
     from sglang.srt.mem_cache.allocator import TokenToKVPoolAllocator
-    from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool
 
     class Counting(TokenToKVPoolAllocator):  # type: ignore[misc]
+        """Only counts what the tree frees: the figures are tree cost alone."""
+
         freed = 0
 
         def free(self, free_index: torch.Tensor) -> None:
             self.freed += free_index.numel()
 
-    kv = MHATokenToKVPool(
-        size=size,
-        page_size=1,
-        dtype=torch.float16,
-        head_num=1,
-        head_dim=1,
-        layer_num=1,
-        device="cpu",
-        enable_memory_saver=False,
-    )
-    return Counting(size=size, dtype=torch.float16, device="cpu", kvcache=kv, need_sort=False)
+    return Counting
 
 
 class SGLangDriver:
@@ -44,27 +36,8 @@ class SGLangDriver:
         from . import require
 
         require()
-        from sglang.srt.mem_cache.cache_init_params import CacheInitParams
-        from sglang.srt.mem_cache.memory_pool import ReqToTokenPool
-        from sglang.srt.mem_cache.unified_cache.components.base import ComponentType
-        from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
-        from sglang.srt.server_args import ServerArgs, set_global_server_args_for_scheduler
-
-        set_global_server_args_for_scheduler(ServerArgs(model_path="dummy", page_size=page))
         self.name = f"SGLang UnifiedRadixCache, {core} core"
-        self.allocator = _counting_allocator(slots)
-        params = CacheInitParams(
-            req_to_token_pool=ReqToTokenPool(
-                size=4, max_context_len=8, device="cpu", enable_memory_saver=False
-            ),
-            token_to_kv_pool_allocator=self.allocator,
-            page_size=page,
-            disable=False,
-            tree_components=(ComponentType.FULL,),
-            tree_core_backend=core,
-        )
-        self.cache: Any = UnifiedRadixCache(params=params)
-        assert self.cache._tree_core_backend == core, "SGLang fell back to another tree core"
+        self.cache, self.allocator = build_unified_cache(core, page, slots, _counting_class())
         self.next_slot = 1  # slot 0 is SGLang's padding slot
 
     def key(self, tokens: list[int]) -> object:

@@ -33,8 +33,9 @@ import torch
 
 from ...runtime.hashing import Namespace, namespace_of
 from ...runtime.pools import SlotPool
-from ...runtime.prefix_tree import PrefixTree, TreeFactory
+from ...runtime.prefix_tree import PrefixTree, TreeFactory, check_insert_slots
 from ...runtime.tokens import TokenKey, Tokens
+from .cache import build_unified_cache
 
 _EMPTY = torch.empty(0, dtype=torch.int64)
 
@@ -113,54 +114,12 @@ class SGLangTree:
         from . import require
 
         require()
-        from sglang.srt.mem_cache.allocator import TokenToKVPoolAllocator  # noqa: F401
-        from sglang.srt.mem_cache.cache_init_params import CacheInitParams
-        from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool, ReqToTokenPool
-        from sglang.srt.mem_cache.unified_cache.components.base import ComponentType
-        from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
-        from sglang.srt.server_args import ServerArgs, set_global_server_args_for_scheduler
-
-        if core not in ("python", "rust"):
-            raise ValueError(f"unknown SGLang tree core {core!r}; choose python or rust")
         self.page_size = page_size
         self.pool = device_pool
-        set_global_server_args_for_scheduler(ServerArgs(model_path="dummy", page_size=page_size))
-        # SGLang's own pools, minimal: the tree only reads their shapes and frees through the
-        # allocator, which the bridge sends to stagefate's pool.
-        kv = MHATokenToKVPool(
-            size=max(device_pool.capacity, page_size),
-            page_size=page_size,
-            dtype=torch.float16,
-            head_num=1,
-            head_dim=1,
-            layer_num=1,
-            device="cpu",
-            enable_memory_saver=False,
-        )
-        self.allocator: Any = _bridge_class()(
-            size=max(device_pool.capacity, page_size),
-            dtype=torch.float16,
-            device="cpu",
-            kvcache=kv,
-            need_sort=False,
+        self.cache, self.allocator = build_unified_cache(
+            core, page_size, device_pool.capacity, _bridge_class()
         )
         self.allocator.bind(device_pool)
-        params = CacheInitParams(
-            req_to_token_pool=ReqToTokenPool(
-                size=4, max_context_len=8, device="cpu", enable_memory_saver=False
-            ),
-            token_to_kv_pool_allocator=self.allocator,
-            page_size=page_size,
-            disable=False,
-            tree_components=(ComponentType.FULL,),
-            tree_core_backend=core,
-        )
-        self.cache: Any = UnifiedRadixCache(params=params)
-        if self.cache._tree_core_backend != core:  # SGLang falls back to python silently
-            raise SGLangTreeError(
-                f"SGLang picked the {self.cache._tree_core_backend} tree core, not {core}: the "
-                "Rust core needs Linux and torch 2.11 to 2.14"
-            )
         self.core = core
         self.receipts: dict[int, list[Any]] = {}
         """Lock receipts per node id: SGLang's dec_lock_ref takes the receipt of its inc."""
@@ -230,10 +189,7 @@ class SGLangTree:
         namespace = namespace_of(extra_key, cache_salt)
         radix_key, key = self._key(tokens, namespace)
         total = len(key)
-        if not isinstance(device_indices, torch.Tensor) or device_indices.dtype != torch.int64:
-            raise TypeError("device_indices must be an int64 tensor of device slots")
-        if device_indices.numel() < total:
-            raise ValueError(f"insert: {total} page-aligned tokens but {device_indices.numel()}")
+        check_insert_slots(total, device_indices)
         value = device_indices[:total].clone()
         with self._holding_frees() as held:
             result = self.cache.insert(InsertParams(key=radix_key, value=value))
