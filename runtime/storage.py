@@ -103,6 +103,11 @@ class MemoryStorage:
     def __len__(self) -> int:
         return len(self._objects)
 
+    def snapshot(self) -> dict[str, torch.Tensor]:
+        """Every object by key (the tensors are never written after they are stored)."""
+        with self._lock:
+            return dict(self._objects)
+
 
 class FileStorage:
     """One file per page under ``path``; survives restarts; corrupt objects read as misses."""

@@ -117,6 +117,27 @@ def kv_value(tokens: torch.Tensor, salt: str | None) -> torch.Tensor:
     return tokens.to(torch.float32) + 1000 * SALTS.index(salt)
 
 
+_L3: dict[int | None, tuple[list[str], list[torch.Tensor]]] = {}
+
+
+def _l3_contents(window: int | None) -> tuple[list[str], list[torch.Tensor]]:
+    """What L3 holds when a program starts (every page-aligned prefix of every sequence, in
+    each namespace, with its aux window), written by a producer pipeline once per window and
+    replayed into each program's storage (the same keys and bytes, without the producer)."""
+    found = _L3.get(window)
+    if found is None:
+        storage = MemoryStorage()
+        producer = BufferPipeline(fuzz_config(window), storage=storage)
+        for salt in SALTS:
+            for sequence in SEQUENCES:
+                for end in range(PAGE, len(sequence) + 1, PAGE):
+                    PipelineFuzzer.write_through(producer, sequence[:end], salt, window)
+        objects = storage.snapshot()
+        keys = sorted(objects)
+        found = _L3[window] = (keys, [objects[key] for key in keys])
+    return found
+
+
 _EXPECTED: dict[tuple[str | None, tuple[int, ...]], torch.Tensor] = {}
 
 
@@ -167,11 +188,8 @@ class PipelineFuzzer(RuleBasedStateMachine):
         window = data.draw(st.sampled_from(type(self).windows), label="window")
         cfg = fuzz_config(window, type(self).device)
         self.storage = type(self).storage_factory(cfg)
-        producer = BufferPipeline(cfg, storage=self.storage)
-        for salt in SALTS:
-            for sequence in SEQUENCES:
-                for end in range(PAGE, len(sequence) + 1, PAGE):
-                    self._write_through(producer, sequence[:end], salt, window)
+        keys, pages = _l3_contents(window)
+        self.storage.batch_set(keys, pages)
         self.pipe = BufferPipeline(cfg, storage=self.storage, tree_factory=type(self).tree_factory)
         self.pipe.instruments.append(_record_edge)
         self.log = None if self.log_path is None else TransitionLog.open(self.log_path)
@@ -182,9 +200,10 @@ class PipelineFuzzer(RuleBasedStateMachine):
         """Nodes the engine's running requests lock (their KV must stay while they compute)."""
 
     @staticmethod
-    def _write_through(
+    def write_through(
         producer: BufferPipeline, tokens: list[int], salt: str | None, window: int | None
     ) -> None:
+        """The producer computes ``tokens`` (KV = :func:`kv_value`) and writes them to L3."""
         slots = producer.device_pool.alloc(len(tokens))
         assert slots is not None
         values = kv_value(torch.tensor(tokens), salt)[None, None, :, None, None]
