@@ -173,4 +173,5 @@ def test_the_tree_bench_runs_sglang_beside_stagefate() -> None:
     section = run_side_by_side("sglang", nodes=300, repeats=2)
     header = section.body.split("\n")[0]
     assert "SGLang Rust core" in header and "SGLang Python core" in header
+    assert "SGLang RadixCache" in header
     assert "Rust core / stagefate" in header

@@ -134,8 +134,9 @@ def _workload_slots(page: int, nodes: int) -> int:
 
 def run_side_by_side(peer: str | None = None, nodes: int = 100_000, repeats: int = 50) -> Section:
     """DESIGN §9.1: the same workload through stagefate's tree and (``peer="sglang"``) SGLang's
-    unified cache with its Rust and Python cores, one after the other in this process."""
-    names = ["stagefate"] + (["rust", "python"] if peer == "sglang" else [])
+    unified cache with its Rust and Python cores and its legacy ``RadixCache``, one after the
+    other in this process."""
+    names = ["stagefate"] + (["rust", "python", "radix"] if peer == "sglang" else [])
     if peer not in (None, "sglang"):
         raise ValueError(f"unknown --peer {peer!r}; the peer this bench knows is sglang")
     results: dict[tuple[int, str], dict[str, float]] = {}
@@ -182,6 +183,7 @@ def _label(name: str) -> str:
         "stagefate": "stagefate",
         "rust": "SGLang Rust core",
         "python": "SGLang Python core",
+        "radix": "SGLang RadixCache",
     }[name]
 
 

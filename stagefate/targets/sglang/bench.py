@@ -36,7 +36,8 @@ class SGLangDriver:
         from . import require
 
         require()
-        self.name = f"SGLang UnifiedRadixCache, {core} core"
+        self.core = core
+        self.name = "SGLang RadixCache" if core == "radix" else f"SGLang {core} core"
         self.cache, self.allocator = build_unified_cache(core, page, slots, _counting_class())
         self.next_slot = 1  # slot 0 is SGLang's padding slot
 
@@ -67,7 +68,10 @@ class SGLangDriver:
     def unlock(self, handle: object) -> None:
         assert isinstance(handle, tuple)
         node, receipt = handle
-        self.cache.dec_lock_ref(node, receipt.to_dec_params())
+        if self.core == "radix":  # the legacy tree takes no receipt
+            self.cache.dec_lock_ref(node)
+        else:
+            self.cache.dec_lock_ref(node, receipt.to_dec_params())
 
     def evict(self, tokens: int) -> int:
         from sglang.srt.mem_cache.base_prefix_cache import EvictParams
@@ -75,4 +79,6 @@ class SGLangDriver:
         return int(self.cache.evict(EvictParams(num_tokens=tokens)).num_tokens_evicted)
 
     def total_tokens(self) -> int:
+        if self.core == "radix":
+            return int(self.cache.total_size())
         return int(self.cache.tree_core.total_size()[0])

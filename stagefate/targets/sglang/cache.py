@@ -17,15 +17,16 @@ class CoreFallback(RuntimeError):
 
 
 def build_unified_cache(core: str, page_size: int, slots: int, allocator_class: type) -> Any:
-    """``(cache, allocator)``: SGLang's unified cache over ``slots`` KV slots."""
+    """``(cache, allocator)``: SGLang's unified cache over ``slots`` KV slots (``core`` python
+    or rust), or its legacy ``RadixCache`` (``core="radix"``)."""
     from sglang.srt.mem_cache.cache_init_params import CacheInitParams
     from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool, ReqToTokenPool
     from sglang.srt.mem_cache.unified_cache.components.base import ComponentType
     from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
     from sglang.srt.server_args import ServerArgs, set_global_server_args_for_scheduler
 
-    if core not in ("python", "rust"):
-        raise ValueError(f"unknown SGLang tree core {core!r}; choose python or rust")
+    if core not in ("python", "rust", "radix"):
+        raise ValueError(f"unknown SGLang tree core {core!r}; choose python, rust or radix")
     set_global_server_args_for_scheduler(ServerArgs(model_path="dummy", page_size=page_size))
     size = max(slots, page_size)
     kv = MHATokenToKVPool(
@@ -41,16 +42,19 @@ def build_unified_cache(core: str, page_size: int, slots: int, allocator_class: 
     allocator = allocator_class(
         size=size, dtype=torch.float16, device="cpu", kvcache=kv, need_sort=False
     )
-    params = CacheInitParams(
+    pools: dict[str, Any] = dict(
         req_to_token_pool=ReqToTokenPool(
             size=4, max_context_len=8, device="cpu", enable_memory_saver=False
         ),
         token_to_kv_pool_allocator=allocator,
         page_size=page_size,
         disable=False,
-        tree_components=(ComponentType.FULL,),
-        tree_core_backend=core,
     )
+    if core == "radix":
+        from sglang.srt.mem_cache.radix_cache import RadixCache
+
+        return RadixCache(params=CacheInitParams(**pools)), allocator
+    params = CacheInitParams(**pools, tree_components=(ComponentType.FULL,), tree_core_backend=core)
     cache = UnifiedRadixCache(params=params)
     if cache._tree_core_backend != core:
         raise CoreFallback(
