@@ -121,12 +121,19 @@ def locked(tree: PrefixTree, node: Node) -> Iterator[None]:
         tree.dec_lock_ref(node)
 
 
+def evict_for(tree: PrefixTree, pool: SlotPool, tokens: int, keep: Node) -> int:
+    """Evict LRU leaves until ``pool`` has ``tokens`` free slots (or nothing is left to
+    evict); ``keep``'s path survives. Returns the tokens evicted."""
+    short = tokens - pool.available()
+    if short <= 0:
+        return 0
+    with locked(tree, keep):
+        return tree.evict(short)
+
+
 def alloc_evicting(
     tree: PrefixTree, pool: SlotPool, tokens: int, keep: Node
 ) -> torch.Tensor | None:
     """``tokens`` slots of ``pool``, evicting LRU leaves first when short; ``keep`` survives."""
-    short = tokens - pool.available()
-    if short > 0:
-        with locked(tree, keep):
-            tree.evict(short)
+    evict_for(tree, pool, tokens, keep)
     return pool.alloc(tokens)

@@ -463,4 +463,3 @@ class RadixTree:
                 f"token accounting drifted: counted evictable={evictable} protected={protected}, "
                 f"tracked {self.evictable_size}/{self.protected_size}"
             )
-

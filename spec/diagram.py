@@ -43,23 +43,13 @@ def _node_id(name: str) -> str:
     return "n_" + "".join(c if c.isalnum() else "_" for c in name)
 
 
-def branch_label(event: str, branch: BranchSpec, with_reason: bool = True) -> str:
-    """``event [guard] / effects (reason)``: one branch, as the tables and phase diagrams say it."""
+def branch_label(event: str, branch: BranchSpec) -> str:
+    """``event [guard] / effects``: one branch as a phase diagram labels it (the reason is its
+    target, drawn per reason)."""
     label = f"{event} [{branch.guard or 'else'}]"
     if branch.effects:
         label += " / " + ", ".join(branch.effects)
-    if with_reason and branch.reason:
-        label += f" ({branch.reason})"
     return label
-
-
-def edges(spec: LifecycleSpec) -> list[Edge]:
-    """Every (source, branch) as a labelled edge: ``event [guard] / effects (reason)``."""
-    return [
-        Edge(source, spec.target_of(source, branch), branch_label(event, branch))
-        for source, event, branches in spec.rows()
-        for branch in branches
-    ]
 
 
 def end_node(spec: LifecycleSpec, branch: BranchSpec) -> str:
@@ -128,9 +118,7 @@ def phase_edges(spec: LifecycleSpec, phase: PhaseSpec) -> list[Edge]:
             target = source if branch.to == SAME else branch.to
             if target in spec.states and spec.states[target].terminal:
                 target = f"{target}: {branch.reason}"
-            merged.setdefault((source, target), []).append(
-                branch_label(row.event, branch, with_reason=False)
-            )
+            merged.setdefault((source, target), []).append(branch_label(row.event, branch))
     return [Edge(s, t, "\n".join(labels)) for (s, t), labels in merged.items()]
 
 

@@ -55,7 +55,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..runtime import TokenKey
 from ..runtime.pools import SlotPool
-from ..runtime.prefix_tree import Node, PrefixTree, locked
+from ..runtime.prefix_tree import Node, PrefixTree, evict_for
 from .costs import CostModel
 from .policies import Policy
 from .trace import TraceRequest
@@ -341,11 +341,8 @@ class Engine:
     # ------------------------------------------------------------------ memory
 
     def make_room(self, tokens: int, keep: Node) -> bool:
-        """Evict LRU leaves (never ``keep``'s path) until ``tokens`` slots are free."""
-        short = tokens - self.pool.available()
-        if short > 0:
-            with locked(self.tree, keep):
-                self.evicted_tokens += self.tree.evict(short)
+        """Evict LRU leaves (never ``keep``'s path) until ``tokens`` slots are free; counted."""
+        self.evicted_tokens += evict_for(self.tree, self.pool, tokens, keep)
         return self.pool.available() >= tokens
 
     def _grow(self, request: EngineRequest, tokens: int) -> bool:
@@ -412,7 +409,7 @@ class Engine:
                 continue
             if request.remaining_output:
                 request.generated += 1  # the prefill samples the first output token
-            if request.remaining_output:
+            if request.remaining_output:  # (that token may have been its last)
                 self.running.append(request)
             else:
                 self._finish(request)
