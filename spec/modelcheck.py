@@ -8,21 +8,42 @@ enumerate, and explores every interleaving breadth first.
 
 The world is one token line of ``pages`` pages in one namespace, positions instead of nodes:
 
-* ``device``: the line's prefix on the device (pages); ``l3``: its prefix in L3;
+* ``device``: the line's prefix on the device (pages);
 * ``host_free``: free bounce pages out of ``host_pages``; the device pool holds ``device_pages``;
 * one record slot per request; request ``i`` wants the first ``pages - i`` pages, so spans
   overlap wholly or partly.
 
-A node split changes no position, so it is the identity here (anchors are re-matched by
-position); the stateful fuzzer covers real splits, namespaces and the sliding-window aux pool,
-which this world leaves out (the ``aux_cut`` branches are listed as not modelled).
+L3 is adversarial rather than a position: an existence query or a read finds any prefix of what
+it asked for (all of it, none, an error, or any number of pages between). That covers every
+pattern of L3 losing pages between any two steps, including a drop between a request's query and
+its read, without a position that would multiply every state. A node split changes no position,
+so it is the identity here (anchors are re-matched by position); the stateful fuzzer covers real
+splits, namespaces and the sliding-window aux pool, which this world leaves out (the ``aux_cut``
+branches are listed as not modelled).
 
-Actions are the scheduler's (issue, lock, the IO commit, plan and consume against the live
-prefix, abort, release a hold) and the world's (an IO operation completes fully, short or with an
-error; evict a page; a sibling publishes a page; L3 drops a page). After every action the
-invariants of DESIGN §4 that the abstraction can state are checked, including the resources each
-state must hold per the spec. BFS makes the first counterexample a shortest one; it is printed
-as numbered steps. Every state and edge of the spec must also be reached ("sometimes" checks).
+Actions are the scheduler's (issue with the live match or a stale one, lock, the IO commit, plan
+and consume against the live prefix, abort, release a hold) and the world's (an IO operation
+completes; evict a page; a sibling publishes a page). After every new state the invariants of
+DESIGN §4 that the abstraction can state are checked, including the resources each state must
+hold per the spec. BFS makes the first counterexample a shortest one; it is printed as numbered
+steps. Every state and edge of the spec must also be reached ("sometimes" checks).
+
+What keeps the bounds of DESIGN §7 (5 pages × 3 requests × 2 issues each) under a minute:
+
+* **Dead fields are cleared** before a state is stored (the hit once the read is sized; all but
+  the bounce of an abandoned read), so states differing only there are one. Exact: no later
+  step reads them.
+* **Compact states**: each distinct request slot is numbered once, and a state is the tuple
+  ``(device, host_free, slot numbers…)``: a few small ints to hash, compare and keep.
+* **Memoised steps**: a request's step reads its own slot, the two positions and the pinned
+  total; the IO commit also reads the other records. Its outcome is kept under exactly that, so
+  the spec's rows run once per distinct situation rather than once per state; a step reading
+  another record outside the commit meets :data:`HIDDEN` and fails loudly instead of being
+  memoised wrongly. Each request's own invariants are likewise checked once per (slot, device).
+
+Symmetry reduction was tried and left out: requests are interchangeable only when they want the
+same span, and a world where two do has more states than sorting them saves (54,140 against
+26,400 at 4 pages × 3 requests × 1 issue).
 
 ``spec/`` imports no torch and no runtime: guards and effects are re-stated here over positions,
 one small function each, next to the pipeline's names.
@@ -30,10 +51,11 @@ one small function each, next to the pipeline's names.
 
 from __future__ import annotations
 
+import gc
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import NamedTuple, NoReturn, cast
 
 from .schema import SAME, BranchSpec, LifecycleSpec
 
@@ -46,20 +68,27 @@ NOT_MODELLED_GUARDS = frozenset({"aux_cut"})
 
 @dataclass(frozen=True, slots=True)
 class Bounds:
-    """The size of the abstract world; the defaults reach every modelled edge in seconds."""
+    """The size of the abstract world; the defaults are the bounds CI checks (DESIGN §7)."""
 
-    pages: int = 4
-    requests: int = 2
+    pages: int = 5
+    requests: int = 3
     host_pages: int = 2
-    device_pages: int = 3
+    device_pages: int = 4
     cap_pages: int = 2
     threshold_pages: int = 2
     issues_per_request: int = 2
     max_states: int = 5_000_000
 
+    def want(self, index: int) -> int:
+        """Pages request ``index`` wants: spans overlap wholly or partly, no two alike."""
+        return self.pages - index
+
 
 class Rec(NamedTuple):
-    """One live record over positions (a tuple: copied with ``_replace`` on every effect)."""
+    """One live record over positions (a tuple: copied with ``_replace`` on every effect).
+
+    Every field is an int or a str, so records order (symmetry sorts requests by them).
+    """
 
     state: str
     matched: int
@@ -71,22 +100,29 @@ class Rec(NamedTuple):
     bounce: int = 0
     read: int = 0
     plan: int = -1
-    op: str | None = None
+    op: str = ""
+    """The IO operation in flight: ``exists``, ``read``, ``load`` or ``""`` (none)."""
 
 
-@dataclass(frozen=True, slots=True)
-class World:
+class Slot(NamedTuple):
+    """One request: its live record (None between prefetches), issues so far, whom it waits on."""
+
+    record: Rec | None
+    issues: int
+    waiting_on: int
+
+
+State = tuple[int, ...]
+"""A state as stored: ``(device, host_free, slot id of request 0, 1, …)``; each distinct
+:class:`Slot` is numbered once, so a state hashes and compares as a few small ints."""
+
+
+class World(NamedTuple):
+    """A state decoded: what invariants and drafts read."""
+
     device: int
-    l3: int
     host_free: int
-    records: tuple[Rec | None, ...]
-    issues: tuple[int, ...]
-    ends: tuple[int, ...]
-    retry: tuple[bool, ...]
-    waiting_on: tuple[int, ...]
-
-    def pinned_total(self) -> int:
-        return sum(r.pin_charge for r in self.records if r is not None)
+    slots: tuple[Slot, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +130,20 @@ class Args:
     tokens: int = 0
     error: bool = False
     prefix: int = 0
+
+
+class Step(NamedTuple):
+    """An action: ``request`` is -1 for the world's; ``what`` is the event or the mode."""
+
+    kind: str
+    request: int
+    what: str
+    pages: int = 0
+    """Pages a short completion finds."""
+
+
+_EVICT = Step("world", -1, "evict")
+_PUBLISH = Step("world", -1, "publish")
 
 
 class Violation(Exception):
@@ -105,41 +155,51 @@ class _Draft:
     """A mutable copy of a :class:`World` while one action runs."""
 
     device: int
-    l3: int
     host_free: int
     records: list[Rec | None]
     issues: list[int]
-    ends: list[int]
-    retry: list[bool]
     waiting_on: list[int]
+    hidden_pins: int = 0
+    """Pages pinned by records the step may not read (see :data:`HIDDEN`)."""
+    woke: bool = False
+    """Whether the step woke the requests waiting on it."""
 
     @classmethod
-    def of(cls, world: World) -> _Draft:
+    def of(cls, world: World, only: int = -1) -> _Draft:
+        """A draft of ``world``; with ``only``, every other record is :data:`HIDDEN`."""
+        slots = world.slots
+        records = [slot.record for slot in slots]
+        hidden_pins = 0
+        if only >= 0:
+            for j, record in enumerate(records):
+                if j != only and record is not None:
+                    hidden_pins += record.pin_charge
+                    records[j] = HIDDEN
         return cls(
             world.device,
-            world.l3,
             world.host_free,
-            list(world.records),
-            list(world.issues),
-            list(world.ends),
-            list(world.retry),
-            list(world.waiting_on),
-        )
-
-    def freeze(self) -> World:
-        return World(
-            self.device,
-            self.l3,
-            self.host_free,
-            tuple(self.records),
-            tuple(self.issues),
-            tuple(self.ends),
-            tuple(self.retry),
-            tuple(self.waiting_on),
+            records,
+            [slot.issues for slot in slots],
+            [slot.waiting_on for slot in slots],
+            hidden_pins,
         )
 
     def pinned_total(self) -> int:
-        return sum(r.pin_charge for r in self.records if r is not None)
+        pinned = sum(r.pin_charge for r in self.records if r is not None and r is not HIDDEN)
+        return pinned + self.hidden_pins
+
+
+class _Hidden:
+    """Another request's record, where a step is memoised without it (its pins are summed)."""
+
+    def __getattr__(self, name: str) -> NoReturn:
+        raise AssertionError(
+            f"a step read another request's record ({name}): only the IO commit may; add the "
+            "step to ModelChecker._reads_others or stop reading it"
+        )
+
+
+HIDDEN = cast(Rec, _Hidden())
 
 
 Guard = Callable[["ModelChecker", _Draft, int, Rec, Args], bool]
@@ -150,7 +210,7 @@ Edge = tuple[str, str, str]
 @dataclass
 class Result:
     states: int
-    edges: dict[Edge, int]
+    edges: set[Edge]
     states_reached: set[str]
     counterexample: list[str] | None = None
     violation: str | None = None
@@ -179,6 +239,23 @@ class ModelChecker:
                 f"the model checker has no abstract meaning for {sorted(missing)}; add one to "
                 "spec/modelcheck.py next to the pipeline's implementation"
             )
+        self._wants = [self.bounds.want(i) for i in range(self.bounds.requests)]
+        self._reads_others = frozenset({"commit"})
+        """Steps that read other requests' records (in-flight dedup): memoised with them."""
+        self._memo: dict[tuple[object, ...], tuple[int, int, int, bool]] = {}
+        self._steps: dict[tuple[int, int, bool], tuple[Step, ...]] = {}
+        self._woken: dict[int, int] = {}
+        self._slots: list[Slot] = []
+        self._slot_ids: dict[Slot, int] = {}
+        self._pin_charge: list[int] = []
+        self._pin_at: list[int] = []
+        self._record_ids: dict[Rec | None, int] = {}
+        self._record_of: list[int] = []
+        self._bounce_of: list[int] = []
+        self._owning: list[bool] = []
+        self._waiting_of: list[int] = []
+        self._checked: set[tuple[int, int, int]] = set()
+        """(request, slot number, device) whose own invariants held."""
 
     # ------------------------------------------------------------------ firing
 
@@ -219,7 +296,6 @@ class ModelChecker:
                 f"{'a pin' if record.pin != -1 else ''} {record.bounce or ''} bounce pages".strip()
             )
         draft.records[index] = None
-        draft.ends[index] += 1
         return branch.reason
 
     def _choose(
@@ -231,232 +307,326 @@ class ModelChecker:
         raise Violation(f"r{index}: no branch of ({record.state}) applies and there is no else")
 
     def _wake_waiters(self, draft: _Draft, index: int) -> None:
+        draft.woke = True
         for waiter, sibling in enumerate(draft.waiting_on):
             if sibling == index:
                 draft.waiting_on[waiter] = -1  # its retry (armed) is due at once
 
     # ------------------------------------------------------------------ actions
 
-    def initial(self) -> World:
+    def initial(self) -> State:
         b = self.bounds
-        k = b.requests
-        return World(
-            0, b.pages, b.host_pages, (None,) * k, (0,) * k, (0,) * k, (False,) * k, (-1,) * k
-        )
+        return (0, b.host_pages, *[self._intern(Slot(None, 0, -1))] * b.requests)
+
+    def _intern(self, slot: Slot) -> int:
+        """The number of ``slot`` (given once, on first sight)."""
+        number = self._slot_ids.get(slot)
+        if number is None:
+            number = self._slot_ids[slot] = len(self._slots)
+            self._slots.append(slot)
+            record = slot.record
+            self._pin_charge.append(0 if record is None else record.pin_charge)
+            self._pin_at.append(-1 if record is None else record.pin)
+            self._record_of.append(self._record_ids.setdefault(record, len(self._record_ids)))
+            self._bounce_of.append(0 if record is None else record.bounce)
+            self._owning.append(record is not None and record.state in OWNING)
+            self._waiting_of.append(slot.waiting_on)
+        return number
+
+    def decode(self, state: State) -> World:
+        return World(state[0], state[1], tuple(self._slots[number] for number in state[2:]))
 
     def want(self, index: int) -> int:
-        return self.bounds.pages - index
+        return self._wants[index]
 
-    def actions(self, world: World) -> list[tuple[str, Callable[[_Draft, set[Edge]], None]]]:
-        """Every action enabled in ``world``, with a label for counterexamples."""
-        out: list[tuple[str, Callable[[_Draft, set[Edge]], None]]] = []
-        b = self.bounds
-        for i, record in enumerate(world.records):
-            if record is None:
-                if world.issues[i] < b.issues_per_request:
-                    out.append((f"r{i}: prefetch_from_storage", self._issue(i, stale=False)))
-                    if world.device < self.want(i):
-                        stale = "with a matched_len one page past the live prefix (stale)"
-                        out.append((f"r{i}: prefetch_from_storage {stale}", self._issue(i, True)))
-                continue
-            state = record.state
-            if (state, "lock") in self._rows:
-                out.append((f"r{i}: try_lock_anchor", self._event(i, "lock", Args())))
-            if (
-                (state, "commit") in self._rows
-                and record.op is None
-                and (record.hit >= 0 or state == "parked")
-            ):
-                out.append((f"r{i}: IO commit (poll)", self._event(i, "commit", Args())))
-            if state in HOLDS:
-                out.append((f"r{i}: plan_staged_splice(live prefix)", self._live(i, "plan")))
-                if record.plan >= 0:
-                    out.append((f"r{i}: init_load_back(live prefix)", self._live(i, "consume")))
-                out.append((f"r{i}: release_staged_hold", self._event(i, "release_hold", Args())))
-            out.append((f"r{i}: release_aborted_request", self._event(i, "abort", Args())))
-            if record.op is not None:
-                out += self._completions(world, i, record)
-        if world.device > max([r.pin for r in world.records if r is not None] + [0]):
-            out.append(("world: evict one page", self._evict))
-        if world.device < b.pages and world.device < b.device_pages:
-            out.append(("world: a sibling publishes the next page", self._publish))
-        if world.l3 > 0:
-            out.append(("world: L3 drops its last page", self._drop))
+    def actions(self, state: State) -> list[Step]:
+        """Every action enabled in ``state``."""
+        out: list[Step] = []
+        device = state[0]
+        pinned_at = 0
+        for i, number in enumerate(state[2:]):
+            key = (i, number, device < self._wants[i])
+            steps = self._steps.get(key)
+            if steps is None:
+                steps = self._steps[key] = self._request_steps(i, self._slots[number], key[2])
+            out += steps
+            pinned_at = max(pinned_at, self._pin_at[number])
+        if device > pinned_at:
+            out.append(_EVICT)
+        if device < self.bounds.pages and device < self.bounds.device_pages:
+            out.append(_PUBLISH)
         return out
 
-    def _issue(self, index: int, stale: bool) -> Callable[[_Draft, set[Edge]], None]:
+    def _request_steps(self, i: int, slot: Slot, below_want: bool) -> tuple[Step, ...]:
+        """The steps request ``i`` can take from ``slot`` (memoised: few distinct slots)."""
+        record = slot.record
+        if record is None:
+            if slot.issues >= self.bounds.issues_per_request:
+                return ()
+            live = Step("issue", i, "live")
+            return (live, Step("issue", i, "stale")) if below_want else (live,)
+        out: list[Step] = []
+        state = record.state
+        if (state, "lock") in self._rows:
+            out.append(Step("event", i, "lock"))
+        if (
+            (state, "commit") in self._rows
+            and not record.op
+            and (record.hit >= 0 or state == "parked")
+        ):
+            out.append(Step("event", i, "commit"))
+        if state in HOLDS:
+            out.append(Step("live", i, "plan"))
+            if record.plan >= 0:
+                out.append(Step("live", i, "consume"))
+            out.append(Step("event", i, "release_hold"))
+        out.append(Step("event", i, "abort"))
+        if record.op == "load":
+            out.append(Step("load", i, "full"))
+        elif record.op:  # L3 may have lost any tail of what is asked: every prefix is an outcome
+            asked = record.span_end - record.matched if record.op == "exists" else record.read
+            out += [Step(record.op, i, "full"), Step(record.op, i, "error")]
+            out += [Step(record.op, i, "short", pages) for pages in range(1, asked)]
+        return tuple(out)
+
+    def describe(self, step: Step) -> str:
+        """``step`` for a counterexample."""
+        kind, _index, what, _pages = step
+        if kind == "world":
+            return {
+                "evict": "world: evict one page",
+                "publish": "world: a sibling publishes the next page",
+            }[what]
+        text = {
+            ("issue", "live"): "prefetch_from_storage",
+            ("issue", "stale"): "prefetch_from_storage with a matched_len one page past the "
+            "live prefix (stale)",
+            ("event", "lock"): "try_lock_anchor",
+            ("event", "commit"): "IO commit (poll)",
+            ("live", "plan"): "plan_staged_splice(live prefix)",
+            ("live", "consume"): "init_load_back(live prefix)",
+            ("event", "release_hold"): "release_staged_hold",
+            ("event", "abort"): "release_aborted_request",
+            ("load", "full"): "H2D copy acknowledged",
+        }.get((kind, what), f"{kind} completes {what}")  # an existence query or a read
+        if what == "short":
+            text += f" ({step.pages} page{'s' if step.pages > 1 else ''} found)"
+        return f"r{step.request}: {text}"
+
+    def successor(self, state: State, step: Step, edges: set[Edge], pinned: int = -1) -> State:
+        """The stored state after ``step`` (its edges added to ``edges``).
+
+        A request's step reads its own slot, the positions and the pinned total; the IO commit
+        also reads the other records (in-flight dedup). The outcome is memoised under exactly
+        that, so the spec's rows run once per distinct situation, not once per state; a step
+        that reads another record outside the commit fails loudly (:data:`HIDDEN`). ``pinned``:
+        the state's pinned total, when the caller has it.
+        """
+        kind, i, what, _pages = step
+        if kind == "world":  # no record changes: the state stays canonical
+            return (state[0] + (1 if what == "publish" else -1), *state[1:])
+        own = state[2 + i]
+        reads_others = what in self._reads_others
+        if reads_others:  # the other records, not whom they wait on or how often they issued
+            records = self._record_of
+            key: tuple[object, ...] = (
+                step,
+                state[0],
+                state[1],
+                own,
+                *[records[n] for n in state[2:]],
+            )
+        else:
+            charges = self._pin_charge
+            if pinned < 0:
+                pinned = sum([charges[number] for number in state[2:]])
+            key = (step, state[0], state[1], pinned - charges[own], own)
+        outcome = self._memo.get(key)
+        if outcome is None:
+            draft = _Draft.of(self.decode(state), -1 if reads_others else i)
+            fired: set[Edge] = set()
+            self.apply(draft, step, fired)
+            edges |= fired
+            slot = Slot(_live_fields(draft.records[i]), draft.issues[i], draft.waiting_on[i])
+            outcome = (self._intern(slot), draft.device, draft.host_free, draft.woke)
+            self._memo[key] = outcome
+        number, device, host_free, woke = outcome
+        changed = [device, host_free, *state[2:]]
+        changed[2 + i] = number
+        if woke:
+            waiting = self._waiting_of
+            for j in range(2, len(changed)):
+                if waiting[changed[j]] == i:
+                    changed[j] = self._wake(changed[j])
+        return tuple(changed)
+
+    def _wake(self, number: int) -> int:
+        """Slot ``number`` with its wait over."""
+        woken = self._woken.get(number)
+        if woken is None:
+            woken = self._woken[number] = self._intern(self._slots[number]._replace(waiting_on=-1))
+        return woken
+
+    def apply(self, draft: _Draft, step: Step, edges: set[Edge]) -> None:
+        """Run a request's ``step`` on ``draft`` through the spec's rows."""
+        kind, i, what, _pages = step
+        if kind == "issue":
+            self._issue(draft, i, what == "stale", edges)
+        elif kind == "event":
+            self._fire(draft, i, what, Args(), edges)
+        elif kind == "live":
+            self._fire(draft, i, what, Args(prefix=draft.device), edges)
+        else:
+            event = {"exists": "hit", "read": "read_done", "load": "ack"}[kind]
+            self._complete(draft, i, event, step, edges)
+
+    def _issue(self, draft: _Draft, index: int, stale: bool, edges: set[Edge]) -> None:
         """Issue as a scheduler does, with the live match or one measured before an eviction."""
-
-        def run(draft: _Draft, edges: set[Edge]) -> None:
-            want = self.want(index)
-            draft.issues[index] += 1
-            draft.retry[index] = False
-            draft.waiting_on[index] = -1
-            matched = min(draft.device + stale, want)
-            draft.records[index] = Rec("issued", matched, want)
-            if self._fire(draft, index, "lock", Args(), edges) is None:
-                record = draft.records[index]
-                assert record is not None
-                draft.records[index] = record._replace(op="exists")
-
-        return run
-
-    def _event(self, index: int, event: str, args: Args) -> Callable[[_Draft, set[Edge]], None]:
-        def run(draft: _Draft, edges: set[Edge]) -> None:
-            self._fire(draft, index, event, args, edges)
-
-        return run
-
-    def _live(self, index: int, event: str) -> Callable[[_Draft, set[Edge]], None]:
-        def run(draft: _Draft, edges: set[Edge]) -> None:
-            self._fire(draft, index, event, Args(prefix=draft.device), edges)
-
-        return run
-
-    def _completions(
-        self, world: World, index: int, record: Rec
-    ) -> list[tuple[str, Callable[[_Draft, set[Edge]], None]]]:
-        op = record.op
-        if op == "load":
-            return [(f"r{index}: H2D copy acknowledged", self._complete(index, "ack", "full"))]
-        event = "hit" if op == "exists" else "read_done"
-        return [
-            (f"r{index}: {op} completes {mode}", self._complete(index, event, mode))
-            for mode in ("full", "short", "error")
-        ]
-
-    def _complete(self, index: int, event: str, mode: str) -> Callable[[_Draft, set[Edge]], None]:
-        def run(draft: _Draft, edges: set[Edge]) -> None:
+        want = self._wants[index]
+        draft.issues[index] += 1
+        draft.waiting_on[index] = -1
+        matched = min(draft.device + stale, want)
+        draft.records[index] = Rec("issued", matched, want)
+        if self._fire(draft, index, "lock", Args(), edges) is None:
             record = draft.records[index]
             assert record is not None
-            if event == "hit":
-                found = max(0, min(draft.l3, record.span_end) - record.matched)
-            elif event == "read_done":
-                found = max(0, min(draft.l3 - record.matched, record.read))
-            else:
-                found = 0
-            if mode == "short":
-                found = max(0, found - 1)
-            draft.records[index] = record._replace(op=None)
-            self._fire(draft, index, event, Args(tokens=found, error=mode == "error"), edges)
+            draft.records[index] = record._replace(op="exists")
 
-        return run
+    def _complete(
+        self, draft: _Draft, index: int, event: str, step: Step, edges: set[Edge]
+    ) -> None:
+        record = draft.records[index]
+        assert record is not None
+        mode = step.what
+        if mode == "short":
+            found = step.pages
+        elif mode == "error" or event == "ack":
+            found = 0
+        else:
+            found = record.span_end - record.matched if event == "hit" else record.read
+        draft.records[index] = record._replace(op="")
+        self._fire(draft, index, event, Args(tokens=found, error=mode == "error"), edges)
 
-    @staticmethod
-    def _evict(draft: _Draft, edges: set[Edge]) -> None:
-        draft.device -= 1
-
-    @staticmethod
-    def _publish(draft: _Draft, edges: set[Edge]) -> None:
-        draft.device += 1
-
-    @staticmethod
-    def _drop(draft: _Draft, edges: set[Edge]) -> None:
-        draft.l3 -= 1
+    # ------------------------------------------------------------------ state reduction
 
     # ------------------------------------------------------------------ invariants
 
-    def check(self, world: World) -> None:
+    def check(self, state: State) -> None:
+        """The invariants of one state: the pools and the cap over all requests, then each
+        request's own (remembered per request, slot and device: they read nothing else)."""
         b = self.bounds
-        if not 0 <= world.device <= min(b.pages, b.device_pages):
-            raise Violation(f"device_conservation: device holds {world.device} pages")
-        bounce = sum(r.bounce for r in world.records if r is not None)
-        if world.host_free < 0 or world.host_free + bounce != b.host_pages:
+        device, host_free, numbers = state[0], state[1], state[2:]
+        if not 0 <= device <= min(b.pages, b.device_pages):
+            raise Violation(f"device_conservation: device holds {device} pages")
+        bounce = sum([self._bounce_of[number] for number in numbers])
+        if host_free < 0 or host_free + bounce != b.host_pages:
             raise Violation(
-                f"hold_release: {world.host_free} free + {bounce} owned "
-                f"!= {b.host_pages} host pages"
+                f"hold_release: {host_free} free + {bounce} owned != {b.host_pages} host pages"
             )
-        if world.pinned_total() > b.cap_pages:
-            raise Violation(f"pin_balance: {world.pinned_total()} pinned pages over the cap")
-        for i, record in enumerate(world.records):
-            if world.ends[i] + (record is not None) != world.issues[i]:
+        pinned = sum([self._pin_charge[number] for number in numbers])
+        if pinned > b.cap_pages:
+            raise Violation(f"pin_balance: {pinned} pinned pages over the cap")
+        for i, number in enumerate(numbers):
+            waiting_on = self._waiting_of[number]
+            if waiting_on >= 0 and not self._owning[numbers[waiting_on]]:
+                raise Violation(f"dedup: r{i} waits on r{waiting_on}, which owns nothing")
+            if (i, number, device) not in self._checked:
+                self._check_request(i, self._slots[number], device)
+                self._checked.add((i, number, device))
+
+    def _check_request(self, i: int, slot: Slot, device: int) -> None:
+        record, issues, _waiting_on = slot
+        if issues > self.bounds.issues_per_request or (record is not None and not issues):
+            raise Violation(f"exactly_once_end: r{i} is live after {issues} issues")
+        if record is None:
+            return
+        if record.pin > device:
+            raise Violation(
+                f"pin_safety: r{i} pins position {record.pin} but the device ends at {device}"
+            )
+        levels = self._levels[record.state]
+        for resource, level, held in (
+            ("pin", levels[0], record.pin >= 0),
+            ("bounce", levels[1], record.bounce > 0),
+        ):
+            if (level == "always" and not held) or (level == "none" and held):
                 raise Violation(
-                    f"exactly_once_end: r{i} issued {world.issues[i]}, ended {world.ends[i]}"
+                    f"holds: r{i} in {record.state!r} {'holds' if held else 'lacks'} its "
+                    f"{resource} (the spec says {level})"
                 )
-            if world.waiting_on[i] >= 0:
-                owner = world.records[world.waiting_on[i]]
-                if owner is None or owner.state not in OWNING:
-                    raise Violation(
-                        f"dedup: r{i} waits on r{world.waiting_on[i]}, which owns nothing"
-                    )
-            if record is None:
-                continue
-            if record.pin > world.device:
-                raise Violation(
-                    f"pin_safety: r{i} pins position {record.pin} but the device ends at "
-                    f"{world.device}"
-                )
-            levels = self._levels[record.state]
-            for resource, level, held in (
-                ("pin", levels[0], record.pin >= 0),
-                ("bounce", levels[1], record.bounce > 0),
-            ):
-                if (level == "always" and not held) or (level == "none" and held):
-                    raise Violation(
-                        f"holds: r{i} in {record.state!r} {'holds' if held else 'lacks'} its "
-                        f"{resource} (the spec says {level})"
-                    )
 
     # ------------------------------------------------------------------ search
 
     def run(self) -> Result:
+        """Breadth first over canonical states; the collector is off while millions of small
+        tuples are made (none of them forms a cycle)."""
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            return self._search()
+        finally:
+            if collecting:
+                gc.enable()
+
+    def _search(self) -> Result:
         start = self.initial()
-        parents: dict[World, tuple[World, str] | None] = {start: None}
-        edges: dict[Edge, int] = {}
-        reached: set[str] = set()
+        parents: dict[State, tuple[State, Step] | None] = {start: None}
+        edges: set[Edge] = set()
         queue = deque([start])
         truncated = False
+        limit = self.bounds.max_states
+        charges = self._pin_charge
         while queue:
             world = queue.popleft()
-            for label, action in self.actions(world):
-                draft = _Draft.of(world)
-                fired: set[Edge] = set()
+            pinned = sum([charges[number] for number in world[2:]])
+            for step in self.actions(world):
                 try:
-                    action(draft, fired)
-                    successor = draft.freeze()
+                    successor = self.successor(world, step, edges, pinned)
+                except Violation as violation:
+                    return self._failed(parents, world, step, str(violation), edges)
+                if successor in parents:
+                    continue
+                if len(parents) >= limit:
+                    truncated = True
+                    continue
+                parents[successor] = (world, step)
+                try:
                     self.check(successor)
                 except Violation as violation:
-                    return self._failed(parents, world, label, str(violation), edges, reached)
-                for edge in fired:
-                    edges[edge] = edges.get(edge, 0) + 1
-                    reached.update((edge[0], self._targets[edge]))
-                if successor not in parents:
-                    if len(parents) >= self.bounds.max_states:
-                        truncated = True
-                        continue
-                    parents[successor] = (world, label)
-                    queue.append(successor)
-        result = Result(len(parents), edges, reached, truncated=truncated)
+                    return self._failed(parents, world, step, str(violation), edges)
+                queue.append(successor)
+        result = Result(len(parents), edges, self._reached(edges), truncated=truncated)
         result.unreached_edges = [
             edge
             for edge in self.all_edges()
             if edge not in edges and edge[2] not in NOT_MODELLED_GUARDS
         ]
-        result.unreached_states = [s for s in self.spec.states if s not in reached]
+        result.unreached_states = [s for s in self.spec.states if s not in result.states_reached]
         return result
+
+    def _reached(self, edges: set[Edge]) -> set[str]:
+        return {state for edge in edges for state in (edge[0], self._targets[edge])}
 
     def all_edges(self) -> list[Edge]:
         return self.spec.edges()
 
     def _failed(
         self,
-        parents: dict[World, tuple[World, str] | None],
-        world: World,
-        label: str,
+        parents: dict[State, tuple[State, Step] | None],
+        world: State,
+        step: Step,
         violation: str,
-        edges: dict[Edge, int],
-        reached: set[str],
+        edges: set[Edge],
     ) -> Result:
-        steps = [label]
-        node: World | None = world
-        while node is not None:
-            parent = parents[node]
-            if parent is None:
-                break
-            node, step = parent
-            steps.append(step)
-        steps.reverse()
-        return Result(len(parents), edges, reached, steps, violation)
+        """The shortest path to the violation, as numbered steps."""
+        path = [step]
+        node = world
+        while (parent := parents[node]) is not None:
+            node, previous = parent
+            path.append(previous)
+        path.reverse()
+        steps = [self.describe(taken) for taken in path]
+        return Result(len(parents), edges, self._reached(edges), steps, violation)
 
 
 # ---------------------------------------------------------------------- guards over positions
@@ -552,16 +722,26 @@ def _wait_for_sibling(mc: ModelChecker, d: _Draft, i: int, r: Rec, a: Args) -> R
     raise Violation(f"dedup: r{i} declined in flight but no sibling owns its span")
 
 
-def _arm_retry(mc: ModelChecker, d: _Draft, i: int, r: Rec, a: Args) -> Rec:
-    d.retry[i] = True
-    return r
+def _live_fields(record: Rec | None) -> Rec | None:
+    """``record`` with the fields no later step reads cleared: after the IO commit nothing
+    reads the hit (it sized the read); an abandoned read keeps only its bounce and its op."""
+    if record is None or record.state in PRE_COMMIT:
+        return record
+    if record.state == "abandoned":
+        return Rec(
+            "abandoned", 0, 0, record.pin, record.pin_charge, bounce=record.bounce, op=record.op
+        )
+    if record.hit == -1:
+        return record
+    return record._replace(hit=-1)
 
 
 EFFECTS: dict[str, Effect] = {
     "pin_anchor": lambda mc, d, i, r, a: r._replace(pin=r.matched, pin_charge=r.matched),
     "pin_if_possible": _pin_if_possible,
     "unpin": lambda mc, d, i, r, a: r._replace(pin=-1, pin_charge=0),
-    "arm_retry": _arm_retry,
+    # a re-issue is always enabled here: the retry's pacing is RetryBook's (tested on its own)
+    "arm_retry": lambda mc, d, i, r, a: r,
     "record_hit": lambda mc, d, i, r, a: r._replace(hit=a.tokens),
     "enqueue_parked": lambda mc, d, i, r, a: r,
     "alloc_bounce": _alloc_bounce,

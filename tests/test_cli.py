@@ -66,7 +66,7 @@ def test_check_prints_the_shortest_counterexample_of_a_planted_bug(
     assert main(["check", "--spec", str(spec), "--issues", "1"]) == 1
     out = capsys.readouterr().out
     assert "static checks passed" in out and "VIOLATION splice:" in out
-    assert "  1. r1: prefetch_from_storage" in out and "  7. r1: init_load_back" in out
+    assert "  1. r0: prefetch_from_storage" in out and "  7. r0: init_load_back" in out
 
 
 def test_bounds_too_small_to_reach_every_edge_are_a_finding(
