@@ -84,11 +84,16 @@ class CopyEngine:
             if tensor is None or tuple(tensor.shape) != expected:
                 break
             pages.append(tensor)
-        if pages:
-            block = torch.cat(pages, dim=2).to(host_pool.kv.dtype)
-            slots = torch.arange(block.shape[2])
-            copy_slots(block, slots, host_pool.kv, host_indices[: block.shape[2]])
-        return len(pages) * page_size
+        tokens = len(pages) * page_size
+        if tokens:
+            targets = host_indices[:tokens].tolist()
+            block = torch.cat(pages, dim=2)
+            if targets == list(range(targets[0], targets[0] + tokens)):  # one run: no scatter
+                host_pool.kv.narrow(2, targets[0], tokens).copy_(block)
+            else:
+                block = block.to(host_pool.kv.dtype)  # index_copy_ does not convert
+                copy_slots(block, torch.arange(tokens), host_pool.kv, host_indices[:tokens])
+        return tokens
 
     def h2d(
         self,
@@ -161,11 +166,12 @@ def copy_slots(
 ) -> None:
     """``dst_kv[:, :, dst_indices] = src_kv[:, :, src_indices]`` for same-device KV tensors."""
     count = src_indices.numel()
-    src_indices, dst_indices = src_indices.to(src_kv.device), dst_indices.to(dst_kv.device)
+    if src_indices.device != src_kv.device or dst_indices.device != dst_kv.device:
+        src_indices, dst_indices = src_indices.to(src_kv.device), dst_indices.to(dst_kv.device)
     runs = _runs(src_indices, dst_indices)
     if len(runs) * _MIN_RUN <= count:
         for s, d, length in runs:
-            dst_kv[:, :, d : d + length].copy_(src_kv[:, :, s : s + length])
+            dst_kv.narrow(2, d, length).copy_(src_kv.narrow(2, s, length))
         return
     planes = src_kv.shape[0] * src_kv.shape[1]
     src_planes = src_kv.view(planes, src_kv.shape[2], -1)
@@ -179,8 +185,16 @@ def copy_slots(
 def _runs(src: torch.Tensor, dst: torch.Tensor) -> list[tuple[int, int, int]]:
     """``(src_start, dst_start, length)`` of the maximal runs where both advance by one."""
     count = src.numel()
+    if count == 0:
+        return []
     if count <= _LIST_SCAN:
         src_list, dst_list = src.tolist(), dst.tolist()
+        first_src, first_dst = src_list[0], dst_list[0]
+        # the usual case, one run each side (pools hand out consecutive slots), in two compares
+        if src_list == list(range(first_src, first_src + count)) and dst_list == list(
+            range(first_dst, first_dst + count)
+        ):
+            return [(first_src, first_dst, count)]
         starts = [0] + [
             i
             for i in range(1, count)

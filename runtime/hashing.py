@@ -7,6 +7,7 @@ different namespaces never share a key, in the tree or in L3.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 
 from .tokens import TOKEN_BYTES, TokenKey, Tokens
@@ -22,6 +23,7 @@ def namespace_of(extra_key: str | None, cache_salt: str | None) -> Namespace:
     return (extra_key, cache_salt)
 
 
+@functools.lru_cache(maxsize=1024)
 def namespace_seed(namespace: Namespace) -> bytes:
     extra_key, cache_salt = namespace
     text = f"stagefate/v1\x00{extra_key!r}\x00{cache_salt!r}"
@@ -40,8 +42,9 @@ def page_hashes(
     page_bytes = page_size * TOKEN_BYTES
     previous = namespace_seed(namespace) if seed is None else seed
     digests = []
+    sha256 = hashlib.sha256
     for start in range(0, len(data) - page_bytes + 1, page_bytes):
-        previous = hashlib.sha256(previous + data[start : start + page_bytes]).digest()
+        previous = sha256(previous + data[start : start + page_bytes]).digest()
         digests.append(previous)
     return digests
 

@@ -77,10 +77,12 @@ class SlotPool:
         if pin_memory and device.type == "cpu" and torch.cuda.is_available():
             self.kv = self.kv.pin_memory()
         self._free = torch.arange(slots, dtype=torch.int64)
+        self._free_array = self._free.numpy()  # the same memory: NumPy's small ops cost less
         self._top = slots
-        # One ownership byte per slot, seen both as a bytearray (cheap per-slot checks for the
-        # small frees eviction makes) and as a bool tensor (vectorised checks for large frees).
+        # One ownership byte per slot, seen as a bytearray (per-slot checks), a NumPy array
+        # (small scatters) and a bool tensor (vectorised checks for large frees).
         self._owned_bytes = bytearray(slots)
+        self._owned_array = np.frombuffer(self._owned_bytes, dtype=np.bool_)
         self._owned = torch.frombuffer(self._owned_bytes, dtype=torch.bool) if slots else _NO_SLOTS
 
     def available(self) -> int:
@@ -92,29 +94,30 @@ class SlotPool:
             raise ValueError(f"{self.name}.alloc: n must be a non-negative int, got {n!r}")
         if n > self._top:
             return None
-        indices = self._free[self._top - n : self._top].clone()
+        indices = self._free_array[self._top - n : self._top].copy()
         self._top -= n
-        self._owned[indices] = True
-        return indices
+        self._owned_array[indices] = True
+        return torch.from_numpy(indices)
 
     def free(self, indices: torch.Tensor) -> None:
         """Return slots; raise :class:`PoolError` (nothing freed) on a double or foreign free."""
-        indices = indices.to(device="cpu", dtype=torch.int64).reshape(-1)
+        if indices.device.type != "cpu" or indices.dtype != torch.int64:
+            indices = indices.to(device="cpu", dtype=torch.int64)
         count = indices.numel()
         if count == 0:
             return
         if count <= _SMALL_FREE:  # below this, Python checks beat torch's per-call overhead
-            slots = indices.tolist()
+            array = indices.reshape(-1).numpy()
+            slots = array.tolist()
             if min(slots) < 0 or max(slots) >= self.capacity:
                 self._reject_out_of_range(slots)
-            owned = self._owned_bytes
-            if len(set(slots)) != count or not all(map(owned.__getitem__, slots)):
+            if len(set(slots)) != count or not all(map(self._owned_bytes.__getitem__, slots)):
                 self._reject_double_free(slots)
-            for slot in slots:
-                owned[slot] = 0
-            self._free[self._top : self._top + count] = indices
+            self._owned_array[array] = False
+            self._free_array[self._top : self._top + count] = array
             self._top += count
             return
+        indices = indices.reshape(-1)
         if count > self._top_room():
             self._reject_double_free(indices.tolist())  # more than can be owned: some twice
         self._free[self._top : self._top + count] = indices

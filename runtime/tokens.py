@@ -38,11 +38,13 @@ class TokenKey:
 
     def prefix(self, length: int) -> TokenKey:
         """The first ``length`` tokens."""
-        return TokenKey(self.data[: length * TOKEN_BYTES])
+        end = length * TOKEN_BYTES
+        return self if end == len(self.data) else TokenKey(self.data[:end])
 
     def whole_pages(self, page_size: int) -> TokenKey:
         """Cut to whole pages: what a tree, a pool page or an L3 object can hold."""
-        return self.prefix(len(self) - len(self) % page_size)
+        tokens = len(self.data) // TOKEN_BYTES
+        return self.prefix(tokens - tokens % page_size)
 
     def tolist(self) -> list[int]:
         return list(struct.unpack(f"<{len(self)}q", self.data))

@@ -68,7 +68,7 @@ _OWNING_STATES = frozenset({"reading", "staged", "trimmed", "consumed"})
 _EMPTY = torch.empty(0, dtype=torch.int64)
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Record:
     """One prefetch: what was asked, what it holds, and the arguments of the event being fired."""
 
@@ -288,7 +288,7 @@ class BufferPipeline:
                 hint="no plan was made: call plan_staged_splice(req_id, device_prefix_len) first",
             )
         record.arg_prefix_indices = prefix_indices.reshape(-1).cpu()
-        if not self._guard_plan_stale(record):
+        if self._guard_device_short(record) and not self._guard_plan_stale(record):
             self._make_room(record)
         if self._fire(record, "consume").target != "consumed":
             return _EMPTY
