@@ -13,6 +13,7 @@ from typing import TypeVar
 
 import torch
 from rich.console import Console
+from rich.table import Table
 
 from .bench.report import Section
 from .sim.costs import DEFAULT_PRESET, PRESETS, load_costs
@@ -280,6 +281,8 @@ def _cmd_fuzz(args: argparse.Namespace) -> int:
 
     if args.steps is None and args.budget is None:
         args.steps = 20_000
+    if args.target == "sglang":
+        return _fuzz_sglang(args, DATABASE)
     result = run_campaign(
         console,
         args.steps,
@@ -306,6 +309,33 @@ def _cmd_fuzz(args: argparse.Namespace) -> int:
             f"[red]VIOLATION[/red] {type(result.failure).__name__}: {result.failure}\n"
             f"The minimal failing program is printed above; the example is saved in {DATABASE}, "
             "so the next run replays it first."
+        )
+        return 1
+    return 0
+
+
+def _fuzz_sglang(args: argparse.Namespace, database: Path) -> int:
+    from .targets.sglang import require
+
+    require()
+    from .targets.sglang.machine import run_target_campaign
+
+    core = "rust" if args.tree == "sglang-rust" else "python"
+    result = run_target_campaign(console, args.steps, args.budget, args.seed, core, args.profile)
+    table = Table(title="SGLang's decisions reached")
+    table.add_column("outcome")
+    table.add_column("count", justify="right")
+    for name, count in result.outcomes.items():
+        table.add_row(name, f"{count:,}" if count else "[red]0[/red]")
+    console.print(table)
+    console.print(
+        f"{result.states:,} states checked in {result.programs:,} programs over SGLang 0.5.23's "
+        f"BufferModePipeline ({core} tree core), {result.seconds:.0f} s, seed {args.seed}"
+    )
+    if result.failure is not None:
+        console.print(
+            f"[red]VIOLATION[/red] {type(result.failure).__name__}: {result.failure}\n"
+            f"The minimal failing program is printed above; the example is saved in {database}."
         )
         return 1
     return 0
@@ -381,6 +411,13 @@ def build_parser() -> argparse.ArgumentParser:
         choices=TREES,
         default="stagefate",
         help="the radix tree under test (sglang-*: SGLang 0.5.23's, after `make sglang`)",
+    )
+    fuzz.add_argument(
+        "--target",
+        choices=["stagefate", "sglang"],
+        default="stagefate",
+        help="the pipeline under test: stagefate's, or SGLang 0.5.23's BufferModePipeline "
+        "(its tree core from --tree sglang-python|sglang-rust; python by default)",
     )
     fuzz.set_defaults(func=_cmd_fuzz)
 

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import hypothesis.core as hypothesis_core
 from hypothesis import settings
 from hypothesis.database import DirectoryBasedExampleDatabase
-from hypothesis.stateful import run_state_machine_as_test
+from hypothesis.stateful import RuleBasedStateMachine, run_state_machine_as_test
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
@@ -55,6 +56,25 @@ def run_campaign(
     # SGLang's trees are built with the FULL component only: no sliding-window variant.
     PipelineFuzzer.windows = (None, 2 * PAGE) if tree == "stagefate" else (None,)
     TALLY.reset()
+    examples, seconds, failure = run_batches(
+        console, PipelineFuzzer, lambda: TALLY.states, steps, budget_seconds, seed, profile
+    )
+    unreached = [edge for edge in load_spec().edges() if TALLY.edges[edge] == 0]
+    return CampaignResult(TALLY.states, examples, seconds, failure, unreached)
+
+
+def run_batches(
+    console: Console,
+    machine: type[RuleBasedStateMachine],
+    states: Callable[[], int],
+    steps: int | None,
+    budget_seconds: float | None,
+    seed: int,
+    profile: str,
+) -> tuple[int, float, BaseException | None]:
+    """Batches of ``machine``'s programs until ``states()`` reaches ``steps`` or the budget is
+    spent; returns (programs, seconds, the failure if one was found)."""
+    register_profiles()
     # Hypothesis draws each run's seed from this generator when not derandomized: seeding it
     # once makes a whole campaign (every batch) repeatable from ``--seed``.
     hypothesis_core.threadlocal._hypothesis_global_random = random.Random(seed)
@@ -64,7 +84,7 @@ def run_campaign(
         task = progress.add_task("0 states", total=steps or budget_seconds)
         while failure is None:
             elapsed = time.monotonic() - started
-            if steps is not None and TALLY.states >= steps:
+            if steps is not None and states() >= steps:
                 break
             if budget_seconds is not None and elapsed >= budget_seconds:
                 break
@@ -76,17 +96,16 @@ def run_campaign(
                 database=DirectoryBasedExampleDatabase(str(DATABASE)),
             )
             try:
-                run_state_machine_as_test(PipelineFuzzer, settings=batch_settings)
+                run_state_machine_as_test(machine, settings=batch_settings)
             except Exception as error:  # Hypothesis has printed the minimal failing program
                 failure = error
             examples += BATCH_EXAMPLES
             progress.update(
                 task,
-                completed=TALLY.states if steps else time.monotonic() - started,
-                description=f"{TALLY.states:,} states checked",
+                completed=states() if steps else time.monotonic() - started,
+                description=f"{states():,} states checked",
             )
-    unreached = [edge for edge in load_spec().edges() if TALLY.edges[edge] == 0]
-    return CampaignResult(TALLY.states, examples, time.monotonic() - started, failure, unreached)
+    return examples, time.monotonic() - started, failure
 
 
 def edge_table() -> Table:

@@ -15,6 +15,16 @@ Each stand-in says what it replaces and why; none of them decides anything SGLan
   memory pools' imports): PyPI's torchvision does not load beside the CPU torch 2.13 wheel. A
   stand-in like the above, with a real ``InterpolationMode`` enum; transformers' own
   "is torchvision there?" check is cached as False first, so transformers never uses it.
+
+Two patches let the buffer-mode pipeline run on a CPU (:func:`patch_for_cpu`, applied by the
+pipeline driver only):
+
+* ``HostKVCache`` pins its host pools through ``torch.cuda.cudart()``, which does not exist
+  without CUDA: it is built with ``pin_memory=False`` (upstream's own corruption-test fixture
+  does the same). Pinning only changes how fast a GPU copy is, not what is copied.
+* The ``direct`` IO backend with the ``layer_first`` layout copies rows with sgl_kernel's
+  ``transfer_kv_direct``, which has no CPU build: an indexed row copy per layer in torch does
+  the same (``dst[dst_indices] = src[src_indices]``). SGLang still decides which rows move.
 """
 
 from __future__ import annotations
@@ -130,3 +140,38 @@ def install() -> None:
 
     # SGLang's quantization modules warn on import that AWQ/GGUF need CUDA; true and irrelevant.
     warnings.filterwarnings("ignore", message=".*(AWQ|GGUF).*", category=UserWarning)
+
+
+_patched = False
+
+
+def _transfer_kv_direct(
+    src_layers: Sequence[Any],
+    dst_layers: Sequence[Any],
+    src_indices: Any,
+    dst_indices: Any,
+    page_size: int,
+) -> None:
+    """sgl_kernel's ``transfer_kv_direct`` in torch: copy rows layer by layer."""
+    for source, target in zip(src_layers, dst_layers, strict=True):
+        target[dst_indices.to(target.device)] = source[src_indices.to(source.device)].to(
+            target.device
+        )
+
+
+def patch_for_cpu() -> None:
+    """Apply the two buffer-mode patches of the module docstring (once)."""
+    global _patched
+    if _patched:
+        return
+    from sglang.srt.mem_cache.pool_host import base, mha
+
+    mha.transfer_kv_direct = _transfer_kv_direct
+    unpinned = base.HostKVCache.__init__
+
+    def init(self: Any, *args: Any, **kwargs: Any) -> None:
+        kwargs["pin_memory"] = False
+        unpinned(self, *args, **kwargs)
+
+    base.HostKVCache.__init__ = init
+    _patched = True

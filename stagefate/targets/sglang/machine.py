@@ -1,0 +1,238 @@
+"""A Hypothesis state machine over SGLang's buffer-mode pipeline, with DESIGN §10's invariants.
+
+The world is the one stagefate's own fuzzer plays (:mod:`stagefate.fuzz.machine`), on SGLang's
+code through :class:`~.pipeline.SteppedSGLang`: three token sequences sharing heads (anchors
+collide, nodes split) written to L3 under two namespaces before the program starts; rules issue
+(with the live match or a stale one), run the existence queries, run the reads, tick the
+scheduler, admit, abort, evict, publish the head, half or whole of a sequence as a sibling
+would, and drop L3 objects. The invariants are what any correct implementation keeps, read from
+SGLang's own state:
+
+* pinned tokens equal the sum of the anchor locks, and stay within the cap;
+* an admission loads only what the device lacks of the staged span (the trim);
+* a locked anchor is never evicted;
+* every device slot of every sequence holds its mark (bytes spliced equal the producer's, and
+  no splice crosses namespaces: the namespaces' marks differ);
+* SGLang's own ``sanity_check`` passes;
+* at quiescence (everything aborted or admitted, the pipeline settled): no anchor lock, no
+  prefetch in flight, no staged hold, the host pool back at its baseline, every device slot
+  either free or in the tree, ``is_idle``.
+
+:data:`OUTCOMES` counts what SGLang decided (its ``try_lock_anchor`` outcomes and its prefetch
+outcome counters) over a campaign, so a report says which of its branches were reached.
+"""
+
+from __future__ import annotations
+
+import logging
+import zlib
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from rich.console import Console
+
+from .pipeline import NAMESPACES, SteppedSGLang
+
+PAGE = 4
+_HEAD = list(range(1, 33))
+SEQUENCES: tuple[list[int], ...] = (
+    _HEAD,  # 8 pages
+    _HEAD[:16] + list(range(200, 216)),  # shares 4 pages with the first
+    _HEAD[:8] + list(range(300, 324)),  # shares 2
+)
+OUTCOMES: Counter[str] = Counter()
+"""SGLang's decisions seen over a campaign: ``lock:<outcome>`` and its prefetch counters."""
+STATES = Counter[str]()
+"""``steps`` (checked states) and ``programs`` of a campaign."""
+
+
+class SGLangPipelineFuzzer(RuleBasedStateMachine):
+    core = "python"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.driver = SteppedSGLang(page_size=PAGE, core=self.core)
+        for namespace in NAMESPACES:
+            for tokens in SEQUENCES:
+                self.driver.produce(tokens, namespace)
+        self.pipeline = self.driver.consumer.cache.buffer_pipeline
+        self._count_lock_outcomes()
+        self.issued = 0
+        STATES["programs"] += 1
+
+    def _count_lock_outcomes(self) -> None:
+        try_lock = self.pipeline.try_lock_anchor
+
+        def counted(request: Any, remaining: int) -> tuple[str, int]:
+            outcome, matched = try_lock(request, remaining)
+            OUTCOMES[f"try_lock_anchor: {outcome}"] += 1
+            return outcome, matched
+
+        self.pipeline.try_lock_anchor = counted
+
+    def _live(self) -> list[str]:
+        return [rid for rid in self.driver.requests if self.driver.live(rid)]
+
+    # ------------------------------------------------------------------ the scheduler
+
+    @rule(
+        sequence=st.integers(0, len(SEQUENCES) - 1),
+        namespace=st.sampled_from(NAMESPACES),
+        stale=st.booleans(),
+    )
+    def issue(self, sequence: int, namespace: str | None, stale: bool) -> None:
+        rid = f"r{self.issued}"
+        self.issued += 1
+        self.driver.issue(rid, SEQUENCES[sequence], namespace, stale)
+
+    @rule()
+    def run_existence_queries(self) -> None:
+        self.driver.run_existence_queries()
+
+    @rule()
+    def run_reads(self) -> None:
+        self.driver.run_reads()
+
+    @rule()
+    def tick(self) -> None:
+        self.driver.tick()
+
+    @rule()
+    def pump(self) -> None:
+        """A scheduler pass with the IO threads keeping up: queries, commits, reads, acks."""
+        self.driver.settle(rounds=1)
+
+    @precondition(lambda self: bool(self._live()))
+    @rule(data=st.data())
+    def admit(self, data: st.DataObject) -> None:
+        rid = data.draw(st.sampled_from(self._live()), label="request")
+        loaded = self.driver.admit(rid)
+        lacking = self.driver.requests[rid].lacking_tokens
+        assert loaded <= lacking, (
+            f"{rid}: admission loaded {loaded} tokens but the device lacked only {lacking} of "
+            "the staged span: the part a sibling published since was not trimmed"
+        )
+        self.driver.tick()
+
+    @precondition(lambda self: bool(self._live()))
+    @rule(data=st.data())
+    def abort(self, data: st.DataObject) -> None:
+        rid = data.draw(st.sampled_from(self._live()), label="request")
+        self.driver.abort(rid)
+
+    # ------------------------------------------------------------------ the world
+
+    @rule(pages=st.integers(1, 8))
+    def evict(self, pages: int) -> None:
+        self.driver.evict(pages * PAGE)
+
+    @rule(
+        sequence=st.integers(0, len(SEQUENCES) - 1),
+        namespace=st.sampled_from(NAMESPACES),
+        part=st.sampled_from(("head", "half", "whole")),
+    )
+    def publish(self, sequence: int, namespace: str | None, part: str) -> None:
+        tokens = SEQUENCES[sequence]
+        length = {"head": PAGE, "half": len(tokens) // 2, "whole": len(tokens)}[part]
+        self.driver.publish(tokens[:length], namespace)
+
+    @rule(seed=st.integers(0, 7))
+    def drop_l3(self, seed: int) -> None:
+        """Drop about one L3 object in eight (which ones: a function of the name and seed)."""
+        self.driver.drop_l3(lambda name: (zlib.crc32(name.encode()) + seed) % 8 != 0)
+
+    # ------------------------------------------------------------------ invariants
+
+    @invariant()
+    def pins_are_the_anchor_locks(self) -> None:
+        STATES["steps"] += 1
+        locks = self.pipeline.anchor_locks
+        pinned = sum(lock.tokens for lock in locks.values())
+        assert self.pipeline.anchor_locked_tokens_ == pinned, (
+            f"anchor_locked_tokens_={self.pipeline.anchor_locked_tokens_} but the locks hold "
+            f"{pinned}"
+        )
+        assert pinned <= self.pipeline.anchor_lock_cap_tokens, (
+            f"{pinned} tokens pinned over the cap {self.pipeline.anchor_lock_cap_tokens}"
+        )
+        tree = self.driver.consumer.cache.tree_core
+        for handle, lock in locks.items():
+            assert not tree.is_full_device_evicted(lock.node_id), (
+                f"{handle}: its locked anchor {lock.node_id} was evicted"
+            )
+
+    @invariant()
+    def device_slots_hold_their_marks(self) -> None:
+        for namespace in NAMESPACES:
+            for tokens in SEQUENCES:
+                length, held = self.driver.device_marks(tokens, namespace)
+                assert held, (
+                    f"the device holds {length} tokens of a sequence under {namespace!r} whose "
+                    "slots do not hold their KV (a splice wrote bytes of another span or "
+                    "namespace)"
+                )
+
+    @invariant()
+    def sglang_sanity_check(self) -> None:
+        self.driver.consumer.cache.sanity_check()
+
+    def teardown(self) -> None:
+        """Quiescence: abort what is live, settle, then nothing may be held."""
+        try:
+            for rid in self._live():
+                self.driver.abort(rid)
+            self.driver.settle()
+            cache = self.driver.consumer.cache
+            for name, value in cache._prefetch_outcome_stats.items():
+                OUTCOMES[f"outcome: {name}"] += int(value)
+            pipeline = self.pipeline
+            assert not self._live(), f"requests never ended: {self._live()}"
+            assert not pipeline.anchor_locks, f"anchor locks left: {pipeline.anchor_locks}"
+            assert not cache.ongoing_prefetch, f"prefetches left: {list(cache.ongoing_prefetch)}"
+            assert pipeline.is_idle(), "the pipeline is not idle at quiescence"
+            available = self.driver.pipeline_host_available()
+            assert available == self.driver.baseline_host, (
+                f"host pool leaked: {available} free of {self.driver.baseline_host} at start"
+            )
+            free, cached, size = self.driver.device_books()
+            assert free + cached == size, (
+                f"device slots leaked: {free} free + {cached} in the tree != {size}"
+            )
+        finally:
+            self.driver.close()
+
+
+@dataclass(frozen=True)
+class TargetCampaign:
+    states: int
+    programs: int
+    seconds: float
+    failure: BaseException | None
+    outcomes: dict[str, int]
+
+
+def run_target_campaign(
+    console: Console,
+    steps: int | None,
+    budget_seconds: float | None,
+    seed: int,
+    core: str = "python",
+    profile: str = "fuzz",
+) -> TargetCampaign:
+    """``stagefate fuzz --target sglang``: batches of programs over SGLang's pipeline."""
+    from ...fuzz.campaign import run_batches
+
+    SGLangPipelineFuzzer.core = core
+    OUTCOMES.clear()
+    STATES.clear()
+    # SGLang logs every L3 miss and fallback it handles; the campaign reports outcomes instead.
+    logging.getLogger("sglang").setLevel(logging.CRITICAL)
+    programs, seconds, failure = run_batches(
+        console, SGLangPipelineFuzzer, lambda: STATES["steps"], steps, budget_seconds, seed, profile
+    )
+    return TargetCampaign(
+        STATES["steps"], programs, seconds, failure, dict(sorted(OUTCOMES.items()))
+    )

@@ -1,0 +1,387 @@
+"""SGLang 0.5.23's buffer-mode pipeline, stepped on the caller's thread.
+
+Theory of operation
+-------------------
+Two ``UnifiedRadixCache`` instances share one L3 directory (SGLang's ``file`` backend): a
+*producer* that inserts token sequences and writes them through to L3, and the *consumer* whose
+``BufferModePipeline`` is under test. Both are built as SGLang's scheduler builds them
+(``init_hicache`` with ``hicache_host_memory_mode="buffer_only"``, the ``direct`` IO backend with
+the ``layer_first`` layout, the ``wait_complete`` prefetch policy), with the two CPU patches of
+:mod:`.shim`.
+
+SGLang runs its storage work on four controller threads. They are stopped right after
+construction, and each body is run here, on the caller's thread, when the driver is told to:
+:meth:`run_existence_queries` (the prefetch thread: L3 existence queries), :meth:`run_reads`
+(the IO thread and the sync thread: L3 reads into the bounce, their acks) and :meth:`run_backups`
+(the backup thread: writes to L3). A body runs until its input queue is empty: its
+``storage_stop_event`` is swapped for one that reads "set" exactly then. :meth:`tick` is one
+scheduler pass (``check_hicache_events``: parked hits, IO commits, acks). So every interleaving
+of scheduler passes, IO completions, evictions and publishes is chosen by the caller, and a run
+is deterministic.
+
+The scheduler's calls are made in the scheduler's order (``scheduler.py``/``schedule_policy.py``):
+issue re-anchors on the deepest device node and calls ``prefetch_from_storage``; admission calls
+``check_prefetch_progress``, ``pop_prefetch_loaded_tokens``, ``prepare_staged_prefetch`` and
+``init_load_back`` with the request's prefix locked, then ``ready_to_load_host_cache``; a later
+tick finishes the load. The ``Req`` admission needs is SGLang's own class.
+
+Every KV value written is a *mark*: token id plus 1000 per namespace (exact in float16 below
+2048), by the producer and by a sibling publishing on the consumer, so any device slot can be
+checked against the tokens the tree says it holds.
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import shutil
+import tempfile
+from array import array
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from . import require, shim
+
+NAMESPACES: tuple[str | None, ...] = (None, "tenant-b")
+"""The two namespaces (SGLang's ``extra_key``) requests are issued under."""
+MARK_STRIDE = 1000
+
+
+def mark(tokens: Sequence[int], namespace: str | None) -> torch.Tensor:
+    """The KV every slot of ``tokens`` must hold under ``namespace``."""
+    offset = MARK_STRIDE * NAMESPACES.index(namespace)
+    return torch.tensor([t + offset for t in tokens], dtype=torch.float16)
+
+
+class _SetWhenEmpty:
+    """Stands in for a controller's ``storage_stop_event``: "set" once ``queue`` is empty, so a
+    thread body run on the caller's thread drains its input and returns."""
+
+    def __init__(self, work: queue.Queue[Any]) -> None:
+        self.work = work
+
+    def is_set(self) -> bool:
+        return self.work.empty()
+
+
+@dataclass
+class Request:
+    """One prefetch as the driver issued it."""
+
+    handle: Any
+    """SGLang's ``CacheRequestHandle``."""
+    tokens: list[int]
+    namespace: str | None
+    matched: int
+    loaded_tokens: int = 0
+    """Tokens its admission loaded onto the device."""
+    lacking_tokens: int = 0
+    """Tokens of its staged span the device lacked at admission: the most a load may bring."""
+
+
+@dataclass
+class _Cache:
+    cache: Any
+    allocator: Any
+    req_to_token_pool: Any
+
+    @property
+    def kv(self) -> torch.Tensor:
+        return self.allocator.get_kvcache().k_buffer[0]  # type: ignore[no-any-return]
+
+
+@dataclass
+class SteppedSGLang:
+    """A producer and a consumer over one L3 directory; see the module's theory of operation."""
+
+    page_size: int = 4
+    device_tokens: int = 512
+    core: str = "python"
+    storage_dir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="sgl-l3-")))
+    requests: dict[str, Request] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        require()
+        shim.patch_for_cpu()
+        self._exits = ExitStack()
+        self.producer = self._build()
+        self.consumer = self._build()
+        self.baseline_host = self.pipeline_host_available()
+
+    # ------------------------------------------------------------------ construction
+
+    def _build(self) -> _Cache:
+        from sglang.srt.environ import envs
+        from sglang.srt.mem_cache.allocator import PagedTokenToKVPoolAllocator
+        from sglang.srt.mem_cache.cache_init_params import CacheInitParams
+        from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool, ReqToTokenPool
+        from sglang.srt.mem_cache.unified_cache.components.base import ComponentType
+        from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
+        from sglang.srt.runtime_context import get_parallel
+        from sglang.srt.server_args import ServerArgs, set_global_server_args_for_scheduler
+
+        server_args = ServerArgs(
+            model_path="dummy",
+            page_size=self.page_size,
+            hicache_io_backend="direct",
+            hicache_mem_layout="layer_first",
+            hicache_write_policy="write_through",
+            hicache_storage_backend="file",
+            hicache_storage_backend_extra_config=json.dumps({"prefetch_threshold": 1}),
+            hicache_storage_prefetch_policy="wait_complete",
+            hicache_host_memory_mode="buffer_only",
+        )
+        set_global_server_args_for_scheduler(server_args)
+        size = self.device_tokens
+        kv = MHATokenToKVPool(
+            size=size,
+            page_size=self.page_size,
+            dtype=torch.float16,
+            head_num=1,
+            head_dim=1,
+            layer_num=1,
+            device="cpu",
+            enable_memory_saver=False,
+        )
+        allocator = PagedTokenToKVPoolAllocator(
+            size, self.page_size, torch.float16, "cpu", kv, False
+        )
+        req_to_token_pool = ReqToTokenPool(
+            size=64, max_context_len=size // 2, device="cpu", enable_memory_saver=False
+        )
+        params = CacheInitParams(
+            disable=False,
+            req_to_token_pool=req_to_token_pool,
+            token_to_kv_pool_allocator=allocator,
+            page_size=self.page_size,
+            tree_components=(ComponentType.FULL,),
+            tree_core_backend=self.core,
+        )
+        cache = UnifiedRadixCache(params=params)
+        with (
+            get_parallel().override(tp_rank=0, tp_size=1, pp_rank=0, pp_size=1),
+            envs.SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR.override(str(self.storage_dir)),
+        ):
+            cache.init_hicache(server_args, params)
+        cache.cache_controller._stop_storage_threads()
+        return _Cache(cache, allocator, req_to_token_pool)
+
+    def close(self) -> None:
+        import atexit
+
+        for side in (self.producer, self.consumer):
+            side.cache.cache_controller._stop_storage_threads()
+            atexit.unregister(side.cache.shutdown)  # init_hicache registers it
+        shutil.rmtree(self.storage_dir, ignore_errors=True)
+
+    # ------------------------------------------------------------------ the storage threads
+
+    def _run_body(self, side: _Cache, body: Callable[[], None], work: Any) -> None:
+        controller = side.cache.cache_controller
+        saved = controller.storage_stop_event
+        controller.storage_stop_event = _SetWhenEmpty(work)
+        try:
+            body()
+        finally:
+            controller.storage_stop_event = saved
+
+    def run_existence_queries(self) -> None:
+        controller = self.consumer.cache.cache_controller
+        self._run_body(self.consumer, controller.prefetch_thread_func, controller.prefetch_queue)
+
+    def run_reads(self) -> None:
+        controller = self.consumer.cache.cache_controller
+        self._run_body(self.consumer, controller.prefetch_io_aux_func, controller.prefetch_buffer)
+        self._run_body(
+            self.consumer, controller.prefetch_sync_thread_func, controller.prefetch_sync_queue
+        )
+
+    def run_backups(self, side: _Cache | None = None) -> None:
+        side = side or self.consumer
+        controller = side.cache.cache_controller
+        self._run_body(side, controller.backup_thread_func, controller.backup_queue)
+
+    def tick(self) -> None:
+        """One scheduler pass of the consumer: parked hits, IO commits, acks."""
+        self.consumer.cache.check_hicache_events()
+
+    def settle(self, rounds: int = 8) -> None:
+        """Ticks and every thread body until nothing moves (a bounded number of rounds)."""
+        for _ in range(rounds):
+            self.tick()
+            self.run_existence_queries()
+            self.run_reads()
+            self.run_backups()
+
+    # ------------------------------------------------------------------ keys and KV
+
+    def _key(self, tokens: Sequence[int], namespace: str | None) -> Any:
+        from sglang.srt.mem_cache.radix_cache import RadixKey
+
+        return RadixKey(array("q", tokens), extra_key=namespace)
+
+    def _match(self, side: _Cache, tokens: Sequence[int], namespace: str | None) -> Any:
+        from sglang.srt.mem_cache.base_prefix_cache import MatchPrefixParams
+
+        return side.cache.match_prefix(MatchPrefixParams(key=self._key(tokens, namespace)))
+
+    def _insert_marked(self, side: _Cache, tokens: Sequence[int], namespace: str | None) -> Any:
+        """Insert ``tokens`` with marked KV into ``side``; returns the node that ends there."""
+        from sglang.srt.mem_cache.base_prefix_cache import InsertParams
+
+        slots = side.allocator.alloc(len(tokens))
+        if slots is None:
+            return None
+        side.kv[slots] = mark(tokens, namespace).reshape(-1, 1, 1)
+        side.cache.insert(InsertParams(key=self._key(tokens, namespace), value=slots))
+        return self._match(side, tokens, namespace).last_device_node
+
+    # ------------------------------------------------------------------ the world
+
+    def produce(self, tokens: Sequence[int], namespace: str | None) -> None:
+        """The producer inserts ``tokens`` (whole pages) and writes them through to L3."""
+        node = self._insert_marked(self.producer, tokens, namespace)
+        if node is None:
+            raise RuntimeError("the producer's pool is full; give it more device_tokens")
+        self.producer.cache.request_buffer_backup(node)
+        for _ in range(4):
+            self.producer.cache.check_hicache_events()
+            self.run_backups(self.producer)
+        self.producer.cache.check_hicache_events()
+
+    def publish(self, tokens: Sequence[int], namespace: str | None) -> bool:
+        """A sibling request computes ``tokens`` on the consumer and publishes them."""
+        return self._insert_marked(self.consumer, tokens, namespace) is not None
+
+    def evict(self, tokens: int) -> int:
+        from sglang.srt.mem_cache.base_prefix_cache import EvictParams
+
+        result = self.consumer.cache.evict(EvictParams(num_tokens=tokens))
+        return int(result.num_tokens_evicted)
+
+    def drop_l3(self, keep: Callable[[str], bool]) -> int:
+        """Delete the L3 objects whose file name ``keep`` rejects; returns how many."""
+        dropped = 0
+        for path in list(self.storage_dir.rglob("*")):
+            if path.is_file() and not keep(path.name):
+                path.unlink()
+                dropped += 1
+        return dropped
+
+    # ------------------------------------------------------------------ the scheduler's calls
+
+    def issue(
+        self, rid: str, tokens: list[int], namespace: str | None, stale: bool = False
+    ) -> Request:
+        """Re-anchor on the deepest device node and prefetch the rest (``stale``: as if the
+        match were one page longer than the live one, the way a match made before an eviction
+        would be)."""
+        from sglang.srt.mem_cache.base_prefix_cache import CacheRequestHandle
+
+        cache = self.consumer.cache
+        match = self._match(self.consumer, tokens, namespace)
+        matched = min(match.device_prefix_len + (self.page_size if stale else 0), len(tokens))
+        anchor = match.last_device_node
+        if cache.is_root(anchor):
+            anchor = cache.root_node_handle(namespace)
+        request = Request(CacheRequestHandle(rid, 0), tokens, namespace, matched)
+        self.requests[rid] = request
+        cache.prefetch_from_storage(
+            request.handle,
+            anchor,
+            tokens[matched:],
+            cache.get_last_hash_value(anchor),
+            None,
+            matched_prefix_tokens=tokens[:matched],
+            extra_key=namespace,
+        )
+        return request
+
+    def live(self, rid: str) -> bool:
+        request = self.requests[rid]
+        cache = self.consumer.cache
+        pipeline = cache.buffer_pipeline
+        return request.handle in cache.ongoing_prefetch or pipeline.has_staged(request.handle)
+
+    def admit(self, rid: str) -> int:
+        """Admission as ``PrefillAdder`` does it; returns the tokens loaded (0: none)."""
+        from sglang.srt.managers.schedule_batch import Req
+        from sglang.srt.mem_cache.base_prefix_cache import InitLoadBackParams
+        from sglang.srt.sampling.sampling_params import SamplingParams
+
+        request = self.requests[rid]
+        cache = self.consumer.cache
+        pipeline = cache.buffer_pipeline
+        if not cache.check_prefetch_progress(request.handle) or not pipeline.has_staged(
+            request.handle
+        ):
+            return 0
+        cache.pop_prefetch_loaded_tokens(request.handle)
+        staged = pipeline.staged_prefetches[request.handle]
+        req = Req(
+            rid=rid,
+            origin_input_text="",
+            origin_input_ids=array("q", request.tokens),
+            sampling_params=SamplingParams(temperature=0, max_new_tokens=1),
+        )
+        self.consumer.req_to_token_pool.alloc([req])
+        try:
+            req.cache_request_handle = request.handle
+            req.extra_key = request.namespace
+            req.cache_salt = None
+            match = self._match(self.consumer, request.tokens, request.namespace)
+            req.prefix_len = match.device_prefix_len
+            req.last_node = match.last_device_node
+            span_end = staged.matched_len + staged.num_tokens
+            request.lacking_tokens = max(0, span_end - int(match.device_prefix_len))
+            if not pipeline.prepare_staged_prefetch(req):
+                return 0
+            with self._locked(req.last_node):
+                loaded = cache.init_load_back(
+                    InitLoadBackParams(
+                        best_match_node=None, host_hit_length=req.host_hit_length, req=req
+                    )
+                )
+            cache.ready_to_load_host_cache()
+        finally:
+            self.consumer.req_to_token_pool.free(req)
+        request.loaded_tokens = 0 if loaded is None else int(loaded[0])
+        return request.loaded_tokens
+
+    @contextmanager
+    def _locked(self, node: Any) -> Iterator[None]:
+        cache = self.consumer.cache
+        receipt = cache.inc_lock_ref(node)
+        try:
+            yield
+        finally:
+            cache.dec_lock_ref(node, receipt.to_dec_params())
+
+    def abort(self, rid: str) -> None:
+        self.consumer.cache.release_aborted_request(self.requests[rid].handle)
+
+    # ------------------------------------------------------------------ observation
+
+    def pipeline_host_available(self) -> int:
+        return int(self.consumer.cache.cache_controller.mem_pool_host.available_size())
+
+    def device_marks(self, tokens: Sequence[int], namespace: str | None) -> tuple[int, bool]:
+        """``(tokens on the device, whether their slots hold their marks)``."""
+        match = self._match(self.consumer, tokens, namespace)
+        length = int(match.device_prefix_len)
+        if not length:
+            return 0, True
+        slots = self.consumer.cache.path_device_indices(match.last_device_node)[:length]
+        held = self.consumer.kv[slots].reshape(-1)
+        return length, bool(torch.equal(held, mark(tokens[:length], namespace)))
+
+    def device_books(self) -> tuple[int, int, int]:
+        """``(free device slots, tokens in the consumer's tree, pool size)``."""
+        cache = self.consumer.cache
+        cached = int(cache.evictable_size()) + int(cache.protected_size())
+        return int(self.consumer.allocator.available_size()), cached, self.device_tokens

@@ -1,0 +1,193 @@
+"""SGLang 0.5.23's BufferModePipeline as a target: stepped on the caller's thread, fuzzed with
+DESIGN §10's invariants, and four bugs planted into SGLang that the campaign must catch.
+
+These run when `make sglang` has installed the target (CI does); without it they skip and say so.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, Phase, settings
+from hypothesis.stateful import run_state_machine_as_test
+
+from stagefate.cli import main
+from stagefate.targets import TargetUnavailable
+from stagefate.targets.sglang import require
+
+try:
+    require()
+except TargetUnavailable as missing:
+    pytest.skip(f"{missing}", allow_module_level=True)
+
+from sglang.srt.mem_cache.buffer_mode.pipeline import BufferModePipeline
+from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
+
+from stagefate.targets.sglang.machine import (
+    OUTCOMES,
+    SEQUENCES,
+    STATES,
+    SGLangPipelineFuzzer,
+)
+from stagefate.targets.sglang.pipeline import SteppedSGLang
+
+
+@pytest.fixture
+def driver() -> Iterator[SteppedSGLang]:
+    stepped = SteppedSGLang(page_size=4)
+    yield stepped
+    stepped.close()
+
+
+def test_a_whole_prefetch_splices_the_producers_bytes(driver: SteppedSGLang) -> None:
+    tokens = SEQUENCES[0]
+    driver.produce(tokens, None)
+    driver.publish(tokens[:8], None)  # the consumer's own device prefix: the anchor
+    driver.issue("r0", tokens, None)
+    driver.settle()
+    pipeline = driver.consumer.cache.buffer_pipeline
+    assert pipeline.has_staged(driver.requests["r0"].handle)
+    assert pipeline.anchor_locked_tokens_ == 8  # pinned at the IO commit, on the anchor
+    assert driver.admit("r0") == len(tokens) - 8
+    driver.settle()
+    assert driver.device_marks(tokens, None) == (len(tokens), True)
+    assert pipeline.is_idle() and not pipeline.anchor_locks
+    assert driver.pipeline_host_available() == driver.baseline_host
+    driver.consumer.cache.sanity_check()
+
+
+def test_namespaces_never_share_a_splice(driver: SteppedSGLang) -> None:
+    tokens = SEQUENCES[1]
+    driver.produce(tokens, "tenant-b")  # L3 has the span under one namespace only
+    driver.issue("r0", tokens, None)
+    driver.settle()
+    assert driver.admit("r0") == 0
+    driver.issue("r1", tokens, "tenant-b")
+    driver.settle()
+    assert driver.admit("r1") == len(tokens)
+    driver.settle()
+    assert driver.device_marks(tokens, "tenant-b") == (len(tokens), True)
+    assert driver.device_marks(tokens, None) == (0, True)
+
+
+def test_abort_while_reading_keeps_the_bounce_until_the_read_lands(
+    driver: SteppedSGLang,
+) -> None:
+    tokens = SEQUENCES[0]
+    driver.produce(tokens, None)
+    driver.issue("r0", tokens, None)
+    driver.run_existence_queries()
+    driver.tick()  # the IO commit: the bounce is allocated, the read queued
+    held = driver.baseline_host - driver.pipeline_host_available()
+    assert held == len(tokens)
+    driver.abort("r0")
+    assert driver.baseline_host - driver.pipeline_host_available() == held
+    driver.settle()
+    assert driver.pipeline_host_available() == driver.baseline_host
+    assert not driver.live("r0")
+
+
+CAMPAIGN_PROGRAMS = 200
+"""The CI budget: the clean code passes it, and each planted bug is caught within it."""
+
+
+def _campaign(steps: int, examples: int) -> None:
+    """A short derandomized campaign; no shrinking (the CLI shrinks; a test only needs the
+    verdict, and shrinking re-runs programs for minutes)."""
+    run_state_machine_as_test(
+        SGLangPipelineFuzzer,
+        settings=settings(
+            max_examples=examples,
+            stateful_step_count=steps,
+            derandomize=True,
+            deadline=None,
+            database=None,
+            phases=[Phase.explicit, Phase.generate],
+            suppress_health_check=list(HealthCheck),
+        ),
+    )
+
+
+def test_the_campaign_passes_on_sglangs_code() -> None:
+    OUTCOMES.clear()
+    STATES.clear()
+    _campaign(steps=80, examples=CAMPAIGN_PROGRAMS)
+    assert STATES["steps"] > 500
+    assert OUTCOMES["try_lock_anchor: locked"] > 0
+
+
+# ---------------------------------------------------------------------- planted bugs
+
+
+def _hold_released_without_freeing(monkeypatch: pytest.MonkeyPatch) -> None:
+    release = BufferModePipeline.release_staged_hold
+
+    def leaky(self: Any, request: Any, reason: str | None = None) -> bool:
+        staged = self.staged_prefetches.get(request)
+        if staged is not None:
+            staged.host_indices = staged.host_indices[:0]  # its host slots are never freed
+        return release(self, request, reason)
+
+    monkeypatch.setattr(BufferModePipeline, "release_staged_hold", leaky)
+
+
+def _anchor_lock_never_released(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(BufferModePipeline, "release_anchor_lock", lambda self, request: None)
+
+
+def _bounce_freed_at_abort_while_reading(monkeypatch: pytest.MonkeyPatch) -> None:
+    release = UnifiedRadixCache.release_aborted_request
+
+    def eager(self: Any, request: Any) -> None:
+        info = self.ongoing_prefetch.get(request)
+        if info is not None and info.operation.host_indices is not None:
+            self.cache_controller.mem_pool_host.free(info.operation.host_indices)
+        release(self, request)
+
+    monkeypatch.setattr(UnifiedRadixCache, "release_aborted_request", eager)
+
+
+def _trim_ignored_at_admission(monkeypatch: pytest.MonkeyPatch) -> None:
+    build = BufferModePipeline._build_staged_prefetch_plan
+
+    def untrimmed(self: Any, staged: Any, key: Any, matched_len: int) -> Any:
+        return build(self, staged, key, staged.matched_len)  # as if no sibling had published
+
+    monkeypatch.setattr(BufferModePipeline, "_build_staged_prefetch_plan", untrimmed)
+
+
+PLANTED: dict[str, tuple[Callable[[pytest.MonkeyPatch], None], str]] = {
+    # bug: (how it is planted, what catches it: an invariant's message or SGLang's own check)
+    "staged hold released without freeing its host slots": (
+        _hold_released_without_freeing,
+        "host pool leaked",
+    ),
+    "anchor lock never released": (_anchor_lock_never_released, "anchor lock"),
+    "bounce freed at abort while its read is in flight": (
+        _bounce_freed_at_abort_while_reading,
+        "Double-free detected|host pool leaked",
+    ),
+    "trim ignored at admission": (
+        _trim_ignored_at_admission,
+        "not trimmed|init_load_back",  # SGLang's own assert in init_load_back, or ours
+    ),
+}
+
+
+@pytest.mark.parametrize("bug", list(PLANTED))
+def test_the_campaign_catches_a_planted_bug(bug: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    plant, caught_by = PLANTED[bug]
+    plant(monkeypatch)
+    with pytest.raises(AssertionError) as caught:
+        _campaign(steps=80, examples=CAMPAIGN_PROGRAMS)
+    where = f"{caught.value} " + " ".join(entry.name for entry in caught.traceback)
+    assert re.search(caught_by, where), f"{bug} was caught, but not by {caught_by!r}: {where}"
+
+
+def test_fuzz_target_sglang_from_the_command_line(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["fuzz", "--target", "sglang", "--steps", "150", "--seed", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "BufferModePipeline" in out and "try_lock_anchor" in out
