@@ -125,7 +125,9 @@ def _bench_runners(
         # today's shapes, then the §9.1 workload (side by side with a peer when asked)
         "tree": lambda: [tree.run(), tree.run_side_by_side(peer)],
         "copy": lambda: [copy.run(device)],
-        "lifecycle": lambda: [lifecycle.run(device)],
+        "lifecycle": lambda: (
+            [lifecycle.run(device)] + ([lifecycle.run_side_by_side(peer)] if peer else [])
+        ),
         "replay": lambda: [replay.run(trace)],
         "storage": lambda: [storage.run()],
     }
@@ -466,7 +468,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument(
         "--peer",
         choices=["sglang"],
-        help="tree: also run SGLang 0.5.23's trees on the §9.1 workload (`make sglang`)",
+        help="tree: also run SGLang 0.5.23's trees on the §9.1 workload; lifecycle: also its "
+        "BufferModePipeline, alternated prefetch by prefetch (`make sglang`)",
     )
     bench.set_defaults(func=_cmd_bench)
     return parser

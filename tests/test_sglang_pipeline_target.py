@@ -191,3 +191,12 @@ def test_fuzz_target_sglang_from_the_command_line(capsys: pytest.CaptureFixture[
     assert main(["fuzz", "--target", "sglang", "--steps", "150", "--seed", "3"]) == 0
     out = capsys.readouterr().out
     assert "BufferModePipeline" in out and "try_lock_anchor" in out
+
+
+def test_bench_lifecycle_side_by_side_runs_both_pipelines() -> None:
+    from stagefate.bench import lifecycle
+
+    section = lifecycle.run_side_by_side("sglang", prefetches=5)
+    assert "stagefate BufferPipeline" in section.body
+    assert "SGLang 0.5.23 BufferModePipeline" in section.body
+    assert "SGLang / stagefate" in section.body

@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import itertools
 import statistics
+import tempfile
 import time
+from typing import Any
 
-from ..runtime import MemoryStorage
+from ..runtime import FileStorage, MemoryStorage
+from ..runtime.storage import Storage
 from ..statemachine.config import PipelineConfig
 from ..statemachine.pipeline import BufferPipeline
 from .report import Section, table
@@ -30,34 +33,44 @@ PHASES = (
 """The steps of one prefetch, timed one by one (their medians sum to about the whole)."""
 
 
-def run(device: str = "cpu", prefetches: int = 400, span: int = 64, prefix: int = 256) -> Section:
-    cfg = PipelineConfig(
-        page_size=16,
-        layers=1,
-        kv_heads=1,
-        head_dim=1,
-        device_tokens=8192,
-        host_tokens=4096,
-        device=device,
-        io="manual",
-        max_context_len=1024,
-    )
-    storage = MemoryStorage()
-    pipe = BufferPipeline(cfg, storage=storage)
-    io = pipe.io
-    per_prefetch, commit_guards, first_match = [], [], []
-    phases: dict[str, list[float]] = {name: [] for name, _what in PHASES}
-    clock = time.perf_counter
-    for n in range(prefetches):
-        base = [n * 100_000 + i for i in range(prefix + span)]
-        slots = pipe.device_pool.alloc(len(base))
+SPAN = 64
+PREFIX = 256
+PAGE = 16
+
+
+class StagefatePrefetcher:
+    """One prefetch after another through stagefate's pipeline (ManualIO, tiny KV)."""
+
+    name = "stagefate"
+
+    def __init__(self, device: str = "cpu", storage: Storage | None = None) -> None:
+        cfg = PipelineConfig(
+            page_size=PAGE,
+            layers=1,
+            kv_heads=1,
+            head_dim=1,
+            device_tokens=8192,
+            host_tokens=4096,
+            device=device,
+            io="manual",
+            max_context_len=1024,
+        )
+        self.pipe = BufferPipeline(cfg, storage=storage or MemoryStorage())
+
+    def prepare(self, tokens: list[int]) -> None:
+        """Untimed: L3 holds ``tokens``; the device holds their first ``PREFIX``."""
+        pipe = self.pipe
+        slots = pipe.device_pool.alloc(len(tokens))
         assert slots is not None
-        pipe.write_through(base, slots)  # L3 has the span
-        pipe.tree.insert(base[:prefix], slots[:prefix])
-        pipe.device_pool.free(slots[prefix:])
-        request = f"r{n}"
-        marks = [clock()]
-        pipe.prefetch_from_storage(request, base, prefix)
+        pipe.write_through(tokens, slots)
+        pipe.tree.insert(tokens[:PREFIX], slots[:PREFIX])
+        pipe.device_pool.free(slots[PREFIX:])
+
+    def prefetch(self, request: str, tokens: list[int], marks: list[float]) -> None:
+        """Issue → ack in the scheduler's order, a clock reading after each step (PHASES)."""
+        pipe, io, clock = self.pipe, self.pipe.io, time.perf_counter
+        marks.append(clock())
+        pipe.prefetch_from_storage(request, tokens, PREFIX)
         marks.append(clock())
         io.complete_all()  # type: ignore[attr-defined]
         marks.append(clock())
@@ -67,9 +80,9 @@ def run(device: str = "cpu", prefetches: int = 400, span: int = 64, prefix: int 
         marks.append(clock())
         pipe.poll()
         marks.append(clock())
-        pipe.plan_staged_splice(request, prefix)
+        pipe.plan_staged_splice(request, PREFIX)
         marks.append(clock())
-        prefix_indices = pipe.tree.match_prefix(base).device_indices
+        prefix_indices = pipe.tree.match_prefix(tokens).device_indices
         marks.append(clock())
         pipe.init_load_back(request, prefix_indices)
         marks.append(clock())
@@ -77,22 +90,42 @@ def run(device: str = "cpu", prefetches: int = 400, span: int = 64, prefix: int 
         marks.append(clock())
         pipe.poll()
         marks.append(clock())
+        assert pipe.state(request) is None
+
+    def clean(self) -> None:
+        self.pipe.tree.evict(self.pipe.device_pool.capacity)  # everything unlocked
+
+
+def _tokens(n: int) -> list[int]:
+    return [n * 100_000 + i for i in range(PREFIX + SPAN)]
+
+
+def run(device: str = "cpu", prefetches: int = 400) -> Section:
+    prefetcher = StagefatePrefetcher(device)
+    pipe = prefetcher.pipe
+    per_prefetch, commit_guards, first_match = [], [], []
+    phases: dict[str, list[float]] = {name: [] for name, _what in PHASES}
+    clock = time.perf_counter
+    for n in range(prefetches):
+        base = _tokens(n)
+        prefetcher.prepare(base)
+        marks: list[float] = []
+        prefetcher.prefetch(f"r{n}", base, marks)
         for (name, _what), (start, end) in zip(PHASES, itertools.pairwise(marks), strict=True):
             phases[name].append(end - start)
         per_prefetch.append(marks[-1] - marks[0])
-        assert pipe.state(request) is None
         # the commit's re-validation (its guards, decided without effects) vs one first match
-        pipe.prefetch_from_storage("probe", base + [7] * 16, prefix + span)
+        pipe.prefetch_from_storage("probe", base + [7] * 16, PREFIX + SPAN)
         record = pipe.records["probe"]
         start = clock()
-        pipe.tree.match_prefix(base[:prefix])
+        pipe.tree.match_prefix(base[:PREFIX])
         first_match.append(clock() - start)
         start = clock()
         pipe.machine.decide(record, "commit")
         commit_guards.append(clock() - start)
         pipe.release_aborted_request("probe")
         pipe.poll()
-        pipe.tree.evict(pipe.device_pool.capacity)  # everything unlocked
+        prefetcher.clean()
     median_us = statistics.median(per_prefetch) * 1e6
     ratio = statistics.median(commit_guards) / statistics.median(first_match)
     body = table(
@@ -109,8 +142,8 @@ def run(device: str = "cpu", prefetches: int = 400, span: int = 64, prefix: int 
         ],
     )
     body += (
-        f"\n\n{prefetches} prefetches of a {span}-token span after a {prefix}-token prefix, "
-        f"page_size 16, ManualIO, KV of 1 layer × 1 head × 1 dim. The re-validation is the "
+        f"\n\n{prefetches} prefetches of a {SPAN}-token span after a {PREFIX}-token prefix, "
+        f"page_size {PAGE}, ManualIO, KV of 1 layer × 1 head × 1 dim. The re-validation is the "
         f"commit row's guards (anchor re-match, device coverage, host capacity). Target: ≤ 50 µs "
         f"of bookkeeping per prefetch (**{'met' if median_us <= 50 else 'NOT met'}**)."
     )
@@ -118,3 +151,53 @@ def run(device: str = "cpu", prefetches: int = 400, span: int = 64, prefix: int 
         body += " On CUDA each ack waits for its H2D event (ManualIO completes a load by waiting)."
         return Section("lifecycle-cuda", "Lifecycle bookkeeping per prefetch on the GPU", body)
     return Section("lifecycle", "Lifecycle bookkeeping per prefetch", body)
+
+
+def run_side_by_side(peer: str | None, prefetches: int = 300) -> Section:
+    """Issue → ack per prefetch through stagefate's pipeline and SGLang's, alternated one
+    prefetch each on the same workload (a 64-token span after a 256-token device prefix, page
+    16, each side's L3 a directory of page files)."""
+    if peer != "sglang":
+        raise ValueError(f"unknown --peer {peer!r}; the peer this bench knows is sglang")
+    from ..targets.sglang.bench import SGLangPrefetcher
+
+    with tempfile.TemporaryDirectory(prefix="stagefate-l3-") as directory:
+        return _alternate(
+            (StagefatePrefetcher(storage=FileStorage(directory)), SGLangPrefetcher(PAGE, PREFIX)),
+            prefetches,
+        )
+
+
+def _alternate(sides: tuple[StagefatePrefetcher, Any], prefetches: int) -> Section:
+    timings: dict[str, list[float]] = {side.name: [] for side in sides}
+    try:
+        for n in range(prefetches):
+            tokens = _tokens(n)
+            for side in sides:
+                side.prepare(tokens)
+                marks: list[float] = []
+                side.prefetch(f"r{n}", tokens, marks)
+                timings[side.name].append(marks[-1] - marks[0])
+                side.clean()
+    finally:
+        sides[1].close()
+    ours, theirs = (statistics.median(timings[side.name]) * 1e6 for side in sides)
+    body = table(
+        ["pipeline", "issue → ack, median µs"],
+        [
+            ["stagefate BufferPipeline", f"{ours:.1f}"],
+            ["SGLang 0.5.23 BufferModePipeline (python tree core)", f"{theirs:.1f}"],
+            ["SGLang / stagefate", f"{theirs / ours:.2f}×"],
+        ],
+    )
+    body += (
+        f"\n\n{prefetches} prefetches each, alternated one by one in one process: a {SPAN}-token "
+        f"span after a {PREFIX}-token device prefix, page {PAGE}, one layer × one head × one dim "
+        "of KV, IO run inline (stagefate: ManualIO; SGLang: its storage threads' bodies on the "
+        "caller's thread, `stagefate/targets/sglang/pipeline.py`). Both sides run the scheduler's "
+        "calls in the scheduler's order, issue to ack, and read L3 from page files in a "
+        "temporary directory (stagefate's `FileStorage`, SGLang's `file` backend). Goals: "
+        f"stagefate at most SGLang's ({'met' if ours <= theirs else 'NOT met'}) and at most "
+        f"50 µs ({'met' if ours <= 50 else 'NOT met'})."
+    )
+    return Section("lifecycle-side-by-side", "Lifecycle bookkeeping side by side with SGLang", body)

@@ -1,12 +1,16 @@
-"""SGLang's ``UnifiedRadixCache`` (Python and Rust cores) driven directly on the §9.1 workload.
+"""SGLang as the peer of stagefate's benchmarks.
 
-Tree cost only, as DESIGN §9.1 measured it: keys are SGLang ``RadixKey``s built once, values are
-fresh slot numbers, and the allocator only counts what the tree frees (stagefate's tree, beside
-it, frees into its real pool).
+* :class:`SGLangDriver`: its ``UnifiedRadixCache`` (Python and Rust cores) driven directly on the
+  §9.1 workload. Tree cost only, as DESIGN §9.1 measured it: keys are SGLang ``RadixKey``s built
+  once, values are fresh slot numbers, and the allocator only counts what the tree frees
+  (stagefate's tree, beside it, frees into its real pool).
+* :class:`SGLangPrefetcher`: one prefetch after another through its ``BufferModePipeline``
+  (:mod:`.pipeline`), for ``bench lifecycle --peer sglang``.
 """
 
 from __future__ import annotations
 
+import time
 from array import array
 from collections.abc import Callable
 
@@ -82,3 +86,45 @@ class SGLangDriver:
         if self.core == "radix":
             return int(self.cache.total_size())
         return int(self.cache.tree_core.total_size()[0])
+
+
+class SGLangPrefetcher:
+    """``bench lifecycle``'s prefetcher over SGLang's buffer-mode pipeline (python tree core)."""
+
+    name = "sglang"
+
+    def __init__(self, page: int, prefix: int) -> None:
+        from .pipeline import SteppedSGLang
+
+        self.driver = SteppedSGLang(page_size=page, device_tokens=8192)
+        self.prefix = prefix
+
+    def prepare(self, tokens: list[int]) -> None:
+        """Untimed: L3 holds ``tokens`` (written by the producer); the consumer's device holds
+        their first ``prefix``."""
+        self.driver.produce(tokens, None)
+        self.driver.publish(tokens[: self.prefix], None)
+
+    def prefetch(self, request: str, tokens: list[int], marks: list[float]) -> None:
+        """Issue → ack in the scheduler's order (clock readings at the start and the end)."""
+        driver, clock = self.driver, time.perf_counter
+        marks.append(clock())
+        driver.issue(request, tokens, None)
+        driver.run_existence_queries()
+        driver.tick()  # the IO commit: anchor lock, bounce, the read queued
+        driver.run_reads()
+        driver.tick()  # the read's ack: staged
+        loaded = driver.admit(request)
+        driver.tick()  # the H2D's ack: the load back finishes
+        marks.append(clock())
+        if loaded != len(tokens) - self.prefix or driver.live(request):
+            raise RuntimeError(f"SGLang's prefetch {request} did not complete: loaded {loaded}")
+
+    def clean(self) -> None:
+        from sglang.srt.mem_cache.base_prefix_cache import EvictParams
+
+        for side in (self.driver.producer, self.driver.consumer):
+            side.cache.evict(EvictParams(num_tokens=self.driver.device_tokens))
+
+    def close(self) -> None:
+        self.driver.close()

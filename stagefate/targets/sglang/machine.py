@@ -54,7 +54,9 @@ class SGLangPipelineFuzzer(RuleBasedStateMachine):
 
     def __init__(self) -> None:
         super().__init__()
-        self.driver = SteppedSGLang(page_size=PAGE, core=self.core)
+        # A cap of 24 tokens on the 512-token pool: two short anchors fit, a third waits
+        # (cap_busy), a whole sequence's anchor is over it (cap_skip).
+        self.driver = SteppedSGLang(page_size=PAGE, core=self.core, anchor_cap=24 / 512)
         for namespace in NAMESPACES:
             for tokens in SEQUENCES:
                 self.driver.produce(tokens, namespace)

@@ -102,6 +102,9 @@ class SteppedSGLang:
     page_size: int = 4
     device_tokens: int = 512
     core: str = "python"
+    anchor_cap: float = 0.5
+    """SGLang's ``SGLANG_HICACHE_BUFFER_ANCHOR_LOCK_CAP``: the anchor-lock cap as a fraction of
+    the device pool (its default 0.5; the fuzzer lowers it so the cap's branches are reached)."""
     storage_dir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="sgl-l3-")))
     requests: dict[str, Request] = field(default_factory=dict)
 
@@ -166,6 +169,7 @@ class SteppedSGLang:
         with (
             get_parallel().override(tp_rank=0, tp_size=1, pp_rank=0, pp_size=1),
             envs.SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR.override(str(self.storage_dir)),
+            envs.SGLANG_HICACHE_BUFFER_ANCHOR_LOCK_CAP.override(self.anchor_cap),
         ):
             cache.init_hicache(server_args, params)
         cache.cache_controller._stop_storage_threads()
