@@ -73,6 +73,19 @@ def test_namespaces_never_share_a_splice(driver: SteppedSGLang) -> None:
     assert driver.device_marks(tokens, None) == (0, True)
 
 
+def test_a_sibling_publish_after_staging_is_trimmed_at_admission(driver: SteppedSGLang) -> None:
+    tokens = SEQUENCES[0]
+    driver.produce(tokens, None)
+    driver.publish(tokens[:8], None)
+    driver.issue("r0", tokens, None)
+    driver.settle()  # staged: 24 tokens after the 8 on the device
+    driver.publish(tokens[:16], None)  # a sibling computes 8 of them meanwhile
+    assert driver.admit("r0") == 16 == driver.requests["r0"].lacking_tokens
+    driver.settle()
+    assert driver.device_marks(tokens, None) == (len(tokens), True)
+    assert driver.pipeline_host_available() == driver.baseline_host
+
+
 def test_abort_while_reading_keeps_the_bounce_until_the_read_lands(
     driver: SteppedSGLang,
 ) -> None:

@@ -3,7 +3,8 @@
 The world is the one stagefate's own fuzzer plays (:mod:`stagefate.fuzz.machine`), on SGLang's
 code through :class:`~.pipeline.SteppedSGLang`: three token sequences sharing heads (anchors
 collide, nodes split) written to L3 under two namespaces before the program starts; rules issue
-(with the live match or a stale one), run the existence queries, run the reads, tick the
+(with the live match or a stale one), run the existence queries, run the reads (whole, or every
+page failing as an IO error; a read is short when L3 lost part of its span), tick the
 scheduler, admit, abort, evict, publish the head, half or whole of a sequence as a sibling
 would, and drop L3 objects. The invariants are what any correct implementation keeps, read from
 SGLang's own state:
@@ -94,9 +95,9 @@ class SGLangPipelineFuzzer(RuleBasedStateMachine):
     def run_existence_queries(self) -> None:
         self.driver.run_existence_queries()
 
-    @rule()
-    def run_reads(self) -> None:
-        self.driver.run_reads()
+    @rule(failing=st.sampled_from((False, False, False, True)))  # one read in four fails
+    def run_reads(self, failing: bool) -> None:
+        self.driver.run_reads(failing)
 
     @rule()
     def tick(self) -> None:

@@ -198,9 +198,20 @@ class SteppedSGLang:
         controller = self.consumer.cache.cache_controller
         self._run_body(self.consumer, controller.prefetch_thread_func, controller.prefetch_queue)
 
-    def run_reads(self) -> None:
+    def run_reads(self, failing: bool = False) -> None:
+        """The queued L3 reads and their acks; ``failing``: every page read fails as an IO
+        error does in SGLang's file backend (its ``get`` returns None)."""
         controller = self.consumer.cache.cache_controller
-        self._run_body(self.consumer, controller.prefetch_io_aux_func, controller.prefetch_buffer)
+        backend = controller.storage_backend
+        if failing:
+            backend.get = lambda key, target_location, target_sizes=None: None
+        try:
+            self._run_body(
+                self.consumer, controller.prefetch_io_aux_func, controller.prefetch_buffer
+            )
+        finally:
+            if failing:
+                del backend.get  # the class's own again
         self._run_body(
             self.consumer, controller.prefetch_sync_thread_func, controller.prefetch_sync_queue
         )
