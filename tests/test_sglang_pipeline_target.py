@@ -11,12 +11,13 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
 
 from stagefate.cli import main
 from stagefate.targets import TargetUnavailable
 from stagefate.targets.sglang import require
+
+from .harness import fuzz_settings
 
 try:
     require()
@@ -108,20 +109,8 @@ CAMPAIGN_PROGRAMS = 200
 
 
 def _campaign(steps: int, examples: int) -> None:
-    """A short derandomized campaign; no shrinking (the CLI shrinks; a test only needs the
-    verdict, and shrinking re-runs programs for minutes)."""
-    run_state_machine_as_test(
-        SGLangPipelineFuzzer,
-        settings=settings(
-            max_examples=examples,
-            stateful_step_count=steps,
-            derandomize=True,
-            deadline=None,
-            database=None,
-            phases=[Phase.explicit, Phase.generate],
-            suppress_health_check=list(HealthCheck),
-        ),
-    )
+    """A short derandomized campaign, no shrinking (the CLI shrinks; a test needs the verdict)."""
+    run_state_machine_as_test(SGLangPipelineFuzzer, settings=fuzz_settings(examples, steps))
 
 
 def test_the_campaign_passes_on_sglangs_code() -> None:

@@ -16,20 +16,11 @@ class CoreFallback(RuntimeError):
     """SGLang built another tree core than the one asked for (it falls back silently)."""
 
 
-def build_unified_cache(core: str, page_size: int, slots: int, allocator_class: type) -> Any:
-    """``(cache, allocator)``: SGLang's unified cache over ``slots`` KV slots (``core`` python
-    or rust), or its legacy ``RadixCache`` (``core="radix"``)."""
-    from sglang.srt.mem_cache.cache_init_params import CacheInitParams
-    from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool, ReqToTokenPool
-    from sglang.srt.mem_cache.unified_cache.components.base import ComponentType
-    from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
-    from sglang.srt.server_args import ServerArgs, set_global_server_args_for_scheduler
+def tiny_kv_pool(size: int, page_size: int) -> Any:
+    """SGLang's device KV pool with one layer, one head, one dim (float16, CPU)."""
+    from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool
 
-    if core not in ("python", "rust", "radix"):
-        raise ValueError(f"unknown SGLang tree core {core!r}; choose python, rust or radix")
-    set_global_server_args_for_scheduler(ServerArgs(model_path="dummy", page_size=page_size))
-    size = max(slots, page_size)
-    kv = MHATokenToKVPool(
+    return MHATokenToKVPool(
         size=size,
         page_size=page_size,
         dtype=torch.float16,
@@ -39,6 +30,22 @@ def build_unified_cache(core: str, page_size: int, slots: int, allocator_class: 
         device="cpu",
         enable_memory_saver=False,
     )
+
+
+def build_unified_cache(core: str, page_size: int, slots: int, allocator_class: type) -> Any:
+    """``(cache, allocator)``: SGLang's unified cache over ``slots`` KV slots (``core`` python
+    or rust), or its legacy ``RadixCache`` (``core="radix"``)."""
+    from sglang.srt.mem_cache.cache_init_params import CacheInitParams
+    from sglang.srt.mem_cache.memory_pool import ReqToTokenPool
+    from sglang.srt.mem_cache.unified_cache.components.base import ComponentType
+    from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
+    from sglang.srt.server_args import ServerArgs, set_global_server_args_for_scheduler
+
+    if core not in ("python", "rust", "radix"):
+        raise ValueError(f"unknown SGLang tree core {core!r}; choose python, rust or radix")
+    set_global_server_args_for_scheduler(ServerArgs(model_path="dummy", page_size=page_size))
+    size = max(slots, page_size)
+    kv = tiny_kv_pool(size, page_size)
     allocator = allocator_class(
         size=size, dtype=torch.float16, device="cpu", kvcache=kv, need_sort=False
     )

@@ -46,6 +46,7 @@ from typing import Any
 import torch
 
 from . import require, shim
+from .cache import tiny_kv_pool
 
 NAMESPACES: tuple[str | None, ...] = (None, "tenant-b")
 """The two namespaces (SGLang's ``extra_key``) requests are issued under."""
@@ -122,7 +123,7 @@ class SteppedSGLang:
         from sglang.srt.environ import envs
         from sglang.srt.mem_cache.allocator import PagedTokenToKVPoolAllocator
         from sglang.srt.mem_cache.cache_init_params import CacheInitParams
-        from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool, ReqToTokenPool
+        from sglang.srt.mem_cache.memory_pool import ReqToTokenPool
         from sglang.srt.mem_cache.unified_cache.components.base import ComponentType
         from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
         from sglang.srt.runtime_context import get_parallel
@@ -141,16 +142,7 @@ class SteppedSGLang:
         )
         set_global_server_args_for_scheduler(server_args)
         size = self.device_tokens
-        kv = MHATokenToKVPool(
-            size=size,
-            page_size=self.page_size,
-            dtype=torch.float16,
-            head_num=1,
-            head_dim=1,
-            layer_num=1,
-            device="cpu",
-            enable_memory_saver=False,
-        )
+        kv = tiny_kv_pool(size, self.page_size)
         allocator = PagedTokenToKVPoolAllocator(
             size, self.page_size, torch.float16, "cpu", kv, False
         )
