@@ -202,3 +202,23 @@ def test_bench_lifecycle_side_by_side_runs_both_pipelines() -> None:
     assert "stagefate BufferPipeline" in section.body
     assert "SGLang 0.5.23 BufferModePipeline" in section.body
     assert "SGLang / stagefate" in section.body
+
+
+def test_fuzz_target_sglang_without_the_install_names_the_fix(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import importlib.metadata
+
+    def not_installed(name: str) -> str:
+        raise importlib.metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(importlib.metadata, "version", not_installed)
+    assert main(["fuzz", "--target", "sglang", "--steps", "10"]) == 2
+    assert "make sglang" in capsys.readouterr().out
+
+
+def test_an_unknown_target_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["fuzz", "--target", "vllm"])
+    assert exited.value.code == 2
+    assert "invalid choice: 'vllm'" in capsys.readouterr().err
