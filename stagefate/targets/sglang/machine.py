@@ -19,8 +19,9 @@ SGLang's own state:
   prefetch in flight, no staged hold, the host pool back at its baseline, every device slot
   either free or in the tree, ``is_idle``.
 
-:data:`OUTCOMES` counts what SGLang decided (its ``try_lock_anchor`` outcomes and its prefetch
-outcome counters) over a campaign, so a report says which of its branches were reached.
+:data:`OUTCOMES` counts what SGLang decided over a campaign (its ``try_lock_anchor`` outcomes,
+its prefetch outcome counters, and the tokens of storage hits left undelivered by its drop
+reason), so a report says which of its branches were reached.
 """
 
 from __future__ import annotations
@@ -50,6 +51,17 @@ STATES = Counter[str]()
 """``steps`` (checked states) and ``programs`` of a campaign."""
 
 
+class _DropReasons:
+    """Stands in for SGLang's storage metrics collector: counts the tokens of storage hits that
+    were not delivered, by SGLang's reason; every other metric call is ignored."""
+
+    def log_storage_prefetch_unfulfilled_tokens(self, tokens: int, reason: str) -> None:
+        OUTCOMES[f"unfulfilled tokens: {reason}"] += tokens
+
+    def __getattr__(self, name: str) -> Any:
+        return lambda *args, **kwargs: None
+
+
 class SGLangPipelineFuzzer(RuleBasedStateMachine):
     core = "python"
 
@@ -63,6 +75,9 @@ class SGLangPipelineFuzzer(RuleBasedStateMachine):
                 self.driver.produce(tokens, namespace)
         self.pipeline = self.driver.consumer.cache.buffer_pipeline
         self._count_lock_outcomes()
+        cache = self.driver.consumer.cache
+        cache.enable_storage_metrics = True  # SGLang's own hit accounting runs, reasons counted
+        cache.storage_metrics_collector = _DropReasons()
         self.issued = 0
         STATES["programs"] += 1
 
