@@ -38,7 +38,7 @@ import shutil
 import tempfile
 from array import array
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import ExitStack, contextmanager
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -78,7 +78,6 @@ class Request:
     """SGLang's ``CacheRequestHandle``."""
     tokens: list[int]
     namespace: str | None
-    matched: int
     loaded_tokens: int = 0
     """Tokens its admission loaded onto the device."""
     lacking_tokens: int = 0
@@ -112,7 +111,6 @@ class SteppedSGLang:
     def __post_init__(self) -> None:
         require()
         shim.patch_for_cpu()
-        self._exits = ExitStack()
         self.producer = self._build()
         self.consumer = self._build()
         self.baseline_host = self.pipeline_host_available()
@@ -296,7 +294,7 @@ class SteppedSGLang:
         anchor = match.last_device_node
         if cache.is_root(anchor):
             anchor = cache.root_node_handle(namespace)
-        request = Request(CacheRequestHandle(rid, 0), tokens, namespace, matched)
+        request = Request(CacheRequestHandle(rid, 0), tokens, namespace)
         self.requests[rid] = request
         cache.prefetch_from_storage(
             request.handle,
