@@ -319,6 +319,11 @@ def _cmd_fuzz(args: argparse.Namespace) -> int:
 def _fuzz_sglang(args: argparse.Namespace, database: Path) -> int:
     from .targets.sglang import require
 
+    if args.log:
+        raise ValueError(
+            "--log writes stagefate's transition log; SGLang's pipeline has none (the report "
+            "counts its decisions instead): drop --log with --target sglang"
+        )
     require()
     from .targets.sglang.machine import run_target_campaign
 

@@ -222,3 +222,8 @@ def test_an_unknown_target_is_refused(capsys: pytest.CaptureFixture[str]) -> Non
         main(["fuzz", "--target", "vllm"])
     assert exited.value.code == 2
     assert "invalid choice: 'vllm'" in capsys.readouterr().err
+
+
+def test_fuzz_target_sglang_refuses_a_transition_log(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["fuzz", "--target", "sglang", "--steps", "10", "--log", "x.jsonl"]) == 2
+    assert "drop --log with --target sglang" in capsys.readouterr().out

@@ -49,7 +49,6 @@ def run_campaign(
     """Batches of programs until ``steps`` states are checked or ``budget_seconds`` pass.
 
     ``tree`` names the radix tree under test (:data:`stagefate.targets.TREES`)."""
-    register_profiles()
     PipelineFuzzer.faults = faults
     PipelineFuzzer.log_path = log_path
     PipelineFuzzer.tree_factory = staticmethod(tree_factory(tree))
