@@ -336,9 +336,6 @@ class ModelChecker:
     def decode(self, state: State) -> World:
         return World(state[0], state[1], tuple(self._slots[number] for number in state[2:]))
 
-    def want(self, index: int) -> int:
-        return self._wants[index]
-
     def actions(self, state: State) -> list[Step]:
         """Every action enabled in ``state``."""
         out: list[Step] = []
