@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import shlex
 import sys
@@ -183,6 +184,24 @@ def _parse_speeds(text: str) -> list[float]:
     return sorted(set(speeds))
 
 
+def _policies(choice: str, storage: str) -> list[str]:
+    """``--policy``: one, or all: ``sglang`` too where SGLang is installed (else a hint)."""
+    if choice != "all":
+        return [choice]
+    from .targets import TargetUnavailable
+    from .targets.sglang import require
+
+    try:
+        require()
+    except TargetUnavailable as missing:
+        console.print(f"--policy all: live and blind only ({missing} to add sglang)")
+        return ["live", "blind"]
+    if storage != "memory":
+        console.print("--policy all: live and blind only (sglang reads its own L3, not --storage)")
+        return ["live", "blind"]
+    return ["live", "blind", "sglang"]
+
+
 def _cmd_replay(args: argparse.Namespace) -> int:
     from .sim.report import (
         metrics_table,
@@ -201,7 +220,9 @@ def _cmd_replay(args: argparse.Namespace) -> int:
         raise ValueError(f"--speed must be positive (2 = arrivals twice as fast), got {args.speed}")
     speeds = _parse_speeds(args.sweep) if args.sweep else None
     trace = load_trace(args.trace, args.limit)
-    policies = ["live", "blind"] if args.policy == "all" else [args.policy]
+    policies = _policies(args.policy, args.storage)
+    if "sglang" in policies:  # its per-request warnings are its operational log; figures here
+        logging.getLogger("sglang").setLevel(logging.ERROR)
     source = args.trace or "the embedded Mooncake slice"
     first = _replay_options(args, speeds[0] if speeds else args.speed)
     costs = first.costs
@@ -359,7 +380,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     replay.add_argument("--trace", help="Mooncake-format .jsonl (default: the embedded slice)")
     replay.add_argument("--limit", type=int, help="replay only the first N requests")
-    replay.add_argument("--policy", choices=["live", "blind", "all"], default="all")
+    replay.add_argument(
+        "--policy",
+        choices=["live", "blind", "sglang", "all"],
+        default="all",
+        help="all: live, blind, and sglang where SGLang 0.5.23 is installed (make sglang)",
+    )
     replay.add_argument(
         "--speed",
         type=float,

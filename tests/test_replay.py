@@ -11,8 +11,11 @@ import pytest
 from stagefate.cli import main
 from stagefate.sim.costs import CostModel
 from stagefate.sim.engine import EngineOptions
+from stagefate.sim.policies import BlindPolicy, LivePolicy
 from stagefate.sim.replay import Replay, ReplayMetrics, ReplayOptions
 from stagefate.sim.trace import TraceError, TraceRequest, load_trace
+from stagefate.targets import TargetUnavailable
+from stagefate.targets.sglang import require
 
 KEYS = [
     "requests",
@@ -57,6 +60,10 @@ def _write(tmp_path_factory: pytest.TempPathFactory, name: str, rows: list[str])
 
 @pytest.fixture(scope="module")
 def siblings(tmp_path_factory: pytest.TempPathFactory) -> list[TraceRequest]:
+    return siblings_trace(tmp_path_factory)
+
+
+def siblings_trace(tmp_path_factory: pytest.TempPathFactory) -> list[TraceRequest]:
     """A prompt that comes back after eviction, with siblings at once: reads, trims, waste."""
     shared, extra = list(range(1, 25)), list(range(500, 508))  # 24 + 8 blocks
     rows = [_row(0, shared + extra)]  # computed and written through to L3
@@ -91,15 +98,23 @@ def assert_books_close(replay: Replay, metrics: ReplayMetrics, trace: list[Trace
     engine_metrics = metrics.engine
     decoded = engine_metrics.decode_tokens + engine_metrics.retractions
     assert decoded == sum(max(r.output_length - 1, 0) for r in trace)
-    pipe, engine = replay.pipe, replay.engine
+    policy, engine = replay.policy, replay.engine
     assert not engine.busy() and not engine.running
-    assert pipe.host_pool.available() == pipe.host_pool.capacity
-    assert pipe.tree.protected_size == 0
-    assert pipe.device_pool.available() + pipe.tree.total_tokens() == pipe.device_pool.capacity
-    pipe.tree.sanity_check()
-    if replay.policy.name == "live":
+    tree, pool = policy.tree, policy.device_pool
+    assert tree.protected_size == 0
+    assert pool.available() + tree.total_tokens() == pool.capacity
+    tree.sanity_check()
+    if isinstance(policy, LivePolicy | BlindPolicy):
+        pipe = policy.pipe
+        assert pipe.host_pool.available() == pipe.host_pool.capacity
+    if isinstance(policy, LivePolicy):
         assert pipe.is_idle() and pipe.reads_in_flight() == (0, 0)
         assert metrics.l3_reads == pipe.stats.filled + metrics.l3_reads_wasted
+    if policy.name == "sglang":  # SGLang's own books: no prefetch, hold, bounce or write left
+        driver, cache = policy.driver, policy.cache  # type: ignore[attr-defined]
+        assert driver.pipeline_host_available() == driver.baseline_host
+        assert not cache.ongoing_prefetch and cache.buffer_pipeline.is_idle()
+        assert not policy._unsettled  # type: ignore[attr-defined]
 
 
 @pytest.mark.parametrize(("policy", "dedup"), POLICIES)
@@ -171,7 +186,8 @@ def test_an_anchor_evicted_during_the_read_is_shrunk_for_blind_and_pinned_for_li
     assert blind_metrics.tokens_spliced == 0
     assert "shrunk" not in live_metrics.wasted_by_reason
     assert live_metrics.l3_reads_wasted == 0 and live_metrics.tokens_spliced == 3520
-    assert live.pipe.stats.locked >= 1  # B's anchor was pinned at issue
+    assert isinstance(live.policy, LivePolicy)
+    assert live.policy.pipe.stats.locked >= 1  # B's anchor was pinned at issue
     for replay, metrics in ((live, live_metrics), (blind, blind_metrics)):
         assert_books_close(replay, metrics, anchor_evicted)
 
@@ -193,8 +209,17 @@ def test_lpm_and_every_prefetch_policy_close_their_books(siblings: list[TraceReq
         assert_books_close(replay, replay.run(), siblings)
 
 
+def _all_policies() -> list[str]:
+    """What ``--policy all`` runs here: sglang too where SGLang is installed."""
+    try:
+        require()
+    except TargetUnavailable:
+        return ["live", "blind"]
+    return ["live", "blind", "sglang"]
+
+
 def test_cli_json_has_exactly_the_keys_for_one_and_all_policies(tmp_path: Path) -> None:
-    for policy, expected in (("live", ["live"]), ("all", ["live", "blind"])):
+    for policy, expected in (("live", ["live"]), ("all", _all_policies())):
         out = tmp_path / f"{policy}.json"
         assert main(["replay", "--limit", "40", "--policy", policy, "--json", str(out)]) == 0
         payload = json.loads(out.read_text())
@@ -221,7 +246,7 @@ def test_cli_sweep_writes_json_and_a_png(tmp_path: Path) -> None:
     assert main(args) == 0
     payload = json.loads(out.read_text())
     assert list(payload) == ["0.5", "2"]
-    assert all(list(by_policy) == ["live", "blind"] for by_policy in payload.values())
+    assert all(list(by_policy) == _all_policies() for by_policy in payload.values())
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 

@@ -141,10 +141,10 @@ def test_replay_runs_on_the_sglang_rust_tree_with_its_books_closed() -> None:
     assert books.input_tokens == (
         books.device_hit_tokens + metrics.tokens_spliced + metrics.prefill_tokens_computed
     )
-    pipe = replay.pipe
-    assert pipe.device_pool.available() + pipe.tree.total_tokens() == pipe.device_pool.capacity
-    assert pipe.tree.protected_size == 0
-    pipe.tree.sanity_check()
+    tree, pool = replay.policy.tree, replay.policy.device_pool
+    assert pool.available() + tree.total_tokens() == pool.capacity
+    assert tree.protected_size == 0
+    tree.sanity_check()
 
 
 def test_cli_takes_sglang_trees_and_rejects_unknown_ones() -> None:

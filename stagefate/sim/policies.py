@@ -1,4 +1,4 @@
-"""The two prefetch policies a replay compares, behind one small interface.
+"""The prefetch policies a replay compares, behind one small interface.
 
 * ``live``: this project: a :class:`~stagefate.BufferPipeline` (re-match the live tree at every
   decision, pin before the read, decline before committing memory, trim at consumption).
@@ -10,6 +10,12 @@
 
 Both run over the same runtime objects (a pipeline's tree, pools, copy engine and storage) and a
 :class:`~stagefate.runtime.ManualIO` whose operations the replay completes on its clock.
+
+* ``sglang``: SGLang 0.5.23's own buffer-mode pipeline and tree
+  (:mod:`stagefate.targets.sglang.policy`, ``make sglang``).
+
+A policy hands the engine the tree it decides over, the device pool and the write-through, and
+the replay an ``io`` with ManualIO's face (``queued``, ``complete``, ``pending``).
 """
 
 from __future__ import annotations
@@ -20,11 +26,14 @@ from typing import Protocol
 
 import torch
 
-from ..runtime import IOOp, IOResult, ManualIO, TokenKey, page_hashes
+from ..runtime import IOOp, IOResult, ManualIO, Storage, TokenKey, page_hashes
 from ..runtime.hashing import ROOT_NAMESPACE, storage_key
 from ..runtime.io import OpKind
-from ..runtime.prefix_tree import Node, PrefixMatch
+from ..runtime.pools import SlotPool
+from ..runtime.prefix_tree import Node, PrefixMatch, PrefixTree
+from ..statemachine.config import PipelineConfig
 from ..statemachine.pipeline import BufferPipeline
+from ..targets import tree_factory
 
 _EMPTY = torch.empty(0, dtype=torch.int64)
 
@@ -34,10 +43,47 @@ MakeRoom = Callable[[int, Node], bool]
 ``keep``'s path) until ``tokens`` slots are free; False when they cannot be."""
 
 
+@dataclass(frozen=True)
+class PolicyInputs:
+    """What a replay builds every policy from."""
+
+    config: PipelineConfig
+    storage: Storage | None
+    tree: str
+    """``stagefate``, ``sglang-python`` or ``sglang-rust``."""
+    prefetch_policy: str
+    """The engine's ``best_effort`` / ``wait_complete`` / ``timeout``."""
+
+
+class ReplayIO(Protocol):
+    """The IO a replay completes on its clock (:class:`~stagefate.runtime.ManualIO`'s face)."""
+
+    def queued(self, kind: OpKind | None = None) -> list[int]: ...
+
+    def complete(self, op_id: int) -> None: ...
+
+    def pending(self) -> int:
+        """How many operations wait to be completed."""
+        ...
+
+
 class Policy(Protocol):
     name: str
-    pipe: BufferPipeline
-    io: ManualIO
+
+    @property
+    def io(self) -> ReplayIO: ...
+
+    @property
+    def tree(self) -> PrefixTree:
+        """The tree the engine matches, inserts into and evicts from."""
+        ...
+
+    @property
+    def device_pool(self) -> SlotPool: ...
+
+    def write_through(self, key: TokenKey, device_indices: torch.Tensor) -> None:
+        """A finished request's prompt pages go to L3 (the producer side)."""
+        ...
 
     def issue(self, request_id: str, key: TokenKey, matched_len: int) -> None: ...
 
@@ -70,13 +116,31 @@ class Policy(Protocol):
         """``{reason: (reads, tokens)}`` of wasted L3 reads; sums to the wasted totals."""
         ...
 
+    def finish(self) -> None:
+        """The trace is done and the engine idle: let background work (write acks) land."""
+        ...
 
-class LivePolicy:
+
+class _OnPipeline:
+    """A policy over a stagefate :class:`BufferPipeline`'s tree, pools and storage."""
+
+    def __init__(self, pipe: BufferPipeline) -> None:
+        self.pipe, self.tree, self.device_pool = pipe, pipe.tree, pipe.device_pool
+
+    def write_through(self, key: TokenKey, device_indices: torch.Tensor) -> None:
+        self.pipe.write_through(key, device_indices)
+
+    def finish(self) -> None:
+        """Writes through are synchronous here: nothing is left in the background."""
+
+
+class LivePolicy(_OnPipeline):
     name = "live"
 
     def __init__(self, pipe: BufferPipeline) -> None:
+        super().__init__(pipe)
         assert isinstance(pipe.io, ManualIO), "the replay drives a ManualIO on its clock"
-        self.pipe, self.io = pipe, pipe.io
+        self.io = pipe.io
 
     def issue(self, request_id: str, key: TokenKey, matched_len: int) -> None:
         self.pipe.prefetch_from_storage(request_id, key, matched_len)
@@ -141,11 +205,12 @@ class _BlindFetch:
     abandoned: bool = False
 
 
-class BlindPolicy:
+class BlindPolicy(_OnPipeline):
     name = "blind"
 
     def __init__(self, pipe: BufferPipeline) -> None:
-        self.pipe, self.io = pipe, ManualIO()
+        super().__init__(pipe)
+        self.io = ManualIO()
         self._fetches: dict[str, _BlindFetch] = {}
         self._ops: dict[int, _BlindFetch] = {}
         self._next_op = 0
@@ -292,3 +357,22 @@ class BlindPolicy:
 
     def wasted_by_reason(self) -> dict[str, tuple[int, int]]:
         return dict(self._wasted)
+
+
+def _pipeline(inputs: PolicyInputs) -> BufferPipeline:
+    return BufferPipeline(
+        inputs.config, storage=inputs.storage, tree_factory=tree_factory(inputs.tree)
+    )
+
+
+def _sglang(inputs: PolicyInputs) -> Policy:
+    from ..targets.sglang.policy import SGLangPolicy  # imports SGLang: only when asked for
+
+    return SGLangPolicy(inputs)
+
+
+POLICIES: dict[str, Callable[[PolicyInputs], Policy]] = {
+    "live": lambda inputs: LivePolicy(_pipeline(inputs)),
+    "blind": lambda inputs: BlindPolicy(_pipeline(inputs)),
+    "sglang": _sglang,
+}

@@ -37,18 +37,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..runtime import Storage, TokenKey
 from ..statemachine.config import PipelineConfig
-from ..statemachine.pipeline import BufferPipeline
-from ..targets import tree_factory
 from .costs import CostModel
 from .engine import Engine, EngineMetrics, EngineOptions, EngineRequest
-from .policies import BlindPolicy, LivePolicy, Policy
+from .policies import POLICIES, PolicyInputs
 from .trace import TraceRequest
-
-POLICIES: dict[str, Callable[[BufferPipeline], Policy]] = {
-    "live": LivePolicy,
-    "blind": BlindPolicy,
-}
-
 
 DEFAULT_SPEED = 0.3
 """One H200 running Llama-3.1-8B has about a third of the prefill capacity the trace's arrival
@@ -150,13 +142,13 @@ class Replay:
             dedup_inflight=opts.dedup_inflight,
             storage=opts.storage,
         )
-        self.pipe = BufferPipeline(config, storage=storage, tree_factory=tree_factory(opts.tree))
-        self.policy = POLICIES[policy](self.pipe)
+        inputs = PolicyInputs(config, storage, opts.tree, opts.engine.prefetch_policy)
+        self.policy = POLICIES[policy](inputs)
         self.engine = Engine(
-            self.pipe.tree,
-            self.pipe.device_pool,
+            self.policy.tree,
+            self.policy.device_pool,
             self.policy,
-            self.pipe.write_through,
+            self.policy.write_through,
             opts.costs,
             opts.engine,
         )
@@ -191,6 +183,7 @@ class Replay:
                 now += duration
             elif arrivals or engine.busy() or io.pending():
                 now = self._next_event(now, arrivals)
+        self.policy.finish()
         self.metrics = self._metrics(now, time.perf_counter() - started)
         return self.metrics
 

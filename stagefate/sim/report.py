@@ -13,6 +13,7 @@ from rich.progress import Progress
 from rich.table import Table
 
 from ..statemachine.pipeline import Instrument
+from .policies import LivePolicy
 from .replay import Replay, ReplayMetrics, ReplayOptions
 from .trace import TraceRequest
 
@@ -47,8 +48,8 @@ def replay_policies(
         for name in policies:
             task = progress.add_task(f"replay {name} ×{options.speed:g}", total=len(trace))
             replays[name] = replay = Replay(name, trace, options)
-            if name == "live":
-                replay.pipe.instruments.extend(live_instruments)
+            if isinstance(replay.policy, LivePolicy):
+                replay.policy.pipe.instruments.extend(live_instruments)
             replay.run(on_request=functools.partial(progress.advance, task))
     return replays
 
@@ -142,7 +143,8 @@ def _count(n: int, noun: str) -> str:
 
 def _compare(live: Replay, blind: Replay) -> list[str]:
     lm, bm = live.metrics, blind.metrics
-    stats = live.pipe.stats
+    assert isinstance(live.policy, LivePolicy)
+    stats = live.policy.pipe.stats
     lines = []
     shrunk = bm.wasted_by_reason.get("shrunk")
     if shrunk is not None:

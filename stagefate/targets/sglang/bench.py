@@ -123,7 +123,7 @@ class SGLangPrefetcher:
     def clean(self) -> None:
         from sglang.srt.mem_cache.base_prefix_cache import EvictParams
 
-        for side in (self.driver.producer, self.driver.consumer):
+        for side in self.driver.sides():
             side.cache.evict(EvictParams(num_tokens=self.driver.device_tokens))
 
     def close(self) -> None:

@@ -1,8 +1,9 @@
 """Building SGLang's ``UnifiedRadixCache`` on a CPU, as its scheduler builds it (FULL component).
 
-One place for what the tree adapter and the tree benchmark share: the server args SGLang reads
-globally, minimal pools of its own (the tree only reads their shapes), an allocator of the
-caller's class, and the check that SGLang did not fall back to another tree core.
+One place for what the tree adapter, the stepped pipeline and the tree benchmark share: the
+server args SGLang reads globally, minimal pools of its own (the tree only reads their shapes),
+an allocator of the caller's class (:func:`pool_bridge_class` when stagefate's pool owns the
+slots), and the check that SGLang did not fall back to another tree core.
 """
 
 from __future__ import annotations
@@ -10,6 +11,12 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+
+from ...runtime.pools import SlotPool
+
+
+class SGLangTreeError(RuntimeError):
+    """SGLang did something the adapter's contract forbids (the message says what)."""
 
 
 class CoreFallback(RuntimeError):
@@ -30,6 +37,42 @@ def tiny_kv_pool(size: int, page_size: int) -> Any:
         device="cpu",
         enable_memory_saver=False,
     )
+
+
+def pool_bridge_class() -> type:
+    """SGLang's allocator over a stagefate :class:`~stagefate.runtime.pools.SlotPool`.
+
+    ``bind(pool)``: frees go to ``pool`` (a double free or a foreign slot raises there) and
+    ``alloc`` refuses: the tree adapter's tree never allocates, the pipeline does.
+    ``bind(pool, allocates=True)``: ``alloc`` draws from ``pool`` too, for an SGLang pipeline
+    that shares the pool with the replay's engine. While ``held`` is a list, frees are collected
+    there instead (the part of an insert's value the caller keeps).
+    """
+    from sglang.srt.mem_cache.allocator import TokenToKVPoolAllocator
+
+    class PoolBridge(TokenToKVPoolAllocator):  # type: ignore[misc]
+        def bind(self, pool: SlotPool, allocates: bool = False) -> None:
+            self.stagefate_pool = pool
+            self.allocates = allocates
+            self.held: list[torch.Tensor] | None = None
+
+        def free(self, free_index: torch.Tensor) -> None:
+            if free_index.numel() == 0:
+                return
+            if self.held is not None:  # during an insert: the caller's part, kept by the caller
+                self.held.append(free_index.to(torch.int64).cpu())
+                return
+            self.stagefate_pool.free(free_index.to(torch.int64).cpu())
+
+        def alloc(self, need_size: int) -> torch.Tensor | None:
+            if not self.allocates:
+                raise SGLangTreeError("the adapted tree must not allocate: the pipeline owns slots")
+            return self.stagefate_pool.alloc(need_size)
+
+        def available_size(self) -> int:
+            return self.stagefate_pool.available()
+
+    return PoolBridge
 
 
 def build_unified_cache(core: str, page_size: int, slots: int, allocator_class: type) -> Any:

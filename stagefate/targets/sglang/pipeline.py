@@ -33,6 +33,7 @@ checked against the tokens the tree says it holds.
 from __future__ import annotations
 
 import json
+import math
 import queue
 import shutil
 import tempfile
@@ -45,8 +46,9 @@ from typing import Any
 
 import torch
 
+from ...runtime.pools import SlotPool
 from . import require, shim
-from .cache import tiny_kv_pool
+from .cache import pool_bridge_class, tiny_kv_pool
 
 NAMESPACES: tuple[str | None, ...] = (None, "tenant-b")
 """The two namespaces (SGLang's ``extra_key``) requests are issued under."""
@@ -105,19 +107,31 @@ class SteppedSGLang:
     anchor_cap: float = 0.5
     """SGLang's ``SGLANG_HICACHE_BUFFER_ANCHOR_LOCK_CAP``: the anchor-lock cap as a fraction of
     the device pool (its default 0.5; the fuzzer lowers it so the cap's branches are reached)."""
+    host_tokens: int | None = None
+    """The host bounce buffer; None: SGLang's default (``hicache_ratio`` x the device pool)."""
+    prefetch_threshold: int = 1
+    """Spans shorter than this (tokens) are not fetched (SGLang's ``prefetch_threshold``)."""
+    prefetch_policy: str = "wait_complete"
+    """``--hicache-storage-prefetch-policy``. With ``timeout`` the wall-clock deadline is
+    disabled: a caller with its own clock expires a wait with :meth:`expire_wait`."""
+    max_context_len: int | None = None
+    """The request-to-token pool's row length; None: half the device pool."""
+    device_pool: SlotPool | None = None
+    """When given, the consumer allocates from and frees into this stagefate pool (the replay's
+    engine shares it), and only the consumer is built (it writes through to L3 itself)."""
     storage_dir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="sgl-l3-")))
     requests: dict[str, Request] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         require()
         shim.patch_for_cpu()
-        self.producer = self._build()
-        self.consumer = self._build()
+        self.producer = self._build() if self.device_pool is None else None
+        self.consumer = self._build(self.device_pool)
         self.baseline_host = self.pipeline_host_available()
 
     # ------------------------------------------------------------------ construction
 
-    def _build(self) -> _Cache:
+    def _build(self, device_pool: SlotPool | None = None) -> _Cache:
         from sglang.srt.environ import envs
         from sglang.srt.mem_cache.allocator import PagedTokenToKVPoolAllocator
         from sglang.srt.mem_cache.cache_init_params import CacheInitParams
@@ -134,18 +148,34 @@ class SteppedSGLang:
             hicache_mem_layout="layer_first",
             hicache_write_policy="write_through",
             hicache_storage_backend="file",
-            hicache_storage_backend_extra_config=json.dumps({"prefetch_threshold": 1}),
-            hicache_storage_prefetch_policy="wait_complete",
+            hicache_storage_backend_extra_config=json.dumps(
+                {"prefetch_threshold": self.prefetch_threshold}
+            ),
+            hicache_storage_prefetch_policy=self.prefetch_policy,
             hicache_host_memory_mode="buffer_only",
+            **(
+                {}
+                if self.host_tokens is None
+                else {"hicache_ratio": self.host_tokens / self.device_tokens}
+            ),
         )
         set_global_server_args_for_scheduler(server_args)
         size = self.device_tokens
         kv = tiny_kv_pool(size, self.page_size)
-        allocator = PagedTokenToKVPoolAllocator(
-            size, self.page_size, torch.float16, "cpu", kv, False
-        )
+        if device_pool is None:
+            allocator = PagedTokenToKVPoolAllocator(
+                size, self.page_size, torch.float16, "cpu", kv, False
+            )
+        else:
+            allocator = pool_bridge_class()(
+                size=size, dtype=torch.float16, device="cpu", kvcache=kv, need_sort=False
+            )
+            allocator.bind(device_pool, allocates=True)
         req_to_token_pool = ReqToTokenPool(
-            size=64, max_context_len=size // 2, device="cpu", enable_memory_saver=False
+            size=64,
+            max_context_len=self.max_context_len or size // 2,
+            device="cpu",
+            enable_memory_saver=False,
         )
         params = CacheInitParams(
             disable=False,
@@ -163,12 +193,14 @@ class SteppedSGLang:
         ):
             cache.init_hicache(server_args, params)
         cache.cache_controller._stop_storage_threads()
+        if self.prefetch_policy == "timeout":
+            cache.prefetch_timeout_base = math.inf  # expired by the caller's clock only
         return _Cache(cache, allocator, req_to_token_pool)
 
     def close(self) -> None:
         import atexit
 
-        for side in (self.producer, self.consumer):
+        for side in self.sides():
             side.cache.cache_controller._stop_storage_threads()
             atexit.unregister(side.cache.shutdown)  # init_hicache registers it
         shutil.rmtree(self.storage_dir, ignore_errors=True)
@@ -248,8 +280,13 @@ class SteppedSGLang:
 
     # ------------------------------------------------------------------ the world
 
+    def sides(self) -> list[_Cache]:
+        return [side for side in (self.producer, self.consumer) if side is not None]
+
     def produce(self, tokens: Sequence[int], namespace: str | None) -> None:
         """The producer inserts ``tokens`` (whole pages) and writes them through to L3."""
+        if self.producer is None:
+            raise RuntimeError("built over a device pool: there is no producer")
         node = self._insert_marked(self.producer, tokens, namespace)
         if node is None:
             raise RuntimeError("the producer's pool is full; give it more device_tokens")
@@ -281,11 +318,17 @@ class SteppedSGLang:
     # ------------------------------------------------------------------ the scheduler's calls
 
     def issue(
-        self, rid: str, tokens: list[int], namespace: str | None, stale: bool = False
+        self,
+        rid: str,
+        tokens: list[int],
+        namespace: str | None,
+        stale: bool = False,
+        storage_hit_end: int | None = None,
     ) -> Request:
         """Re-anchor on the deepest device node and prefetch the rest (``stale``: as if the
         match were one page longer than the live one, the way a match made before an eviction
-        would be)."""
+        would be). Issuing a known ``rid`` again is a retry: the same handle, as SGLang's
+        ``Req`` keeps its handle; ``storage_hit_end`` is what the retry book returned."""
         from sglang.srt.mem_cache.base_prefix_cache import CacheRequestHandle
 
         cache = self.consumer.cache
@@ -294,8 +337,10 @@ class SteppedSGLang:
         anchor = match.last_device_node
         if cache.is_root(anchor):
             anchor = cache.root_node_handle(namespace)
-        request = Request(CacheRequestHandle(rid, 0), tokens, namespace)
-        self.requests[rid] = request
+        request = self.requests.get(rid)
+        if request is None:
+            request = Request(CacheRequestHandle(rid, 0), tokens, namespace)
+            self.requests[rid] = request
         cache.prefetch_from_storage(
             request.handle,
             anchor,
@@ -304,6 +349,7 @@ class SteppedSGLang:
             None,
             matched_prefix_tokens=tokens[:matched],
             extra_key=namespace,
+            storage_hit_end=storage_hit_end,
         )
         return request
 
@@ -313,8 +359,10 @@ class SteppedSGLang:
         pipeline = cache.buffer_pipeline
         return request.handle in cache.ongoing_prefetch or pipeline.has_staged(request.handle)
 
-    def admit(self, rid: str) -> int:
-        """Admission as ``PrefillAdder`` does it; returns the tokens loaded (0: none)."""
+    def admit(self, rid: str, make_room: Callable[[int], object] | None = None) -> int:
+        """Admission as ``PrefillAdder`` does it; returns the tokens loaded (0: none).
+        ``make_room(tokens)`` runs after the plan, before the load allocates (the replay's
+        engine evicts there, as its scheduler does before ``init_load_back``)."""
         from sglang.srt.managers.schedule_batch import Req
         from sglang.srt.mem_cache.base_prefix_cache import InitLoadBackParams
         from sglang.srt.sampling.sampling_params import SamplingParams
@@ -346,6 +394,8 @@ class SteppedSGLang:
             request.lacking_tokens = max(0, span_end - int(match.device_prefix_len))
             if not pipeline.prepare_staged_prefetch(req):
                 return 0
+            if make_room is not None and req.host_hit_length:
+                make_room(int(req.host_hit_length))
             with self._locked(req.last_node):
                 loaded = cache.init_load_back(
                     InitLoadBackParams(
@@ -369,6 +419,18 @@ class SteppedSGLang:
 
     def abort(self, rid: str) -> None:
         self.consumer.cache.release_aborted_request(self.requests[rid].handle)
+
+    def expire_wait(self, rid: str) -> bool:
+        """The caller's clock says the request's prefetch wait is over (``timeout`` policy):
+        SGLang's own deadline path ends it. False when its KV landed and it keeps waiting for
+        the ack, as SGLang decides."""
+        from sglang.srt.mem_cache.unified_radix_cache import _StoragePrefetchWait
+
+        cache = self.consumer.cache
+        handle = self.requests[rid].handle
+        if cache.prefetch_stop_policy == "timeout":
+            cache._storage_prefetch_wait.setdefault(handle, _StoragePrefetchWait()).expired = True
+        return bool(cache.check_prefetch_progress(handle))
 
     # ------------------------------------------------------------------ observation
 

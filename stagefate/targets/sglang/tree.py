@@ -5,10 +5,10 @@ request-to-token pool), and every decision (match, split, insert, lock, LRU evic
 ``sanity_check``) is its code. Two things are bridged, because stagefate's pipeline owns the
 device pool:
 
-* SGLang frees through its allocator. :class:`_PoolBridge` is that allocator: a real
-  ``TokenToKVPoolAllocator`` whose ``free`` returns slots to the stagefate pool the pipeline
-  allocates from (so a double free or a foreign slot raises there) and whose ``alloc`` refuses:
-  the tree never allocates.
+* SGLang frees through its allocator. :func:`~.cache.pool_bridge_class` is that allocator: a
+  real ``TokenToKVPoolAllocator`` whose ``free`` returns slots to the stagefate pool the
+  pipeline allocates from (so a double free or a foreign slot raises there) and whose ``alloc``
+  refuses: the tree never allocates.
 * Insert contracts differ. SGLang's insert frees the part of ``value`` it already holds (the
   caller passed its own copy of those tokens); stagefate's protocol leaves that part with the
   caller (the pipeline passes the tree's own slots there). The adapter takes the frees SGLang
@@ -35,13 +35,9 @@ from ...runtime.hashing import Namespace, namespace_of
 from ...runtime.pools import SlotPool
 from ...runtime.prefix_tree import PrefixTree, TreeFactory, check_insert_slots
 from ...runtime.tokens import TokenKey, Tokens
-from .cache import build_unified_cache
+from .cache import SGLangTreeError, build_unified_cache, pool_bridge_class
 
 _EMPTY = torch.empty(0, dtype=torch.int64)
-
-
-class SGLangTreeError(RuntimeError):
-    """SGLang did something the adapter's contract forbids (the message says what)."""
 
 
 @dataclass(eq=False)
@@ -80,46 +76,23 @@ class PrefixView:
         return list(self.token_ids)
 
 
-def _bridge_class() -> type:
-    from sglang.srt.mem_cache.allocator import TokenToKVPoolAllocator
-
-    class _PoolBridge(TokenToKVPoolAllocator):  # type: ignore[misc]
-        """SGLang's allocator, freeing into stagefate's pool (the tree's only allocator call)."""
-
-        def bind(self, pool: SlotPool) -> None:
-            self.stagefate_pool = pool
-            self.held: list[torch.Tensor] | None = None
-
-        def free(self, free_index: torch.Tensor) -> None:
-            if free_index.numel() == 0:
-                return
-            if self.held is not None:  # during an insert: the caller's part, kept by the caller
-                self.held.append(free_index.to(torch.int64).cpu())
-                return
-            self.stagefate_pool.free(free_index.to(torch.int64).cpu())
-
-        def alloc(self, need_size: int) -> None:
-            raise SGLangTreeError("the adapted tree must not allocate: the pipeline owns slots")
-
-        def available_size(self) -> int:
-            return self.stagefate_pool.available()
-
-    return _PoolBridge
-
-
 class SGLangTree:
     """:class:`~stagefate.runtime.prefix_tree.PrefixTree` over SGLang's ``UnifiedRadixCache``."""
 
-    def __init__(self, core: str, page_size: int, device_pool: SlotPool) -> None:
+    def __init__(
+        self, core: str, page_size: int, device_pool: SlotPool, cache: tuple[Any, Any] | None = None
+    ) -> None:
+        """A new SGLang tree over ``device_pool``, or ``cache``: an SGLang ``(cache,
+        allocator)`` already built over it (the allocator a :func:`~.cache.pool_bridge_class`)."""
         from . import require
 
         require()
         self.page_size = page_size
         self.pool = device_pool
-        self.cache, self.allocator = build_unified_cache(
-            core, page_size, device_pool.capacity, _bridge_class()
-        )
-        self.allocator.bind(device_pool)
+        if cache is None:
+            cache = build_unified_cache(core, page_size, device_pool.capacity, pool_bridge_class())
+            cache[1].bind(device_pool)
+        self.cache, self.allocator = cache
         self.core = core
         self.receipts: dict[int, list[Any]] = {}
         """Lock receipts per node id: SGLang's dec_lock_ref takes the receipt of its inc."""

@@ -1,0 +1,103 @@
+"""``replay --policy sglang``: SGLang 0.5.23's buffer-mode pipeline and tree inside the replay's
+engine, with the books closing as for live and blind.
+
+These run when `make sglang` has installed the target (CI does); without it they skip and say so.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from stagefate.targets import TargetUnavailable
+from stagefate.targets.sglang import require
+
+try:
+    require()
+except TargetUnavailable as missing:
+    pytest.skip(f"{missing}", allow_module_level=True)
+
+from stagefate.cli import main
+from stagefate.sim.costs import CostModel
+from stagefate.sim.engine import EngineOptions
+from stagefate.sim.replay import Replay, ReplayOptions
+from stagefate.sim.trace import TraceRequest, load_trace
+from stagefate.targets.sglang.policy import SGLangPolicy
+
+from .test_replay import SMALL, assert_books_close, siblings_trace
+
+
+@pytest.fixture(scope="module")
+def siblings(tmp_path_factory: pytest.TempPathFactory) -> list[TraceRequest]:
+    return siblings_trace(tmp_path_factory)
+
+
+def test_books_close_on_sglangs_pipeline(siblings: list[TraceRequest]) -> None:
+    replay = Replay("sglang", siblings, SMALL)
+    metrics = replay.run()
+    assert metrics.l3_reads > 0 and metrics.tokens_spliced > 0
+    assert metrics.engine.evicted_tokens > 0
+    assert_books_close(replay, metrics, siblings)
+    assert isinstance(replay.policy, SGLangPolicy)
+    stats = replay.policy.cache._prefetch_outcome_stats
+    assert stats["issued"] > 0  # SGLang's own counters moved: its pipeline did the work
+
+
+def test_every_prefetch_policy_closes_sglangs_books(siblings: list[TraceRequest]) -> None:
+    for engine in (
+        EngineOptions(prefetch_policy="best_effort"),
+        EngineOptions(prefetch_policy="wait_complete"),
+        EngineOptions(schedule="lpm"),
+    ):
+        replay = Replay("sglang", siblings, SMALL.model_copy(update={"engine": engine}))
+        assert_books_close(replay, replay.run(), siblings)
+
+
+def test_a_timed_out_prefetch_ends_through_sglangs_deadline_path(
+    siblings: list[TraceRequest],
+) -> None:
+    # L3 reads slower than any wait: every prefetch the engine stops waiting for is ended by
+    # SGLang's own deadline code (its IO thread then skips the read), and nothing leaks.
+    slow = SMALL.model_copy(
+        update={
+            "costs": CostModel(l3_latency_ms=5_000),
+            "engine": EngineOptions(prefetch_timeout_base_ms=1, prefetch_timeout_per_ki_token_ms=0),
+        }
+    )
+    replay = Replay("sglang", siblings, slow)
+    assert isinstance(replay.policy, SGLangPolicy)
+    cache, expired = replay.policy.cache, []
+    mark = cache._mark_prefetch_deadline_expired
+    cache._mark_prefetch_deadline_expired = lambda operation: (expired.append(1), mark(operation))
+    metrics = replay.run()
+    assert_books_close(replay, metrics, siblings)
+    assert expired and metrics.tokens_spliced == 0 and metrics.l3_reads == 0
+    assert Replay("sglang", siblings, SMALL).run().tokens_spliced > 0
+
+
+def test_same_seed_same_figures(siblings: list[TraceRequest]) -> None:
+    first = Replay("sglang", siblings, SMALL).run().model_dump()
+    second = Replay("sglang", siblings, SMALL).run().model_dump()
+    first.pop("wall_seconds"), second.pop("wall_seconds")
+    assert first == second
+
+
+def test_on_sglangs_rust_core() -> None:
+    trace = load_trace(limit=120)
+    replay = Replay("sglang", trace, ReplayOptions(tree="sglang-rust"))
+    assert_books_close(replay, replay.run(), trace)
+
+
+def test_another_l3_is_refused_with_the_fix_named() -> None:
+    with pytest.raises(ValueError, match="drop --storage"):
+        Replay("sglang", load_trace(limit=5), ReplayOptions(storage="file:/tmp/elsewhere"))
+
+
+def test_cli_all_runs_the_three_policies(tmp_path: Path) -> None:
+    out = tmp_path / "all.json"
+    assert main(["replay", "--limit", "150", "--json", str(out)]) == 0
+    payload = json.loads(out.read_text())
+    assert list(payload) == ["live", "blind", "sglang"]
+    assert payload["sglang"]["l3_reads"] > 0
