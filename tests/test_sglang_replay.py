@@ -95,9 +95,13 @@ def test_another_l3_is_refused_with_the_fix_named() -> None:
         Replay("sglang", load_trace(limit=5), ReplayOptions(storage="file:/tmp/elsewhere"))
 
 
-def test_cli_all_runs_the_three_policies(tmp_path: Path) -> None:
+def test_cli_all_runs_the_three_policies(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     out = tmp_path / "all.json"
     assert main(["replay", "--limit", "150", "--json", str(out)]) == 0
     payload = json.loads(out.read_text())
     assert list(payload) == ["live", "blind", "sglang"]
     assert payload["sglang"]["l3_reads"] > 0
+    printed = " ".join(capsys.readouterr().out.split())  # rich wraps long lines
+    assert "sglang (SGLang 0.5.23's own pipeline) wasted" in printed

@@ -131,9 +131,11 @@ def story(replays: dict[str, Replay], arrival_seconds: float) -> list[str]:
         for reason, wasted in biggest[:3]:
             what = f"{_count(wasted.reads, 'read')}, " if wasted.reads else ""
             lines.append(f"  {reason}: {what}{wasted.tokens:,} tokens: {REASONS.get(reason, '')}")
-    live, blind = replays.get("live"), replays.get("blind")
+    live, blind, sglang = replays.get("live"), replays.get("blind"), replays.get("sglang")
     if live is not None and blind is not None:
         lines += _compare(live, blind)
+    if live is not None and sglang is not None:
+        lines += _compare_with_sglang(live, sglang)
     return lines
 
 
@@ -178,6 +180,26 @@ def _compare(live: Replay, blind: Replay) -> list[str]:
         f"hit rate: live {lm.hit_rate:.3f}, blind {bm.hit_rate:.3f}; prompt tokens computed: "
         f"live {lm.prefill_tokens_computed:,}, blind {bm.prefill_tokens_computed:,}"
     )
+    return lines
+
+
+def _compare_with_sglang(live: Replay, sglang: Replay) -> list[str]:
+    lm, sm = live.metrics, sglang.metrics
+    assert isinstance(live.policy, LivePolicy)
+    covered = sm.wasted_by_reason.get("device_covered")
+    lines = [
+        f"sglang (SGLang 0.5.23's own pipeline) wasted {_count(sm.l3_reads_wasted, 'read')} "
+        f"against live's {lm.l3_reads_wasted:,}"
+        + (
+            f"; {covered.reads:,} were spans a sibling brought to the device first: SGLang has "
+            f"no in-flight dedup, live's commits waited for "
+            f"{_count(live.policy.pipe.stats.declined_inflight, 'sibling read')} instead"
+            if covered is not None
+            else ""
+        ),
+        f"hit rate: live {lm.hit_rate:.3f}, sglang {sm.hit_rate:.3f}; prompt tokens computed: "
+        f"live {lm.prefill_tokens_computed:,}, sglang {sm.prefill_tokens_computed:,}",
+    ]
     return lines
 
 
