@@ -43,6 +43,7 @@ def test_books_close_on_sglangs_pipeline(siblings: list[TraceRequest]) -> None:
     assert isinstance(replay.policy, SGLangPolicy)
     stats = replay.policy.cache._prefetch_outcome_stats
     assert stats["issued"] > 0  # SGLang's own counters moved: its pipeline did the work
+    assert not replay.policy.driver.storage_dir.exists()  # its L3 directory went at the end
 
 
 def test_every_prefetch_policy_closes_sglangs_books(siblings: list[TraceRequest]) -> None:

@@ -306,10 +306,9 @@ class SGLangPolicy:
         return dict(self._wasted)
 
     def finish(self) -> None:
+        """The last writes land and their staging is freed; then SGLang's L3 directory goes."""
         self.driver.settle()
         self._take_reads()
-
-    def close(self) -> None:
         self.driver.close()
 
 
