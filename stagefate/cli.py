@@ -188,18 +188,12 @@ def _policies(choice: str, storage: str) -> list[str]:
     """``--policy``: one, or all: ``sglang`` too where SGLang is installed (else a hint)."""
     if choice != "all":
         return [choice]
-    from .targets import TargetUnavailable
-    from .targets.sglang import require
+    from .sim.policies import policies_for_all
 
-    try:
-        require()
-    except TargetUnavailable as missing:
-        console.print(f"--policy all: live and blind only ({missing} to add sglang)")
-        return ["live", "blind"]
-    if storage != "memory":
-        console.print("--policy all: live and blind only (sglang reads its own L3, not --storage)")
-        return ["live", "blind"]
-    return ["live", "blind", "sglang"]
+    policies, left_out = policies_for_all(storage)
+    if left_out is not None:
+        console.print(f"--policy all: live and blind only ({left_out})")
+    return policies
 
 
 def _cmd_replay(args: argparse.Namespace) -> int:

@@ -11,11 +11,9 @@ import pytest
 from stagefate.cli import main
 from stagefate.sim.costs import CostModel
 from stagefate.sim.engine import EngineOptions
-from stagefate.sim.policies import BlindPolicy, LivePolicy
+from stagefate.sim.policies import BlindPolicy, LivePolicy, policies_for_all
 from stagefate.sim.replay import Replay, ReplayMetrics, ReplayOptions
 from stagefate.sim.trace import TraceError, TraceRequest, load_trace
-from stagefate.targets import TargetUnavailable
-from stagefate.targets.sglang import require
 
 KEYS = [
     "requests",
@@ -199,27 +197,22 @@ def test_same_seed_same_json(siblings: list[TraceRequest]) -> None:
     assert first == second
 
 
+ENGINE_VARIANTS = (
+    EngineOptions(schedule="lpm"),
+    EngineOptions(prefetch_policy="best_effort"),
+    EngineOptions(prefetch_policy="wait_complete"),
+)
+"""Scheduling and prefetch-wait settings besides the defaults, for the books-close tests."""
+
+
 def test_lpm_and_every_prefetch_policy_close_their_books(siblings: list[TraceRequest]) -> None:
-    for engine in (
-        EngineOptions(schedule="lpm"),
-        EngineOptions(prefetch_policy="best_effort"),
-        EngineOptions(prefetch_policy="wait_complete"),
-    ):
+    for engine in ENGINE_VARIANTS:
         replay = Replay("live", siblings, SMALL.model_copy(update={"engine": engine}))
         assert_books_close(replay, replay.run(), siblings)
 
 
-def _all_policies() -> list[str]:
-    """What ``--policy all`` runs here: sglang too where SGLang is installed."""
-    try:
-        require()
-    except TargetUnavailable:
-        return ["live", "blind"]
-    return ["live", "blind", "sglang"]
-
-
 def test_cli_json_has_exactly_the_keys_for_one_and_all_policies(tmp_path: Path) -> None:
-    for policy, expected in (("live", ["live"]), ("all", _all_policies())):
+    for policy, expected in (("live", ["live"]), ("all", policies_for_all()[0])):
         out = tmp_path / f"{policy}.json"
         assert main(["replay", "--limit", "40", "--policy", policy, "--json", str(out)]) == 0
         payload = json.loads(out.read_text())
@@ -246,7 +239,7 @@ def test_cli_sweep_writes_json_and_a_png(tmp_path: Path) -> None:
     assert main(args) == 0
     payload = json.loads(out.read_text())
     assert list(payload) == ["0.5", "2"]
-    assert all(list(by_policy) == _all_policies() for by_policy in payload.values())
+    assert all(list(by_policy) == policies_for_all()[0] for by_policy in payload.values())
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 

@@ -26,7 +26,7 @@ from stagefate.sim.replay import Replay, ReplayOptions
 from stagefate.sim.trace import TraceRequest, load_trace
 from stagefate.targets.sglang.policy import SGLangPolicy
 
-from .test_replay import SMALL, assert_books_close, siblings_trace
+from .test_replay import ENGINE_VARIANTS, SMALL, assert_books_close, siblings_trace
 
 
 @pytest.fixture(scope="module")
@@ -47,11 +47,7 @@ def test_books_close_on_sglangs_pipeline(siblings: list[TraceRequest]) -> None:
 
 
 def test_every_prefetch_policy_closes_sglangs_books(siblings: list[TraceRequest]) -> None:
-    for engine in (
-        EngineOptions(prefetch_policy="best_effort"),
-        EngineOptions(prefetch_policy="wait_complete"),
-        EngineOptions(schedule="lpm"),
-    ):
+    for engine in ENGINE_VARIANTS:
         replay = Replay("sglang", siblings, SMALL.model_copy(update={"engine": engine}))
         assert_books_close(replay, replay.run(), siblings)
 

@@ -43,6 +43,17 @@ MakeRoom = Callable[[int, Node], bool]
 ``keep``'s path) until ``tokens`` slots are free; False when they cannot be."""
 
 
+READ_BOOKS = (
+    "l3_reads",
+    "l3_read_tokens",
+    "l3_reads_wasted",
+    "l3_read_tokens_wasted",
+    "tokens_spliced",
+    "tokens_trimmed",
+)
+"""The counters every policy keeps of its L3 reads (read tokens = spliced + wasted)."""
+
+
 @dataclass(frozen=True)
 class PolicyInputs:
     """What a replay builds every policy from."""
@@ -376,3 +387,17 @@ POLICIES: dict[str, Callable[[PolicyInputs], Policy]] = {
     "blind": lambda inputs: BlindPolicy(_pipeline(inputs)),
     "sglang": _sglang,
 }
+
+
+def policies_for_all(storage: str = "memory") -> tuple[list[str], str | None]:
+    """What ``--policy all`` runs here, and why ``sglang`` is left out (None when it is not)."""
+    from ..targets import TargetUnavailable
+    from ..targets.sglang import require
+
+    try:
+        require()
+    except TargetUnavailable as missing:
+        return ["live", "blind"], f"{missing} to add sglang"
+    if storage != "memory":
+        return ["live", "blind"], "sglang reads its own L3, not --storage"
+    return ["live", "blind", "sglang"], None

@@ -52,7 +52,7 @@ from ...runtime.io import OpKind
 from ...runtime.pools import DevicePool, KVLayout
 from ...runtime.prefix_tree import PrefixMatch
 from ...runtime.tokens import TokenKey
-from ...sim.policies import MakeRoom, PolicyInputs
+from ...sim.policies import READ_BOOKS, MakeRoom, PolicyInputs
 from .pipeline import SteppedSGLang
 from .tree import SGLangTree
 
@@ -287,17 +287,7 @@ class SGLangPolicy:
     def counters(self) -> dict[str, int]:
         stats = self.cache._prefetch_outcome_stats
         return {
-            **{
-                name: self._counts[name]
-                for name in (
-                    "l3_reads",
-                    "l3_read_tokens",
-                    "l3_reads_wasted",
-                    "l3_read_tokens_wasted",
-                    "tokens_spliced",
-                    "tokens_trimmed",
-                )
-            },
+            **{name: self._counts[name] for name in READ_BOOKS},
             "declined_anchor_lost": int(stats["declined_anchor_lost"]),
             "declined_device_covered": int(stats["declined_device_covered"]),
         }
