@@ -62,7 +62,12 @@ def siblings(tmp_path_factory: pytest.TempPathFactory) -> list[TraceRequest]:
 
 
 def siblings_trace(tmp_path_factory: pytest.TempPathFactory) -> list[TraceRequest]:
-    """A prompt that comes back after eviction, with siblings at once: reads, trims, waste."""
+    return _write(tmp_path_factory, "siblings.jsonl", siblings_rows())
+
+
+def siblings_rows() -> list[str]:
+    """A prompt that comes back after eviction, with siblings at once: reads, trims, waste
+    (replayed with :data:`SMALL`'s pools)."""
     shared, extra = list(range(1, 25)), list(range(500, 508))  # 24 + 8 blocks
     rows = [_row(0, shared + extra)]  # computed and written through to L3
     fresh = iter(range(1000, 100_000))
@@ -71,7 +76,7 @@ def siblings_trace(tmp_path_factory: pytest.TempPathFactory) -> list[TraceReques
         rows += [_row(start + i, [next(fresh) for _ in range(24)]) for i in range(6)]  # evicts
         rows += [_row(start + 12_000 + i, [*shared, next(fresh)]) for i in range(3)]  # siblings
         rows.append(_row(start + 12_005, shared + extra))  # its head is published meanwhile
-    return _write(tmp_path_factory, "siblings.jsonl", rows)
+    return rows
 
 
 def assert_books_close(replay: Replay, metrics: ReplayMetrics, trace: list[TraceRequest]) -> None:

@@ -26,7 +26,13 @@ from stagefate.sim.replay import Replay, ReplayOptions
 from stagefate.sim.trace import TraceRequest, load_trace
 from stagefate.targets.sglang.policy import SGLangPolicy
 
-from .test_replay import ENGINE_VARIANTS, SMALL, assert_books_close, siblings_trace
+from .test_replay import (
+    ENGINE_VARIANTS,
+    SMALL,
+    assert_books_close,
+    siblings_rows,
+    siblings_trace,
+)
 
 
 @pytest.fixture(scope="module")
@@ -95,8 +101,11 @@ def test_another_l3_is_refused_with_the_fix_named() -> None:
 def test_cli_all_runs_the_three_policies(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    out = tmp_path / "all.json"
-    assert main(["replay", "--limit", "150", "--json", str(out)]) == 0
+    out, trace = tmp_path / "all.json", tmp_path / "siblings.jsonl"
+    trace.write_text("\n".join(siblings_rows()) + "\n")
+    small = ["--device-tokens", str(SMALL.device_tokens), "--host-tokens", str(SMALL.host_tokens)]
+    args = ["replay", "--trace", str(trace), *small, "--speed", str(SMALL.speed)]
+    assert main([*args, "--json", str(out)]) == 0
     payload = json.loads(out.read_text())
     assert list(payload) == ["live", "blind", "sglang"]
     assert payload["sglang"]["l3_reads"] > 0
