@@ -126,18 +126,23 @@ class SlotPool:
     def free_many(self, parts: Sequence[torch.Tensor]) -> None:
         """:meth:`free` of many index tensors at once (a bulk eviction), with the same checks.
 
-        The parts are joined straight into the free list above its top (pages this pool
-        already touched), so freeing k leaves costs one vectorised check and no new buffer.
+        The parts are joined in one call and copied above the free list's top (pages this pool
+        already touched), so freeing k leaves costs one join and one vectorised check, not k.
         """
-        arrays = [part.to(device="cpu", dtype=torch.int64).reshape(-1).numpy() for part in parts]
-        count = sum(array.size for array in arrays)
+        if not parts:
+            return
+        try:  # one C-level join (tree values: 1-D int64 CPU tensors)
+            joined = torch.cat(list(parts))
+        except (RuntimeError, TypeError):  # parts of different ranks or on different devices
+            joined = torch.cat([part.reshape(-1).to("cpu") for part in parts])
+        joined = joined.reshape(-1).to("cpu", torch.int64)
+        count = joined.numel()
         if count <= _SMALL_FREE:
-            if count:
-                self.free(torch.from_numpy(np.concatenate(arrays)))
+            self.free(joined)
             return
         if count > self._top_room():
-            self._reject_double_free(np.concatenate(arrays).tolist())
-        np.concatenate(arrays, out=self._free[self._top : self._top + count].numpy())
+            self._reject_double_free(joined.tolist())  # more than can be owned: some twice
+        self._free[self._top : self._top + count] = joined
         self._release_staged(count)
 
     def _top_room(self) -> int:

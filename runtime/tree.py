@@ -322,11 +322,12 @@ class RadixTree:
         freed = 0
         slots: list[torch.Tensor] = []
         aux: list[torch.Tensor] = []
-        while freed < num_tokens and self._heap:
-            _access, stamp, _nid, node = heapq.heappop(self._heap)
+        heap, pop, detach = self._heap, heapq.heappop, self._detach_leaf  # hot loop: local names
+        while freed < num_tokens and heap:
+            _access, stamp, _nid, node = pop(heap)
             if stamp != node.heap_stamp or node.lock_ref or node.children or node.parent is None:
                 continue
-            freed += self._detach_leaf(node, slots, aux)
+            freed += detach(node, slots, aux)
         self._free_slots(slots, aux)
         if len(self._heap) > 64 and len(self._heap) > 4 * (self._node_count + 1):
             self._rebuild_heap()

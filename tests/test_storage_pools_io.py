@@ -241,3 +241,6 @@ def test_free_many_has_the_verdicts_of_free_and_frees_nothing_on_a_bad_part(size
     assert pool.available() == 1024
     again = pool.alloc(1024)
     assert again is not None and sorted(again.tolist()) == list(range(1024))
+    # parts of any shape and integer dtype, as free takes them (the join's slow path)
+    pool.free_many([again[:size].reshape(-1, 1), again[size:].to(torch.int32)])
+    assert pool.available() == 1024
