@@ -3,6 +3,7 @@ determinism, the JSON keys, the sweep, and bad input."""
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 from pathlib import Path
 
@@ -228,6 +229,20 @@ def test_cli_json_has_exactly_the_keys_for_one_and_all_policies(tmp_path: Path) 
             for wasted in metrics["wasted_by_reason"].values():
                 assert list(wasted) == ["reads", "tokens"]
     assert list(ReplayMetrics.model_fields) == KEYS
+
+
+def test_cli_all_without_sglang_runs_live_and_blind_and_names_the_fix(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def not_installed(name: str) -> str:
+        raise importlib.metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(importlib.metadata, "version", not_installed)
+    out = tmp_path / "all.json"
+    assert main(["replay", "--limit", "20", "--json", str(out)]) == 0
+    assert list(json.loads(out.read_text())) == ["live", "blind"]
+    printed = " ".join(capsys.readouterr().out.split())  # rich wraps long lines
+    assert "--policy all: live and blind only" in printed and "make sglang" in printed
 
 
 def test_cli_plot_writes_a_png(tmp_path: Path) -> None:
