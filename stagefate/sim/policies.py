@@ -20,6 +20,7 @@ the replay an ``io`` with ManualIO's face (``queued``, ``complete``, ``pending``
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -52,6 +53,33 @@ READ_BOOKS = (
     "tokens_trimmed",
 )
 """The counters every policy keeps of its L3 reads (read tokens = spliced + wasted)."""
+
+
+class ReadBooks:
+    """A policy's books of its L3 reads: the :data:`READ_BOOKS` counters and the wasted reads
+    and tokens by reason (they add up to the two wasted totals)."""
+
+    def __init__(self) -> None:
+        self.counts: Counter[str] = Counter()
+        self._wasted: dict[str, tuple[int, int]] = {}
+
+    def read(self, tokens: int) -> None:
+        self.counts["l3_reads"] += 1
+        self.counts["l3_read_tokens"] += tokens
+
+    def waste(self, reason: str, reads: int, tokens: int) -> None:
+        if not reads and not tokens:
+            return
+        self.counts["l3_reads_wasted"] += reads
+        self.counts["l3_read_tokens_wasted"] += tokens
+        old_reads, old_tokens = self._wasted.get(reason, (0, 0))
+        self._wasted[reason] = (old_reads + reads, old_tokens + tokens)
+
+    def counters(self) -> dict[str, int]:
+        return {name: self.counts[name] for name in READ_BOOKS}
+
+    def wasted_by_reason(self) -> dict[str, tuple[int, int]]:
+        return dict(self._wasted)
 
 
 @dataclass(frozen=True)
@@ -225,11 +253,7 @@ class BlindPolicy(_OnPipeline):
         self._fetches: dict[str, _BlindFetch] = {}
         self._ops: dict[int, _BlindFetch] = {}
         self._next_op = 0
-        self._counts = dict.fromkeys(
-            ("l3_reads", "l3_read_tokens", "l3_reads_wasted", "l3_read_tokens_wasted"), 0
-        )
-        self._spliced = 0
-        self._wasted: dict[str, tuple[int, int]] = {}
+        self.books = ReadBooks()
 
     def issue(self, request_id: str, key: TokenKey, matched_len: int) -> None:
         page = self.pipe.config.page_size
@@ -277,8 +301,7 @@ class BlindPolicy(_OnPipeline):
             self._drop(fetch, "host_capacity")
             return
         fetch.stage, fetch.read_tokens = "reading", hit_tokens
-        self._counts["l3_reads"] += 1
-        self._counts["l3_read_tokens"] += hit_tokens
+        self.books.read(hit_tokens)
         storage, copy, host_pool, host = pipe.storage, pipe.copy, pipe.host_pool, fetch.host
         keys, page = fetch.keys[: hit_tokens // pipe.config.page_size], pipe.config.page_size
 
@@ -309,10 +332,7 @@ class BlindPolicy(_OnPipeline):
             self.pipe.host_pool.free(fetch.host)
             fetch.host = None
         if fetch.read_tokens and not spliced:
-            self._counts["l3_read_tokens_wasted"] += fetch.read_tokens
-            self._counts["l3_reads_wasted"] += 1
-            reads, tokens = self._wasted.get(reason, (0, 0))
-            self._wasted[reason] = (reads + 1, tokens + fetch.read_tokens)
+            self.books.waste(reason, 1, fetch.read_tokens)
 
     def pending(self, request_id: str) -> bool:
         fetch = self._fetches.get(request_id)
@@ -350,7 +370,7 @@ class BlindPolicy(_OnPipeline):
         pipe.copy.h2d(pipe.host_pool, fetch.host, pipe.device_pool, slots).wait()
         present = pipe.tree.insert(fetch.key.prefix(end), torch.cat([prefix.device_indices, slots]))
         assert present == prefix.length, "the match and the insert run back to back"
-        self._spliced += tokens
+        self.books.counts["tokens_spliced"] += tokens
         self._drop(fetch, "filled", spliced=tokens)
         return slots
 
@@ -358,16 +378,10 @@ class BlindPolicy(_OnPipeline):
         return []  # the old path had no paced retry
 
     def counters(self) -> dict[str, int]:
-        return {
-            **self._counts,
-            "tokens_spliced": self._spliced,
-            "tokens_trimmed": 0,
-            "declined_anchor_lost": 0,
-            "declined_device_covered": 0,
-        }
+        return {**self.books.counters(), "declined_anchor_lost": 0, "declined_device_covered": 0}
 
     def wasted_by_reason(self) -> dict[str, tuple[int, int]]:
-        return dict(self._wasted)
+        return self.books.wasted_by_reason()
 
 
 def _pipeline(inputs: PolicyInputs) -> BufferPipeline:

@@ -52,7 +52,7 @@ from ...runtime.io import OpKind
 from ...runtime.pools import DevicePool, KVLayout
 from ...runtime.prefix_tree import PrefixMatch
 from ...runtime.tokens import TokenKey
-from ...sim.policies import READ_BOOKS, MakeRoom, PolicyInputs
+from ...sim.policies import MakeRoom, PolicyInputs, ReadBooks
 from .pipeline import SteppedSGLang
 from .tree import SGLangTree
 
@@ -174,14 +174,12 @@ class SGLangPolicy:
         )
         self.io = SGLangIO(self.driver)
         self._retry_interval, self._retry_attempts = _retry_settings()
-        self._keys: dict[str, TokenKey] = {}
         self._attempts: Counter[str] = Counter()
         self._hit_end: dict[str, int | None] = {}
         self._unsettled: dict[str, list[int]] = {}
         """Tokens of each request's reads not yet spliced or wasted."""
         self._admitted: set[str] = set()
-        self._counts = Counter[str]()
-        self._wasted: dict[str, tuple[int, int]] = {}
+        self.books = ReadBooks()
         self._watch_released_holds()
 
     def _watch_released_holds(self) -> None:
@@ -202,8 +200,7 @@ class SGLangPolicy:
         for rid, tokens in self.io.reads:
             if not tokens:
                 continue
-            self._counts["l3_reads"] += 1
-            self._counts["l3_read_tokens"] += tokens
+            self.books.read(tokens)
             self._unsettled.setdefault(rid, []).append(tokens)
             if rid in self._admitted:  # it landed after its request was let go
                 self._settle(rid, 0, "aborted")
@@ -215,19 +212,11 @@ class SGLangPolicy:
         reads = self._unsettled.pop(rid, [])
         if spliced:
             last = reads.pop()
-            self._counts["tokens_spliced"] += spliced
-            self._waste("trimmed", 0, last - spliced)
-            self._counts["tokens_trimmed"] += last - spliced
+            self.books.counts["tokens_spliced"] += spliced
+            self.books.counts["tokens_trimmed"] += last - spliced
+            self.books.waste("trimmed", 0, last - spliced)
         for tokens in reads:
-            self._waste(reason, 1, tokens)
-
-    def _waste(self, reason: str, reads: int, tokens: int) -> None:
-        if not reads and not tokens:
-            return
-        self._counts["l3_reads_wasted"] += reads
-        self._counts["l3_read_tokens_wasted"] += tokens
-        old_reads, old_tokens = self._wasted.get(reason, (0, 0))
-        self._wasted[reason] = (old_reads + reads, old_tokens + tokens)
+            self.books.waste(reason, 1, tokens)
 
     # ------------------------------------------------------------------ the scheduler's calls
 
@@ -236,7 +225,6 @@ class SGLangPolicy:
         self.cache.request_buffer_backup(node.node_id)
 
     def issue(self, request_id: str, key: TokenKey, matched_len: int) -> None:
-        self._keys[request_id] = key
         hit_end = self._hit_end.pop(request_id, None)
         self.driver.issue(request_id, key.tolist(), None, storage_hit_end=hit_end)
 
@@ -269,7 +257,7 @@ class SGLangPolicy:
         self._settle(request_id, 0, "released")
         if not loaded:
             return _EMPTY
-        span = self._keys[request_id].prefix(prefix.length + loaded)
+        span = request.tokens[: prefix.length + loaded]  # the tokens it was issued with
         return self.tree.match_prefix(span).device_indices[prefix.length :]
 
     def due_retries(self, waiting: Sequence[str]) -> list[str]:
@@ -287,13 +275,13 @@ class SGLangPolicy:
     def counters(self) -> dict[str, int]:
         stats = self.cache._prefetch_outcome_stats
         return {
-            **{name: self._counts[name] for name in READ_BOOKS},
+            **self.books.counters(),
             "declined_anchor_lost": int(stats["declined_anchor_lost"]),
             "declined_device_covered": int(stats["declined_device_covered"]),
         }
 
     def wasted_by_reason(self) -> dict[str, tuple[int, int]]:
-        return dict(self._wasted)
+        return self.books.wasted_by_reason()
 
     def finish(self) -> None:
         """The last writes land and their staging is freed; then SGLang's L3 directory goes."""
