@@ -23,7 +23,7 @@ from typing import Protocol
 
 import torch
 
-from .pools import SlotPool
+from .pools import Indices, SlotPool, kv_array
 from .storage import Storage
 
 
@@ -70,7 +70,7 @@ class CopyEngine:
         storage: Storage,
         keys: Sequence[str],
         host_pool: SlotPool,
-        host_indices: torch.Tensor,
+        host_indices: Indices,
         page_size: int,
     ) -> int:
         """Read pages in order into the bounce; stop at the first missing or malformed page.
@@ -81,41 +81,50 @@ class CopyEngine:
         expected = host_pool.layout.shape(page_size)
         pages: list[torch.Tensor] = []
         for tensor in storage.batch_get(keys):
-            if tensor is None or tuple(tensor.shape) != expected:
+            if tensor is None or tensor.shape != expected:
                 break
             pages.append(tensor)
         tokens = len(pages) * page_size
-        if tokens:
-            targets = host_indices[:tokens].tolist()
-            block = torch.cat(pages, dim=2)
-            if targets == list(range(targets[0], targets[0] + tokens)):  # one run: no scatter
-                host_pool.kv.narrow(2, targets[0], tokens).copy_(block)
-            else:
-                block = block.to(host_pool.kv.dtype)  # index_copy_ does not convert
-                copy_slots(block, torch.arange(tokens), host_pool.kv, host_indices[:tokens])
+        if not tokens:
+            return 0
+        block = torch.cat(pages, dim=2) if len(pages) > 1 else pages[0]
+        targets = host_indices[:tokens]
+        runs = _runs(range(tokens), targets)
+        if len(runs) == 1 and block.dtype == host_pool.kv.dtype and block.is_contiguous():
+            first = runs[0][1]  # one run, as the pool hands slots out: one slice copy
+            assert host_pool.kv_array is not None  # the bounce is on the CPU
+            host_pool.kv_array[:, :, first : first + tokens] = kv_array(block)
+        else:
+            block = block.to(host_pool.kv.dtype)  # index_copy_ does not convert
+            copy_slots(block, torch.arange(tokens), host_pool.kv, torch.as_tensor(targets))
         return tokens
 
     def h2d(
         self,
         src_pool: SlotPool,
-        src_indices: torch.Tensor,
+        src_indices: Indices,
         dst_pool: SlotPool,
         dst_indices: torch.Tensor,
     ) -> CopyHandle:
         """Queue ``dst[dst_indices] = src[src_indices]``; returns a handle to query."""
-        if src_indices.numel() != dst_indices.numel():
-            raise ValueError(
-                f"h2d: {src_indices.numel()} source slots but {dst_indices.numel()} destinations"
-            )
-        if src_indices.numel() == 0:
+        count = len(src_indices)
+        if count != len(dst_indices):
+            raise ValueError(f"h2d: {count} source slots but {len(dst_indices)} destinations")
+        if count == 0:
             return FINISHED
         if self.stream is None:
-            copy_slots(src_pool.kv, src_indices, dst_pool.kv, dst_indices)
+            runs = _runs(src_indices, dst_indices)
+            src, dst = src_pool.kv_array, dst_pool.kv_array
+            if len(runs) * _MIN_RUN <= count and src is not None and dst is not None:
+                for s, d, length in runs:  # same layout, so the same kind of NumPy view
+                    dst[:, :, d : d + length] = src[:, :, s : s + length]
+                return FINISHED
+            copy_slots(src_pool.kv, torch.as_tensor(src_indices), dst_pool.kv, dst_indices)
             return FINISHED
         stream = self.stream
         stream.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(stream):
-            _upload(src_pool.kv, src_indices, dst_pool.kv, dst_indices)
+            _upload(src_pool.kv, torch.as_tensor(src_indices), dst_pool.kv, dst_indices)
             event = torch.cuda.Event()  # type: ignore[no-untyped-call]
             event.record(stream)
         return _CudaEvent(event)
@@ -182,13 +191,13 @@ def copy_slots(
         )
 
 
-def _runs(src: torch.Tensor, dst: torch.Tensor) -> list[tuple[int, int, int]]:
+def _runs(src: Indices | range, dst: Indices) -> list[tuple[int, int, int]]:
     """``(src_start, dst_start, length)`` of the maximal runs where both advance by one."""
-    count = src.numel()
+    count = len(src) if isinstance(src, range) else src.shape[0]
     if count == 0:
         return []
     if count <= _LIST_SCAN:
-        src_list, dst_list = src.tolist(), dst.tolist()
+        src_list, dst_list = (list(src) if isinstance(src, range) else src.tolist()), dst.tolist()
         first_src, first_dst = src_list[0], dst_list[0]
         # the usual case, one run each side (pools hand out consecutive slots), in two compares
         if src_list == list(range(first_src, first_src + count)) and dst_list == list(
@@ -202,8 +211,10 @@ def _runs(src: torch.Tensor, dst: torch.Tensor) -> list[tuple[int, int, int]]:
         ]
         firsts = [(src_list[i], dst_list[i]) for i in starts]
     else:
-        breaks = ((src[1:] - src[:-1]) != 1) | ((dst[1:] - dst[:-1]) != 1)
+        source = torch.arange(src.start, src.stop) if isinstance(src, range) else src
+        src_t, dst_t = torch.as_tensor(source), torch.as_tensor(dst)
+        breaks = ((src_t[1:] - src_t[:-1]) != 1) | ((dst_t[1:] - dst_t[:-1]) != 1)
         starts = [0, *(breaks.nonzero().flatten() + 1).tolist()]
-        firsts = list(zip(src[starts].tolist(), dst[starts].tolist(), strict=True))
+        firsts = list(zip(src_t[starts].tolist(), dst_t[starts].tolist(), strict=True))
     ends = [*starts[1:], count]
     return [(s, d, end - start) for (s, d), start, end in zip(firsts, starts, ends, strict=True)]

@@ -16,6 +16,9 @@ import numpy as np
 import torch
 
 _SMALL_FREE = 256
+Indices = torch.Tensor | np.ndarray
+"""Slot indices: an int64 tensor, or an int64 NumPy array (what :meth:`SlotPool.alloc_array`
+hands out)."""
 _NO_SLOTS = torch.zeros(0, dtype=torch.bool)
 
 
@@ -52,6 +55,29 @@ def resolve_device(device: str) -> torch.device:
     return torch.device(device)
 
 
+_NUMPY_DTYPES = frozenset(
+    {torch.float16, torch.float32, torch.float64, torch.int8, torch.uint8, torch.int16}
+)
+
+
+def kv_array(kv: torch.Tensor) -> np.ndarray:
+    """A NumPy view of a CPU KV tensor, for byte-exact copies: its own dtype where NumPy has
+    one, else its bytes (bfloat16, float8: the last dim counts bytes). Two tensors of one
+    dtype always get views of one kind."""
+    if kv.dtype in _NUMPY_DTYPES:
+        return kv.numpy()
+    return kv.view(torch.uint8).numpy()
+
+
+def _as_array(indices: Indices) -> np.ndarray:
+    """Slot indices as a flat int64 NumPy array on the CPU (no copy when they already are)."""
+    if isinstance(indices, np.ndarray):
+        return indices.reshape(-1).astype(np.int64, copy=False)
+    if indices.device.type != "cpu" or indices.dtype != torch.int64:
+        indices = indices.to(device="cpu", dtype=torch.int64)
+    return indices.reshape(-1).numpy()
+
+
 class PoolError(RuntimeError):
     """A slot was freed twice or freed without being allocated."""
 
@@ -76,6 +102,8 @@ class SlotPool:
         self.kv = torch.zeros(layout.shape(slots), dtype=layout.dtype, device=device)
         if pin_memory and device.type == "cpu" and torch.cuda.is_available():
             self.kv = self.kv.pin_memory()
+        self.kv_array = kv_array(self.kv) if self.kv.device.type == "cpu" else None
+        """The same KV memory seen by NumPy (CPU pools): slice copies cost less than torch's."""
         self._free = torch.arange(slots, dtype=torch.int64)
         self._free_array = self._free.numpy()  # the same memory: NumPy's small ops cost less
         self._top = slots
@@ -90,6 +118,12 @@ class SlotPool:
 
     def alloc(self, n: int) -> torch.Tensor | None:
         """``n`` slot indices, or ``None`` (nothing taken) when fewer than ``n`` are free."""
+        indices = self.alloc_array(n)
+        return None if indices is None else torch.from_numpy(indices)
+
+    def alloc_array(self, n: int) -> np.ndarray | None:
+        """:meth:`alloc` as an int64 NumPy array: for index sets no tensor op needs (a bounce's
+        slots are only sliced, copied from and freed), without a tensor's per-op cost."""
         if not isinstance(n, int) or n < 0:
             raise ValueError(f"{self.name}.alloc: n must be a non-negative int, got {n!r}")
         if n > self._top:
@@ -97,31 +131,37 @@ class SlotPool:
         indices = self._free_array[self._top - n : self._top].copy()
         self._top -= n
         self._owned_array[indices] = True
-        return torch.from_numpy(indices)
+        return indices
 
-    def free(self, indices: torch.Tensor) -> None:
+    def free(self, indices: Indices) -> None:
         """Return slots; raise :class:`PoolError` (nothing freed) on a double or foreign free."""
-        if indices.device.type != "cpu" or indices.dtype != torch.int64:
-            indices = indices.to(device="cpu", dtype=torch.int64)
-        count = indices.numel()
+        array = _as_array(indices)
+        count = len(array)
         if count == 0:
             return
-        if count <= _SMALL_FREE:  # below this, Python checks beat torch's per-call overhead
-            array = indices.reshape(-1).numpy()
-            slots = array.tolist()
+        if count > _SMALL_FREE:
+            if count > self._top_room():
+                self._reject_double_free(array.tolist())  # more than can be owned: some twice
+            self._free_array[self._top : self._top + count] = array
+            self._release_staged(count)
+            return
+        # below _SMALL_FREE, Python checks beat torch's and NumPy's per-call overhead
+        slots = array.tolist()
+        first = slots[0]
+        if slots == list(range(first, first + count)):  # one run, as pools hand slots out
+            if first < 0 or first + count > self.capacity:
+                self._reject_out_of_range(slots)
+            if self._owned_bytes.find(0, first, first + count) != -1:
+                self._reject_double_free(slots)
+            self._owned_array[first : first + count] = False
+        else:
             if min(slots) < 0 or max(slots) >= self.capacity:
                 self._reject_out_of_range(slots)
             if len(set(slots)) != count or not all(map(self._owned_bytes.__getitem__, slots)):
                 self._reject_double_free(slots)
             self._owned_array[array] = False
-            self._free_array[self._top : self._top + count] = array
-            self._top += count
-            return
-        indices = indices.reshape(-1)
-        if count > self._top_room():
-            self._reject_double_free(indices.tolist())  # more than can be owned: some twice
-        self._free[self._top : self._top + count] = indices
-        self._release_staged(count)
+        self._free_array[self._top : self._top + count] = array
+        self._top += count
 
     def free_many(self, parts: Sequence[torch.Tensor]) -> None:
         """:meth:`free` of many index tensors at once (a bulk eviction), with the same checks.
@@ -135,15 +175,7 @@ class SlotPool:
             joined = torch.cat(list(parts))
         except (RuntimeError, TypeError):  # parts of different ranks or on different devices
             joined = torch.cat([part.reshape(-1).to("cpu") for part in parts])
-        joined = joined.reshape(-1).to("cpu", torch.int64)
-        count = joined.numel()
-        if count <= _SMALL_FREE:
-            self.free(joined)
-            return
-        if count > self._top_room():
-            self._reject_double_free(joined.tolist())  # more than can be owned: some twice
-        self._free[self._top : self._top + count] = joined
-        self._release_staged(count)
+        self.free(joined)
 
     def _top_room(self) -> int:
         return self.capacity - self._top

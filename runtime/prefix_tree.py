@@ -16,6 +16,8 @@ Semantics the pipeline relies on (the fuzzer's invariants check them):
   caller's) and the node ending at the inserted length;
 * ``inc_lock_ref`` / ``dec_lock_ref`` pin / unpin a node and its ancestors; a locked node is never
   evicted; ``evict(n)`` frees LRU unlocked leaves into the device pool, returns tokens freed;
+* ``cached_page_key`` returns a page key the tree was offered through ``remember_page_keys``
+  for exactly the pages on the node's path (or ``None``: keeping them is optional);
 * nodes expose ``attached`` (still reachable from the root), ``lock_ref``, ``value`` (device
   slots), ``namespace`` and ``tokens()``.
 """
@@ -87,6 +89,22 @@ class PrefixTree(Protocol):
     def evict(self, num_tokens: int) -> int: ...
 
     def attach_aux(self, node: Node, aux_indices: torch.Tensor) -> None: ...
+
+    def cached_page_key(self, node: Node) -> bytes | None:
+        """The page key (:mod:`.hashing`) of the last page ending at ``node``, when the tree
+        remembers one; ``None`` makes the pipeline hash the request's pages from the start."""
+        ...
+
+    def remember_page_keys(
+        self,
+        tokens: Tokens,
+        digests: Sequence[bytes],
+        extra_key: str | None = None,
+        cache_salt: str | None = None,
+    ) -> None:
+        """Offered the page-key chain of ``tokens`` (computed by a write-through or a cold
+        prefetch); a tree may keep it for :meth:`cached_page_key`, changing nothing else."""
+        ...
 
     def nodes(self) -> Sequence[Node]: ...
 

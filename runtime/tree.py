@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+from collections.abc import Sequence
 
 import torch
 
@@ -378,6 +379,35 @@ class RadixTree:
         if node.aux_value is not None:
             self.aux_pool.free(node.aux_value)
         node.aux_value = aux_indices
+
+    def cached_page_key(self, node: TreeNode) -> bytes | None:
+        """The page key of the last page ending at ``node`` when the tree remembers it."""
+        hashes = node._hashes
+        return hashes[-1] if hashes else None
+
+    def remember_page_keys(
+        self,
+        tokens: Tokens,
+        digests: Sequence[bytes],
+        extra_key: str | None = None,
+        cache_salt: str | None = None,
+    ) -> None:
+        """Keep ``digests``, the page-key chain of ``tokens``, on the nodes holding those pages.
+
+        A prefetch seeded at such a node hashes only its span. Nodes the pages do not cover
+        whole are left alone; no node is split and no access is stamped (an LRU order must not
+        depend on who hashed what).
+        """
+        page = self._page_bytes
+        key = self._aligned(tokens)[: len(digests) * page]
+        pos = 0
+        child = self.root.children.get((namespace_of(extra_key, cache_salt), key[:page]))
+        while child is not None and key.startswith(child.key, pos):
+            end = pos + len(child.key)
+            if child._hashes is None:
+                child._hashes = list(digests[pos // page : end // page])
+            pos = end
+            child = child.children.get(key[pos : pos + page]) if pos < len(key) else None
 
     def node_hashes(self, node: TreeNode) -> list[bytes]:
         """The page-key chain of ``node``'s pages (computed on first use, kept across splits)."""

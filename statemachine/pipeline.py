@@ -26,6 +26,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar, Literal
 
+import numpy as np
 import torch
 
 from ..runtime import (
@@ -50,6 +51,7 @@ from ..runtime import (
 from ..runtime.hashing import Namespace, aux_storage_key, storage_key
 from ..runtime.prefix_tree import Node, PrefixTree, TreeFactory, locked
 from ..runtime.storage import open_storage
+from ..runtime.tokens import TOKEN_BYTES
 from ..spec import LifecycleSpec, load_spec
 from .config import PipelineConfig
 from .errors import LifecycleError, OwnershipViolation
@@ -77,8 +79,6 @@ class Record:
     """The request's tokens, cut to whole pages: the span ends at ``len(tokens)``."""
     matched_len: int
     namespace: Namespace
-    digests: list[bytes]
-    """Page-key chain of ``tokens``; the span's keys are the tail from ``matched_len``."""
     state: str = "issued"
     span_end: int = 0
     pinned_node: Node | None = None
@@ -86,8 +86,9 @@ class Record:
     anchor: Node | None = None
     op_id: int | None = None
     hit_tokens: int = 0
-    host_indices: torch.Tensor | None = None
-    host_aux_indices: torch.Tensor | None = None
+    host_indices: np.ndarray | None = None
+    """Bounce slots: a NumPy array, since no tensor op needs them (slices, copies, frees)."""
+    host_aux_indices: np.ndarray | None = None
     aux_tokens: int = 0
     plan_prefix: int | None = None
     device_indices: torch.Tensor | None = None
@@ -95,6 +96,8 @@ class Record:
     aux_device_indices: torch.Tensor | None = None
     read_tokens: int = 0
     """Tokens the L3 read asked for (0: no read was launched)."""
+    span_digests: list[bytes] = field(default_factory=list)
+    """Page keys of the span's pages (set once the issue's lock decided; see ``_hash_span``)."""
     inflight_sibling: str | None = None
     """The live record found fetching this record's whole span (set by ``span_inflight``)."""
     spliced_tokens: int = 0
@@ -220,7 +223,6 @@ class BufferPipeline:
             tokens=aligned,
             matched_len=matched_len,
             namespace=namespace,
-            digests=page_hashes(aligned, page, namespace),
             span_end=len(aligned),
         )
         self.records[req_id] = record
@@ -228,6 +230,7 @@ class BufferPipeline:
             self._oracle_models[req_id] = self._oracle.add(record)
         self._fire(record, "lock")
         if record.state != "released":
+            record.span_digests = self._hash_span(record)
             self._submit(record, "exists", self._exists_op(record))
         return record.state
 
@@ -336,6 +339,7 @@ class BufferPipeline:
                 f"write_through: {len(aligned)} tokens but {device_indices.numel()} device slots"
             )
         digests = page_hashes(aligned, page, namespace)
+        self.tree.remember_page_keys(aligned, digests, *namespace)
         pages = self.copy.pages_of(self.device_pool, device_indices[: len(aligned)], page)
         self.storage.batch_set([storage_key(d) for d in digests], pages)
         if aux_indices is not None:
@@ -520,6 +524,29 @@ class BufferPipeline:
 
     # ================================================================== IO operations
 
+    def _hash_span(self, record: Record) -> list[bytes]:
+        """The span's page keys, hashed once per request.
+
+        The chain continues from the page key the tree remembers at the anchor (a write-through
+        or an earlier prefetch left it there), so only the span's pages are hashed; a cold
+        prefix is hashed whole once and offered to the tree for the next one. An anchor the
+        lock found short (``anchor_lost``) ends before ``matched_len``: it seeds nothing.
+        """
+        page, namespace = self.config.page_size, record.namespace
+        matched = record.matched_len
+        anchor = None if record.state == "anchor_lost" else record.anchor
+        if not matched:
+            return page_hashes(record.tokens, page, namespace)
+        seed = None if anchor is None else self.tree.cached_page_key(anchor)
+        if seed is not None:
+            span = TokenKey(record.tokens.data[matched * TOKEN_BYTES :])
+            return page_hashes(span, page, namespace, seed)
+        chain = page_hashes(record.tokens, page, namespace)
+        first = matched // page
+        if anchor is not None:
+            self.tree.remember_page_keys(record.tokens.prefix(matched), chain[:first], *namespace)
+        return chain[first:]
+
     def _span_keys(self, record: Record, tokens: int) -> list[str]:
         return [storage_key(d) for d in self._read_digests(record, tokens)]
 
@@ -537,9 +564,11 @@ class BufferPipeline:
         keys = self._span_keys(record, tokens)
         host_indices = record.host_indices
         aux_indices = record.host_aux_indices
-        end_page = (record.matched_len + tokens) // page
+        end_page = tokens // page
         aux_pages = record.aux_tokens // page
-        aux_keys = [aux_storage_key(d) for d in record.digests[end_page - aux_pages : end_page]]
+        aux_keys = [
+            aux_storage_key(d) for d in record.span_digests[end_page - aux_pages : end_page]
+        ]
         storage, copy, host_pool, host_aux_pool = (
             self.storage,
             self.copy,
@@ -592,8 +621,7 @@ class BufferPipeline:
         return match.length >= record.span_end
 
     def _read_digests(self, record: Record, tokens: int) -> list[bytes]:
-        first = record.matched_len // self.config.page_size
-        return record.digests[first : first + tokens // self.config.page_size]
+        return record.span_digests[: tokens // self.config.page_size]
 
     def _guard_span_inflight(self, record: Record) -> bool:
         if not self.config.dedup_inflight:
@@ -694,9 +722,9 @@ class BufferPipeline:
 
     def _effect_alloc_bounce(self, record: Record) -> None:
         tokens, aux = self._read_plan(record)
-        record.host_indices = self.host_pool.alloc(tokens)
+        record.host_indices = self.host_pool.alloc_array(tokens)
         if self.host_aux_pool is not None:
-            record.host_aux_indices = self.host_aux_pool.alloc(aux)
+            record.host_aux_indices = self.host_aux_pool.alloc_array(aux)
         record.aux_tokens = aux
         assert record.host_indices is not None
 
@@ -733,7 +761,7 @@ class BufferPipeline:
         assert record.arg_completion is not None and record.host_indices is not None
         read = record.arg_completion.tokens
         unread = record.host_indices[read:]
-        if unread.numel():
+        if len(unread):
             self.host_pool.free(unread)
         record.host_indices = record.host_indices[:read]
         if read < record.read_tokens:  # a short read owns only what it brought
@@ -765,8 +793,8 @@ class BufferPipeline:
         target = record.device_indices
         aux_source = record.host_aux_indices
         aux_target = None
-        if self.aux_pool is not None and aux_source is not None and aux_source.numel():
-            aux_target = self.aux_pool.alloc(aux_source.numel())
+        if self.aux_pool is not None and aux_source is not None and len(aux_source):
+            aux_target = self.aux_pool.alloc(len(aux_source))
             assert aux_target is not None
         record.aux_device_indices = aux_target
         copy, host, device = self.copy, self.host_pool, self.device_pool

@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+import numpy as np
 import pytest
-import torch
 import yaml
 from hypothesis.stateful import run_state_machine_as_test
 
@@ -105,7 +105,7 @@ def _planted_pipeline_bug(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
             assert record.plan_prefix is not None and record.host_indices is not None
             trim, saved = record.plan_prefix - record.matched_len, record.host_indices
             if trim:
-                record.host_indices = torch.cat([saved[:trim], saved[: saved.numel() - trim]])
+                record.host_indices = np.concatenate([saved[:trim], saved[: len(saved) - trim]])
             queue(self, record)
             record.host_indices = saved
 
@@ -124,7 +124,7 @@ def _planted_pipeline_bug(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
         def early_bounce(self: BufferPipeline, record: Record) -> None:
             hit(self, record)
             tokens = min(record.hit_tokens, record.span_tokens)
-            record.host_indices = self.host_pool.alloc(tokens)
+            record.host_indices = self.host_pool.alloc_array(tokens)
 
         monkeypatch.setattr(cls, "_effect_record_hit", early_bounce)
     else:

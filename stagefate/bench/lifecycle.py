@@ -58,12 +58,16 @@ class StagefatePrefetcher:
         self.pipe = BufferPipeline(cfg, storage=storage or MemoryStorage())
 
     def prepare(self, tokens: list[int]) -> None:
-        """Untimed: L3 holds ``tokens``; the device holds their first ``PREFIX``."""
+        """Untimed: L3 holds ``tokens``; the device holds their first ``PREFIX``.
+
+        As in an engine, the prefix is in the tree before its write-through, which leaves the
+        pages' keys on the tree's nodes (``remember_page_keys``).
+        """
         pipe = self.pipe
         slots = pipe.device_pool.alloc(len(tokens))
         assert slots is not None
-        pipe.write_through(tokens, slots)
         pipe.tree.insert(tokens[:PREFIX], slots[:PREFIX])
+        pipe.write_through(tokens, slots)
         pipe.device_pool.free(slots[PREFIX:])
 
     def prefetch(self, request: str, tokens: list[int], marks: list[float]) -> None:

@@ -475,14 +475,14 @@ class PipelineFuzzer(RuleBasedStateMachine):
         pipe = self.pipe
         assert pipe.device_pool.available() + pipe.tree.total_tokens() == pipe.device_pool.capacity
         bounce = sum(
-            r.host_indices.numel() for r in pipe.records.values() if r.host_indices is not None
+            len(r.host_indices) for r in pipe.records.values() if r.host_indices is not None
         )
         assert pipe.host_pool.available() + bounce == pipe.host_pool.capacity, "bounce leaked"
         if pipe.aux_pool is not None and pipe.host_aux_pool is not None:
             tree_aux = pipe.tree.aux_slots().numel()
             assert pipe.aux_pool.available() + tree_aux == pipe.aux_pool.capacity, "aux leaked"
             host_aux = sum(
-                r.host_aux_indices.numel()
+                len(r.host_aux_indices)
                 for r in pipe.records.values()
                 if r.host_aux_indices is not None
             )

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import contextlib
 from array import array
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -227,6 +227,18 @@ class SGLangTree:
 
     def aux_slots(self) -> torch.Tensor:
         return _EMPTY
+
+    def cached_page_key(self, node: SGLangNode) -> bytes | None:
+        return None  # SGLang's node hashes are its own keys, not stagefate's page keys
+
+    def remember_page_keys(
+        self,
+        tokens: Tokens,
+        digests: Sequence[bytes],
+        extra_key: str | None = None,
+        cache_salt: str | None = None,
+    ) -> None:
+        return None  # nothing kept: every prefetch over this tree hashes from the start
 
     def nodes(self) -> list[PrefixView]:
         """One view per cached prefix of each inserted key (its tokens and device slots)."""
