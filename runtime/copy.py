@@ -104,7 +104,7 @@ class CopyEngine:
         src_pool: SlotPool,
         src_indices: Indices,
         dst_pool: SlotPool,
-        dst_indices: torch.Tensor,
+        dst_indices: Indices,
     ) -> CopyHandle:
         """Queue ``dst[dst_indices] = src[src_indices]``; returns a handle to query."""
         count = len(src_indices)
@@ -119,12 +119,14 @@ class CopyEngine:
                 for s, d, length in runs:  # same layout, so the same kind of NumPy view
                     dst[:, :, d : d + length] = src[:, :, s : s + length]
                 return FINISHED
-            copy_slots(src_pool.kv, torch.as_tensor(src_indices), dst_pool.kv, dst_indices)
+            sources, targets = torch.as_tensor(src_indices), torch.as_tensor(dst_indices)
+            copy_slots(src_pool.kv, sources, dst_pool.kv, targets)
             return FINISHED
         stream = self.stream
         stream.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(stream):
-            _upload(src_pool.kv, torch.as_tensor(src_indices), dst_pool.kv, dst_indices)
+            sources, targets = torch.as_tensor(src_indices), torch.as_tensor(dst_indices)
+            _upload(src_pool.kv, sources, dst_pool.kv, targets)
             event = torch.cuda.Event()  # type: ignore[no-untyped-call]
             event.record(stream)
         return _CudaEvent(event)

@@ -17,6 +17,8 @@ ROOT_NAMESPACE: Namespace = (None, None)
 
 
 def namespace_of(extra_key: str | None, cache_salt: str | None) -> Namespace:
+    if extra_key is None and cache_salt is None:
+        return ROOT_NAMESPACE
     for name, value in (("extra_key", extra_key), ("cache_salt", cache_salt)):
         if value is not None and not isinstance(value, str):
             raise TypeError(f"{name} must be a str or None, got {type(value).__name__}")

@@ -13,7 +13,8 @@ Semantics the pipeline relies on (the fuzzer's invariants check them):
   ``last_node`` that ends exactly there (split a node if needed), with ``length`` and
   ``device_indices``;
 * ``insert_node`` is add-only: it returns the length already present (those slots stay the
-  caller's) and the node ending at the inserted length;
+  caller's) and the node ending at the inserted length; ``insert_leaf`` is the same insert when
+  a fresh match already ended where the new tokens start;
 * ``inc_lock_ref`` / ``dec_lock_ref`` pin / unpin a node and its ancestors; a locked node is never
   evicted; ``evict(n)`` frees LRU unlocked leaves into the device pool, returns tokens freed;
 * ``cached_page_key`` returns a page key the tree was offered through ``remember_page_keys``
@@ -81,6 +82,20 @@ class PrefixTree(Protocol):
         extra_key: str | None = None,
         cache_salt: str | None = None,
     ) -> tuple[int, Node]: ...
+
+    def insert_leaf(
+        self,
+        parent: Node,
+        tokens: Tokens,
+        present: int,
+        slots: torch.Tensor,
+        extra_key: str | None = None,
+        cache_salt: str | None = None,
+    ) -> Node:
+        """Add ``tokens[present:]`` (``slots``, one per token) below ``parent``, the last node of
+        a match of ``tokens`` that found exactly ``present`` tokens with the tree unchanged
+        since; return the node ending at the inserted length."""
+        ...
 
     def inc_lock_ref(self, node: Node) -> int: ...
 

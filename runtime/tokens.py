@@ -55,6 +55,11 @@ Tokens = Sequence[int] | torch.Tensor | TokenKey
 
 def encode_tokens(tokens: Sequence[int] | torch.Tensor) -> bytes:
     """The bytes of ``tokens``; a clear error for anything that is not a 1-D run of int64s."""
+    if type(tokens) is list:  # the common case first: no ABC check
+        try:
+            return struct.pack(f"<{len(tokens)}q", *tokens)
+        except struct.error as error:
+            raise _not_int64(error) from None
     if isinstance(tokens, torch.Tensor):
         if tokens.dim() != 1 or tokens.dtype not in _INT_DTYPES:
             raise TypeError(
@@ -68,6 +73,8 @@ def encode_tokens(tokens: Sequence[int] | torch.Tensor) -> bytes:
     try:
         return struct.pack(f"<{len(tokens)}q", *tokens)
     except struct.error as error:
-        raise TypeError(
-            f"tokens must contain ints only: token ids in the int64 range ({error})"
-        ) from None
+        raise _not_int64(error) from None
+
+
+def _not_int64(error: struct.error) -> TypeError:
+    return TypeError(f"tokens must contain ints only: token ids in the int64 range ({error})")

@@ -275,6 +275,44 @@ class RadixTree:
         self._push_if_evictable(node)
         return present, node
 
+    def insert_leaf(
+        self,
+        parent: TreeNode,
+        tokens: Tokens,
+        present: int,
+        slots: torch.Tensor,
+        extra_key: str | None = None,
+        cache_salt: str | None = None,
+    ) -> TreeNode:
+        """Hang ``tokens[present:]`` below ``parent`` with ``slots`` (one per token, kept by the
+        tree); return the node ending at ``len(tokens)``.
+
+        ``parent`` is the ``last_node`` of a match of ``tokens`` that found exactly ``present``
+        tokens, with the tree unchanged since: :meth:`insert_node` without a second walk.
+        """
+        page = self._page_bytes
+        tail = self._aligned(tokens)[present * TOKEN_BYTES :]
+        if not tail:
+            return parent
+        if slots.shape[0] != len(tail) // TOKEN_BYTES:
+            raise ValueError(f"insert_leaf: {len(tail) // 8} tokens but {slots.shape[0]} slots")
+        namespace = namespace_of(extra_key, cache_salt)
+        child_slot = self._child_slot(parent, namespace, tail[:page])
+        if child_slot in parent.children:
+            raise TreeError(
+                f"insert_leaf: {parent!r} already holds the page after {present} tokens; "
+                "match first (its last_node ends where the cached prefix ends)"
+            )
+        leaf = TreeNode(next(self._ids), tail, slots, parent, namespace)
+        leaf.last_access = self._tick()
+        if not parent.children:
+            parent.heap_stamp += 1  # its heap entry is stale: it has a child now
+        parent.children[child_slot] = leaf
+        self.evictable_size += leaf.length
+        self._node_count += 1
+        self._push_if_evictable(leaf)
+        return leaf
+
     # ------------------------------------------------------------------ locks
 
     def inc_lock_ref(self, node: TreeNode) -> int:

@@ -54,7 +54,7 @@ from ..runtime.storage import open_storage
 from ..runtime.tokens import TOKEN_BYTES
 from ..spec import LifecycleSpec, load_spec
 from .config import PipelineConfig
-from .errors import LifecycleError, OwnershipViolation
+from .errors import LifecycleError
 from .machine import CompiledMachine, Outcome
 from .oracle import OracleMachine, OracleModel
 from .retry import RetryBook
@@ -91,6 +91,8 @@ class Record:
     host_aux_indices: np.ndarray | None = None
     aux_tokens: int = 0
     plan_prefix: int | None = None
+    splice_parent: Node | None = None
+    """The node the live match ends at, where the splice hangs (set by ``plan_stale``)."""
     device_indices: torch.Tensor | None = None
     spliced_node: Node | None = None
     aux_device_indices: torch.Tensor | None = None
@@ -98,6 +100,8 @@ class Record:
     """Tokens the L3 read asked for (0: no read was launched)."""
     span_digests: list[bytes] = field(default_factory=list)
     """Page keys of the span's pages (set once the issue's lock decided; see ``_hash_span``)."""
+    span_keys: list[str] = field(default_factory=list)
+    """``span_digests`` as L3 object keys."""
     inflight_sibling: str | None = None
     """The live record found fetching this record's whole span (set by ``span_inflight``)."""
     spliced_tokens: int = 0
@@ -230,7 +234,8 @@ class BufferPipeline:
             self._oracle_models[req_id] = self._oracle.add(record)
         self._fire(record, "lock")
         if record.state != "released":
-            record.span_digests = self._hash_span(record)
+            record.span_digests = digests = self._hash_span(record)
+            record.span_keys = [storage_key(digest) for digest in digests]
             self._submit(record, "exists", self._exists_op(record))
         return record.state
 
@@ -547,11 +552,8 @@ class BufferPipeline:
             self.tree.remember_page_keys(record.tokens.prefix(matched), chain[:first], *namespace)
         return chain[first:]
 
-    def _span_keys(self, record: Record, tokens: int) -> list[str]:
-        return [storage_key(d) for d in self._read_digests(record, tokens)]
-
     def _exists_op(self, record: Record) -> Callable[[int | None], IOResult]:
-        keys = self._span_keys(record, record.span_tokens)
+        keys = record.span_keys
         storage, page = self.storage, self.config.page_size
 
         def run(_limit: int | None) -> IOResult:
@@ -561,7 +563,7 @@ class BufferPipeline:
 
     def _read_op(self, record: Record, tokens: int) -> Callable[[int | None], IOResult]:
         page = self.config.page_size
-        keys = self._span_keys(record, tokens)
+        keys = record.span_keys[: tokens // page]
         host_indices = record.host_indices
         aux_indices = record.host_aux_indices
         end_page = tokens // page
@@ -671,6 +673,7 @@ class BufferPipeline:
         if planned is None or given.numel() != planned:
             return True
         match = self.tree.match_prefix(record.tokens, *record.namespace)
+        record.splice_parent = match.last_node
         return match.length != planned or not torch.equal(match.device_indices, given)
 
     def _guard_device_short(self, record: Record) -> bool:
@@ -782,15 +785,16 @@ class BufferPipeline:
 
     def _effect_alloc_device(self, record: Record) -> None:
         assert record.plan_prefix is not None
-        record.device_indices = self.device_pool.alloc(record.span_end - record.plan_prefix)
-        assert record.device_indices is not None
+        slots = self.device_pool.alloc_array(record.span_end - record.plan_prefix)
+        assert slots is not None
+        record.device_indices = torch.from_numpy(slots)
 
     def _effect_queue_h2d(self, record: Record) -> None:
         assert record.plan_prefix is not None and record.host_indices is not None
         assert record.device_indices is not None
         trim = record.plan_prefix - record.matched_len
         source = record.host_indices[trim:]
-        target = record.device_indices
+        target = record.device_indices.numpy()
         aux_source = record.host_aux_indices
         aux_target = None
         if self.aux_pool is not None and aux_source is not None and len(aux_source):
@@ -811,13 +815,13 @@ class BufferPipeline:
 
     def _effect_insert_tail(self, record: Record) -> None:
         assert record.plan_prefix is not None and record.device_indices is not None
-        slots = torch.cat([record.arg_prefix_indices, record.device_indices])
-        present, node = self.tree.insert_node(record.tokens, slots, *record.namespace)
-        if present != record.plan_prefix:
-            raise OwnershipViolation(
-                f"request {record.request_id!r}: the tree already held {present} tokens where "
-                f"the plan expected {record.plan_prefix}; an insert may only add nodes"
-            )
+        node = self.tree.insert_leaf(
+            record.splice_parent,
+            record.tokens,
+            record.plan_prefix,
+            record.device_indices.clone(),  # the tree's own: the caller gets device_indices
+            *record.namespace,
+        )
         if record.aux_device_indices is not None:
             self.tree.attach_aux(node, record.aux_device_indices)
         record.spliced_node = node

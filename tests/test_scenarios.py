@@ -11,6 +11,8 @@ import itertools
 import pytest
 import torch
 
+from stagefate.runtime.hashing import ROOT_NAMESPACE, page_hashes, storage_key
+
 from .harness import assert_quiescent, config, kv_marks, make_pair, seq_of, staged_with_threaded_io
 
 pytestmark = pytest.mark.usefixtures("on_each_device")  # cpu, and cuda with a GPU
@@ -90,6 +92,28 @@ def test_commit_cancels_device_covered_fetch(page: int, window_pages: int | None
     assert stats.declined_device_covered == 1 and stats.l3_reads == 0
     assert not pair.consumer.retries.pending("r")
     assert_quiescent(pair.consumer)
+
+
+@pytest.mark.parametrize("page", [1, 16])
+def test_span_keys_are_the_same_from_a_cold_or_a_remembered_anchor(page: int) -> None:
+    """Page keys are hashed once per request: from the anchor's remembered key when the tree
+    has one, else from the start (the prefix's keys are then offered to the tree)."""
+    pair = make_pair(config(page))
+    seq = seq_of(5, page)
+    pair.publish(seq, mark=9)
+    consumer, prefix = pair.consumer, 2 * page
+    pair.sibling_insert(seq[:prefix], mark=3)  # no write-through here: the anchor is cold
+    anchor = consumer.tree.match_prefix(seq[:prefix]).last_node
+    assert consumer.tree.cached_page_key(anchor) is None
+    chain = page_hashes(seq, page, ROOT_NAMESPACE)
+    for request in ("cold", "remembered"):
+        assert _stage(pair, seq, request, matched_len=prefix) == "locked"
+        assert consumer.state(request) == "staged"
+        assert consumer.records[request].span_keys == [storage_key(d) for d in chain[2:]]
+        assert consumer.tree.cached_page_key(anchor) == chain[1]
+        assert consumer.release_staged_hold(request)
+    assert consumer.stats.l3_reads == 2
+    assert_quiescent(consumer)
 
 
 def test_anchor_outcomes() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -64,6 +65,61 @@ def test_pool_double_and_foreign_free_raise_on_both_paths(size: int, device: str
     assert pool.available() == 512
 
 
+@pytest.mark.parametrize("size", [1, 3, 300], ids=["one", "few", "vectorised"])
+def test_pool_frees_numpy_arrays_with_the_verdicts_of_tensors(size: int) -> None:
+    """``alloc_array`` hands out NumPy slots; freeing them (one run, scattered or vectorised)
+    gives the same verdicts and frees nothing on a bad call."""
+    pool = DevicePool(LAYOUT, 512, "cpu")
+    slots = pool.alloc_array(size)
+    assert slots is not None and slots.dtype == np.int64
+    assert slots.tolist() == list(range(512 - size, 512))  # a fresh pool hands out one run
+    for bad, verdict in (
+        (np.concatenate([slots, slots[:1]]), "double free"),  # repeated within the call
+        (np.arange(512 - size + 1, 512 + 1), "out of range"),  # a run past the end
+        (np.arange(512 - size - 1, 512 - 1), "double free"),  # a run over a free slot
+    ):
+        with pytest.raises(PoolError, match=verdict):
+            pool.free(bad)
+        assert pool.available() == 512 - size
+    pool.free(slots[::-1].copy())  # the same slots out of order
+    assert pool.available() == 512
+    with pytest.raises(PoolError, match="double free"):
+        pool.free(slots)
+    assert pool.alloc_array(513) is None and pool.available() == 512
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_cpu_pools_see_their_kv_through_numpy(dtype: torch.dtype) -> None:
+    """A CPU pool's ``kv_array`` is the same memory (bfloat16 seen as bytes), so a NumPy slice
+    copy between two pools of one layout is a byte-exact KV copy."""
+    layout = KVLayout(layers=2, kv_heads=1, head_dim=4, dtype=dtype)
+    host, device = HostPool(layout, 8), DevicePool(layout, 8, "cpu")
+    assert host.kv_array is not None and device.kv_array is not None
+    host.kv.copy_(torch.randn(layout.shape(8)).to(dtype))
+    device.kv_array[:, :, 2:6] = host.kv_array[:, :, 0:4]
+    assert torch.equal(device.kv[:, :, 2:6], host.kv[:, :, 0:4])
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("targets", ["run", "scattered"])
+def test_read_into_host_lands_pages_in_the_bounce_slots_asked(
+    targets: str, dtype: torch.dtype
+) -> None:
+    """Pages read from L3 land in the bounce slots given (a NumPy array, as the pipeline keeps
+    them), in order, and a miss ends the read: nothing after it is copied."""
+    layout = KVLayout(layers=2, kv_heads=1, head_dim=4, dtype=dtype)
+    host, storage, engine = HostPool(layout, 16), MemoryStorage(), CopyEngine(torch.device("cpu"))
+    pages = [torch.full(layout.shape(4), float(n + 1), dtype=dtype) for n in range(3)]
+    storage.batch_set(["a", "b", "c"], pages)
+    slots = (
+        np.arange(4, 16) if targets == "run" else np.array([9, 3, 14, 0, 5, 6, 7, 8, 1, 2, 4, 15])
+    )
+    assert engine.read_into_host(storage, ["a", "b", "missing", "c"], host, slots, 4) == 8
+    for n, slot in enumerate(slots.tolist()):
+        expected = float(n // 4 + 1) if n < 8 else 0.0
+        assert bool((host.kv[:, :, slot] == expected).all()), (n, slot)
+
+
 @pytest.mark.parametrize("scale", [1, 10], ids=["small (runs found in Python)", "large (torch)"])
 @pytest.mark.parametrize("order", ["runs", "scattered", "mixed"])
 def test_copy_slots_equals_advanced_indexing(order: str, scale: int) -> None:
@@ -91,8 +147,9 @@ def test_copy_slots_equals_advanced_indexing(order: str, scale: int) -> None:
     assert torch.equal(dst, expected)
 
 
+@pytest.mark.parametrize("kind", ["tensor", "numpy"])
 @pytest.mark.parametrize("order", ["runs", "scattered"])
-def test_h2d_copies_exactly_the_slots_asked(order: str, device: str) -> None:
+def test_h2d_copies_exactly_the_slots_asked(order: str, kind: str, device: str) -> None:
     """The host → device path on each device (on CUDA: pinned bounce, side stream, event)."""
     torch.manual_seed(0)
     host, pool = HostPool(LAYOUT, 96), DevicePool(LAYOUT, 96, device)
@@ -104,7 +161,10 @@ def test_h2d_copies_exactly_the_slots_asked(order: str, device: str) -> None:
         src, dst = torch.randperm(96)[:64], torch.randperm(96)[:64]
     expected = torch.zeros(LAYOUT.shape(96), dtype=LAYOUT.dtype)
     expected[:, :, dst] = host.kv[:, :, src]
-    handle = engine.h2d(host, src, pool, dst)
+    if kind == "numpy":  # as the pipeline passes bounce (and device) slots
+        handle = engine.h2d(host, src.numpy(), pool, dst.numpy())
+    else:
+        handle = engine.h2d(host, src, pool, dst)
     handle.wait()
     assert handle.done()
     assert torch.equal(pool.kv.cpu(), expected)

@@ -34,6 +34,45 @@ def test_split_keeps_lock_ref_hashes_and_matches() -> None:
     assert tree.evict(100) == 6 and tree.device_pool.available() == 256
 
 
+def test_remembered_page_keys_seed_the_chain_and_change_nothing_else() -> None:
+    """A write-through offers its page keys; the tree keeps them on the nodes holding those
+    pages without splitting a node or stamping an access, and a key continues the chain."""
+    tree = make_tree(page_size=2)
+    slots = tree.device_pool.alloc(6)
+    assert slots is not None
+    tree.insert([1, 2, 3, 4, 5, 6], slots, cache_salt="s")
+    node = tree.match_prefix([1, 2, 3, 4, 5, 6], cache_salt="s").last_node
+    access, count = node.last_access, tree.node_count()
+    assert tree.cached_page_key(node) is None
+    chain = page_hashes([1, 2, 3, 4, 5, 6, 7, 8], 2, (None, "s"))
+    tree.remember_page_keys([1, 2, 3, 4], chain[:2], cache_salt="s")  # ends inside the node
+    assert tree.cached_page_key(node) is None and tree.node_count() == count
+    tree.remember_page_keys([1, 2, 3, 4, 5, 6, 7, 8], chain, cache_salt="s")  # past its end
+    assert tree.cached_page_key(node) == chain[2] and node.last_access == access
+    assert page_hashes([7, 8], 2, (None, "s"), seed=chain[2]) == chain[3:]
+    tree.sanity_check()  # the kept keys are the node's own chain
+
+
+def test_insert_leaf_hangs_the_tail_below_a_fresh_match() -> None:
+    tree = make_tree(page_size=2)
+    head, tail = tree.device_pool.alloc(4), tree.device_pool.alloc(4)
+    assert head is not None and tail is not None
+    tree.insert([1, 2, 3, 4], head)
+    match = tree.match_prefix([1, 2, 3, 4, 5, 6, 7, 8, 9])
+    leaf = tree.insert_leaf(match.last_node, [1, 2, 3, 4, 5, 6, 7, 8, 9], match.length, tail)
+    assert leaf.parent is match.last_node and leaf.tokens() == [5, 6, 7, 8]
+    again = tree.match_prefix([1, 2, 3, 4, 5, 6, 7, 8])
+    assert again.last_node is leaf and torch.equal(again.device_indices, torch.cat([head, tail]))
+    tree.sanity_check()
+    spare = tree.device_pool.alloc(4)
+    assert spare is not None
+    with pytest.raises(TreeError, match="already holds the page"):
+        tree.insert_leaf(match.last_node, [1, 2, 3, 4, 5, 6, 7, 8], 4, spare)
+    with pytest.raises(ValueError, match="4 tokens but 2 slots"):
+        tree.insert_leaf(leaf, [1, 2, 3, 4, 5, 6, 7, 8, 0, 0, 0, 0], 8, spare[:2])
+    assert tree.node_count() == 2 and tree.evict(100) == 8
+
+
 def test_dec_lock_ref_below_zero_raises_and_changes_nothing() -> None:
     tree = make_tree()
     slots = tree.device_pool.alloc(2)

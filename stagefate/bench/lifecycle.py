@@ -12,14 +12,14 @@ import tempfile
 import time
 from typing import Any
 
-from ..runtime import FileStorage, MemoryStorage
+from ..runtime import FileStorage, MemoryStorage, TokenKey
 from ..runtime.storage import Storage
 from ..statemachine.config import PipelineConfig
 from ..statemachine.pipeline import BufferPipeline
 from .report import Section, table
 
 PHASES = (
-    ("issue", "prefetch_from_storage: encode, hash, match, pin, queue the existence query"),
+    ("issue", "encode the request's tokens; prefetch_from_storage: hash, match, pin, query"),
     ("exists", "the existence query runs (ManualIO)"),
     ("commit", "poll: the hit, then the IO commit (guards, bounce, launch the read)"),
     ("read", "the L3 read runs: pages into the bounce"),
@@ -74,7 +74,8 @@ class StagefatePrefetcher:
         """Issue → ack in the scheduler's order, a clock reading after each step (PHASES)."""
         pipe, io, clock = self.pipe, self.pipe.io, time.perf_counter
         marks.append(clock())
-        pipe.prefetch_from_storage(request, tokens, PREFIX)
+        key = TokenKey.of(tokens)  # encoded once per request: an engine keeps its request's key
+        pipe.prefetch_from_storage(request, key, PREFIX)
         marks.append(clock())
         io.complete_all()  # type: ignore[attr-defined]
         marks.append(clock())
@@ -86,7 +87,7 @@ class StagefatePrefetcher:
         marks.append(clock())
         pipe.plan_staged_splice(request, PREFIX)
         marks.append(clock())
-        prefix_indices = pipe.tree.match_prefix(tokens).device_indices
+        prefix_indices = pipe.tree.match_prefix(key).device_indices
         marks.append(clock())
         pipe.init_load_back(request, prefix_indices)
         marks.append(clock())

@@ -176,6 +176,23 @@ class SGLangTree:
         node = self.match_prefix(key, *namespace).last_node
         return present, node
 
+    def insert_leaf(
+        self,
+        parent: SGLangNode,
+        tokens: Tokens,
+        present: int,
+        slots: torch.Tensor,
+        extra_key: str | None = None,
+        cache_salt: str | None = None,
+    ) -> SGLangNode:
+        namespace = namespace_of(extra_key, cache_salt)
+        key = TokenKey.of(tokens).whole_pages(self.page_size)
+        prefix = self.match_prefix(key.prefix(present), *namespace).device_indices
+        added, node = self.insert_node(key, torch.cat([prefix, slots]), *namespace)
+        if added != present:
+            raise SGLangTreeError(f"insert_leaf: SGLang held {added} tokens, not {present}")
+        return node
+
     @contextlib.contextmanager
     def _holding_frees(self) -> Iterator[list[torch.Tensor]]:
         held: list[torch.Tensor] = []
