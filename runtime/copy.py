@@ -21,9 +21,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
+import numpy as np
 import torch
 
-from .pools import Indices, SlotPool, kv_array
+from .pools import Indices, SlotPool, as_array, is_run, kv_array
 from .storage import Storage
 
 
@@ -88,10 +89,9 @@ class CopyEngine:
         if not tokens:
             return 0
         block = torch.cat(pages, dim=2) if len(pages) > 1 else pages[0]
-        targets = host_indices[:tokens]
-        runs = _runs(range(tokens), targets)
-        if len(runs) == 1 and block.dtype == host_pool.kv.dtype and block.is_contiguous():
-            first = runs[0][1]  # one run, as the pool hands slots out: one slice copy
+        targets = as_array(host_indices[:tokens])
+        if is_run(targets) and block.dtype == host_pool.kv.dtype and block.is_contiguous():
+            first = int(targets[0])  # one run, as the pool hands slots out: one slice copy
             assert host_pool.kv_array is not None  # the bounce is on the CPU
             host_pool.kv_array[:, :, first : first + tokens] = kv_array(block)
         else:
@@ -193,13 +193,15 @@ def copy_slots(
         )
 
 
-def _runs(src: Indices | range, dst: Indices) -> list[tuple[int, int, int]]:
+def _runs(src: Indices, dst: Indices) -> list[tuple[int, int, int]]:
     """``(src_start, dst_start, length)`` of the maximal runs where both advance by one."""
-    count = len(src) if isinstance(src, range) else src.shape[0]
+    count = src.shape[0]
     if count == 0:
         return []
+    if isinstance(src, np.ndarray) and isinstance(dst, np.ndarray) and is_run(src) and is_run(dst):
+        return [(int(src[0]), int(dst[0]), count)]  # the usual case: one run each side
     if count <= _LIST_SCAN:
-        src_list, dst_list = (list(src) if isinstance(src, range) else src.tolist()), dst.tolist()
+        src_list, dst_list = src.tolist(), dst.tolist()
         first_src, first_dst = src_list[0], dst_list[0]
         # the usual case, one run each side (pools hand out consecutive slots), in two compares
         if src_list == list(range(first_src, first_src + count)) and dst_list == list(
@@ -213,8 +215,7 @@ def _runs(src: Indices | range, dst: Indices) -> list[tuple[int, int, int]]:
         ]
         firsts = [(src_list[i], dst_list[i]) for i in starts]
     else:
-        source = torch.arange(src.start, src.stop) if isinstance(src, range) else src
-        src_t, dst_t = torch.as_tensor(source), torch.as_tensor(dst)
+        src_t, dst_t = torch.as_tensor(src), torch.as_tensor(dst)
         breaks = ((src_t[1:] - src_t[:-1]) != 1) | ((dst_t[1:] - dst_t[:-1]) != 1)
         starts = [0, *(breaks.nonzero().flatten() + 1).tolist()]
         firsts = list(zip(src_t[starts].tolist(), dst_t[starts].tolist(), strict=True))

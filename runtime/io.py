@@ -94,9 +94,13 @@ class ManualIO:
         """Run operation ``op_id`` now (a read capped at ``limit`` tokens is a short read)."""
         op = self._queued_op(op_id)
         del self._queued[op_id]
+        self._run(op, limit)
+
+    def _run(self, op: IOOp, limit: int | None) -> None:
         result = op.run(limit)
-        result.handle.wait()
-        self._done.append(_completion(op, result))
+        if result.handle is not FINISHED:
+            result.handle.wait()
+        self._done.append(Completion(op.op_id, op.kind, result.tokens, result.aux_complete))
 
     def complete_short(self, op_id: int, tokens: int) -> None:
         self.complete(op_id, limit=tokens)
@@ -109,8 +113,9 @@ class ManualIO:
 
     def complete_all(self) -> None:
         """Complete every queued operation, oldest first (ones they submit wait for next time)."""
-        for op_id in list(self._queued):
-            self.complete(op_id)
+        queued = self._queued
+        for op_id in list(queued):
+            self._run(queued.pop(op_id), None)
 
     def drain(self) -> list[Completion]:
         done, self._done = self._done, []

@@ -69,7 +69,27 @@ def kv_array(kv: torch.Tensor) -> np.ndarray:
     return kv.view(torch.uint8).numpy()
 
 
-def _as_array(indices: Indices) -> np.ndarray:
+_RUN_BYTES = np.arange(1 << 16, dtype=np.int64).tobytes()
+"""The bytes of ``0, 1, …, 65535`` as int64: what a run of slots looks like."""
+
+
+def is_run(indices: np.ndarray) -> bool:
+    """``indices`` (int64) ascend by one from a non-negative start, as pools hand out slots.
+
+    One ``memcmp`` against :data:`_RUN_BYTES` (shifted to start at 0 when the slots lie past
+    it): a tenth of the cost of comparing Python lists, on the per-prefetch path.
+    """
+    count = len(indices)
+    first = int(indices[0]) if count else -1
+    if first < 0 or count > 1 << 16:
+        return first >= 0 and bool((np.diff(indices) == 1).all())
+    end = (first + count) * 8
+    if end <= len(_RUN_BYTES):
+        return indices.tobytes() == _RUN_BYTES[first * 8 : end]
+    return (indices - first).tobytes() == _RUN_BYTES[: count * 8]
+
+
+def as_array(indices: Indices) -> np.ndarray:
     """Slot indices as a flat int64 NumPy array on the CPU (no copy when they already are)."""
     if isinstance(indices, np.ndarray):
         return indices.reshape(-1).astype(np.int64, copy=False)
@@ -135,7 +155,7 @@ class SlotPool:
 
     def free(self, indices: Indices) -> None:
         """Return slots; raise :class:`PoolError` (nothing freed) on a double or foreign free."""
-        array = _as_array(indices)
+        array = as_array(indices)
         count = len(array)
         if count == 0:
             return
@@ -146,15 +166,15 @@ class SlotPool:
             self._release_staged(count)
             return
         # below _SMALL_FREE, Python checks beat torch's and NumPy's per-call overhead
-        slots = array.tolist()
-        first = slots[0]
-        if slots == list(range(first, first + count)):  # one run, as pools hand slots out
-            if first < 0 or first + count > self.capacity:
-                self._reject_out_of_range(slots)
+        if is_run(array):  # one run, as pools hand slots out: checked on the bytes
+            first = int(array[0])
+            if first + count > self.capacity:
+                self._reject_out_of_range(array.tolist())
             if self._owned_bytes.find(0, first, first + count) != -1:
-                self._reject_double_free(slots)
+                self._reject_double_free(array.tolist())
             self._owned_array[first : first + count] = False
         else:
+            slots = array.tolist()
             if min(slots) < 0 or max(slots) >= self.capacity:
                 self._reject_out_of_range(slots)
             if len(set(slots)) != count or not all(map(self._owned_bytes.__getitem__, slots)):

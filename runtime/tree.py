@@ -151,7 +151,9 @@ class RadixTree:
         return self._clock
 
     def _aligned(self, tokens: Tokens) -> bytes:
-        return TokenKey.of(tokens).whole_pages(self.page_size).data
+        data = tokens.data if type(tokens) is TokenKey else TokenKey.of(tokens).data
+        cut = len(data) % self._page_bytes
+        return data[: len(data) - cut] if cut else data
 
     def _common_bytes(self, node_key: bytes, key: bytes, pos: int) -> int:
         """Bytes of whole pages of ``node_key`` equal to ``key[pos:]`` (binary search)."""

@@ -68,6 +68,8 @@ _PENDING_STATES = frozenset(
 _OWNING_STATES = frozenset({"reading", "staged", "trimmed", "consumed"})
 """States whose record owns its span's page keys for in-flight dedup."""
 _EMPTY = torch.empty(0, dtype=torch.int64)
+_COMPLETION_EVENTS = {"exists": "hit", "read": "read_done", "load": "ack"}
+"""The event each kind of IO completion fires."""
 
 
 @dataclass(eq=False, slots=True)
@@ -295,7 +297,9 @@ class BufferPipeline:
                 self.machine.legal_events(record.state),
                 hint="no plan was made: call plan_staged_splice(req_id, device_prefix_len) first",
             )
-        record.arg_prefix_indices = prefix_indices.reshape(-1).cpu()
+        if prefix_indices.dim() != 1 or not prefix_indices.is_cpu:
+            prefix_indices = prefix_indices.reshape(-1).cpu()
+        record.arg_prefix_indices = prefix_indices
         if self._guard_device_short(record) and not self._guard_plan_stale(record):
             self._make_room(record)
         if self._fire(record, "consume").target != "consumed":
@@ -485,11 +489,10 @@ class BufferPipeline:
             return
         record.op_id = None
         record.arg_completion = completion
-        event = {"exists": "hit", "read": "read_done", "load": "ack"}[completion.kind]
-        self._fire(record, event)
+        self._fire(record, _COMPLETION_EVENTS[completion.kind])
 
     def _run_commits(self) -> None:
-        for request_id in list(self._parked):
+        for request_id in list(self._parked) if self._parked else ():
             record = self.records[request_id]
             if self._fire(record, "commit").target == "parked":
                 break  # FIFO: a parked hit is not overtaken by later parked ones
@@ -670,7 +673,7 @@ class BufferPipeline:
     def _guard_plan_stale(self, record: Record) -> bool:
         planned = record.plan_prefix
         given = record.arg_prefix_indices
-        if planned is None or given.numel() != planned:
+        if planned is None or given.shape[0] != planned:
             return True
         match = self.tree.match_prefix(record.tokens, *record.namespace)
         record.splice_parent = match.last_node

@@ -23,6 +23,7 @@ from stagefate.runtime import (
     ThreadedIO,
 )
 from stagefate.runtime.copy import copy_slots
+from stagefate.runtime.pools import is_run
 
 LAYOUT = KVLayout(layers=2, kv_heads=1, head_dim=4)
 
@@ -86,6 +87,25 @@ def test_pool_frees_numpy_arrays_with_the_verdicts_of_tensors(size: int) -> None
     with pytest.raises(PoolError, match="double free"):
         pool.free(slots)
     assert pool.alloc_array(513) is None and pool.available() == 512
+
+
+def test_is_run_is_exactly_ascending_by_one_from_a_non_negative_start() -> None:
+    assert (
+        is_run(np.arange(5, 69))
+        and is_run(np.array([0]))
+        and is_run(np.arange(1 << 17, (1 << 17) + 3))
+    )
+    assert is_run(np.arange(3, 3 + (1 << 18))) and not is_run(np.arange(1 << 18)[::-1].copy())
+    for not_a_run in (
+        [],
+        [1, 3],
+        [3, 2, 1],
+        [0, 1, 1],
+        [-2, -1, 0],
+        [2**40, 2**40 + 2],
+        [2**40 + 1, 2**40],
+    ):
+        assert not is_run(np.array(not_a_run, dtype=np.int64)), not_a_run
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
