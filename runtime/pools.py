@@ -20,6 +20,7 @@ Indices = torch.Tensor | np.ndarray
 """Slot indices: an int64 tensor, or an int64 NumPy array (what :meth:`SlotPool.alloc_array`
 hands out)."""
 _NO_SLOTS = torch.zeros(0, dtype=torch.bool)
+_NO_INDICES = torch.zeros(0, dtype=torch.int64)
 
 
 @dataclass(frozen=True)
@@ -96,6 +97,12 @@ def as_array(indices: Indices) -> np.ndarray:
     if indices.device.type != "cpu" or indices.dtype != torch.int64:
         indices = indices.to(device="cpu", dtype=torch.int64)
     return indices.reshape(-1).numpy()
+
+
+def _join(parts: Sequence[torch.Tensor]) -> torch.Tensor:
+    if not parts:
+        return _NO_INDICES
+    return torch.cat([part.reshape(-1).to("cpu", torch.int64) for part in parts])
 
 
 class PoolError(RuntimeError):
@@ -186,16 +193,21 @@ class SlotPool:
     def free_many(self, parts: Sequence[torch.Tensor]) -> None:
         """:meth:`free` of many index tensors at once (a bulk eviction), with the same checks.
 
-        The parts are joined in one call and copied above the free list's top (pages this pool
-        already touched), so freeing k leaves costs one join and one vectorised check, not k.
+        The parts are joined by one C-level call straight above the free list's top (memory
+        this pool already touched, no new buffer), so freeing k leaves costs one join and one
+        vectorised check, not k.
         """
-        if not parts:
+        count = sum(part.numel() for part in parts)
+        if count <= _SMALL_FREE or count > self._top_room():
+            # small: per-slot checks; too many to be owned: the repeats are named
+            self.free(parts[0] if len(parts) == 1 else _join(parts))
             return
-        try:  # one C-level join (tree values: 1-D int64 CPU tensors)
-            joined = torch.cat(list(parts))
-        except (RuntimeError, TypeError):  # parts of different ranks or on different devices
-            joined = torch.cat([part.reshape(-1).to("cpu") for part in parts])
-        self.free(joined)
+        staged = self._free[self._top : self._top + count]
+        try:  # tree values: 1-D int64 CPU tensors
+            torch.cat(list(parts), out=staged)
+        except (RuntimeError, TypeError):  # parts of other ranks, dtypes or devices
+            torch.cat([part.reshape(-1).to("cpu", torch.int64) for part in parts], out=staged)
+        self._release_staged(count)
 
     def _top_room(self) -> int:
         return self.capacity - self._top
@@ -204,7 +216,8 @@ class SlotPool:
         """Check the ``count`` indices staged above the free list's top and commit them; on a
         bad index nothing changes (the staged copy is above the top: unused space)."""
         indices = self._free[self._top : self._top + count]
-        if bool(((indices < 0) | (indices >= self.capacity)).any()):
+        low, high = torch.aminmax(indices)  # one pass
+        if int(low) < 0 or int(high) >= self.capacity:
             self._reject_out_of_range(indices.tolist())
         if not bool(self._owned[indices].all()):
             self._reject_double_free(indices.tolist())
