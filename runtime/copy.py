@@ -115,8 +115,13 @@ class CopyEngine:
         if self.stream is None:
             runs = _runs(src_indices, dst_indices)
             src, dst = src_pool.kv_array, dst_pool.kv_array
-            if len(runs) * _MIN_RUN <= count and src is not None and dst is not None:
-                for s, d, length in runs:  # same layout, so the same kind of NumPy view
+            if (
+                len(runs) * _MIN_RUN <= count
+                and src is not None
+                and dst is not None
+                and src.dtype == dst.dtype  # one KV dtype: the same kind of view
+            ):
+                for s, d, length in runs:
                     dst[:, :, d : d + length] = src[:, :, s : s + length]
                 return FINISHED
             sources, targets = torch.as_tensor(src_indices), torch.as_tensor(dst_indices)
