@@ -35,5 +35,13 @@ def test_the_fuzzer_drives_a_tree_through_the_adapter(monkeypatch: pytest.Monkey
         PipelineFuzzer,
         settings=fuzz_settings(examples=10, steps=40),
     )
-    for name in ("match_prefix", "insert", "inc_lock_ref", "evict", "sanity_check"):
+    for name in (
+        "match_prefix",
+        "insert",
+        "inc_lock_ref",
+        "evict",
+        "cached_page_key",
+        "remember_page_keys",
+        "sanity_check",
+    ):
         assert CALLS[name] > 0, f"the pipeline or fuzzer never called {name}"
