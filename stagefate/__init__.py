@@ -20,7 +20,7 @@ from .runtime import (
 from .runtime.prefix_tree import PrefixTree
 from .runtime.storage import open_storage
 from .statemachine.config import PipelineConfig
-from .statemachine.errors import LifecycleError, OwnershipViolation
+from .statemachine.errors import LifecycleError
 from .statemachine.pipeline import BufferPipeline, Record, TransitionEvent
 from .statemachine.stats import Stats
 
@@ -35,7 +35,6 @@ __all__ = [
     "ManualIO",
     "MatchResult",
     "MemoryStorage",
-    "OwnershipViolation",
     "PipelineConfig",
     "PrefixTree",
     "RadixTree",

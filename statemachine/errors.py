@@ -29,7 +29,3 @@ class LifecycleError(RuntimeError):
 
 class IncompleteImplementation(TypeError):
     """The guards or effects bound to a spec do not cover every name it uses."""
-
-
-class OwnershipViolation(RuntimeError):
-    """An insert would overwrite device slots that another owner already published."""

@@ -11,7 +11,9 @@ this class cannot grow lifecycle logic the spec does not show).
 
 Guards read the live tree: no stored node id is ever trusted. A guard may split a tree node or
 refresh its access time while matching (that changes no match result); it allocates and frees
-nothing. Public commands validate their arguments first and raise before anything changes.
+nothing. What a guard matched may serve the effects of the same firing (the anchor the lock
+pins, the node the splice hangs below), never a later event. Public commands validate their
+arguments first and raise before anything changes.
 
 IO completions carry an operation id. ``poll()`` drains them on the caller's thread; a
 completion whose record has ended, or whose id is not the record's current operation (a request
