@@ -294,10 +294,12 @@ class RadixTree:
         """
         page = self._page_bytes
         tail = self._aligned(tokens)[present * TOKEN_BYTES :]
+        if slots.shape[0] != len(tail) // TOKEN_BYTES:
+            raise ValueError(
+                f"insert_leaf: {len(tail) // TOKEN_BYTES} tokens but {slots.shape[0]} slots"
+            )
         if not tail:
             return parent
-        if slots.shape[0] != len(tail) // TOKEN_BYTES:
-            raise ValueError(f"insert_leaf: {len(tail) // 8} tokens but {slots.shape[0]} slots")
         namespace = namespace_of(extra_key, cache_salt)
         child_slot = self._child_slot(parent, namespace, tail[:page])
         if child_slot in parent.children:

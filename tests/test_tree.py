@@ -70,6 +70,9 @@ def test_insert_leaf_hangs_the_tail_below_a_fresh_match() -> None:
         tree.insert_leaf(match.last_node, [1, 2, 3, 4, 5, 6, 7, 8], 4, spare)
     with pytest.raises(ValueError, match="4 tokens but 2 slots"):
         tree.insert_leaf(leaf, [1, 2, 3, 4, 5, 6, 7, 8, 0, 0, 0, 0], 8, spare[:2])
+    with pytest.raises(ValueError, match="0 tokens but 1 slots"):  # nothing to hang: no slots
+        tree.insert_leaf(leaf, [1, 2, 3, 4, 5, 6, 7, 8], 8, spare[:1])
+    assert tree.insert_leaf(leaf, [1, 2, 3, 4, 5, 6, 7, 8], 8, spare[:0]) is leaf
     assert tree.node_count() == 2 and tree.evict(100) == 8
 
 
