@@ -216,16 +216,20 @@ class SlotPool:
         """Check the ``count`` indices staged above the free list's top and commit them; on a
         bad index nothing changes (the staged copy is above the top: unused space)."""
         indices = self._free[self._top : self._top + count]
-        low, high = torch.aminmax(indices)  # one pass
-        if int(low) < 0 or int(high) >= self.capacity:
+        low, high = (int(bound) for bound in torch.aminmax(indices))  # one pass
+        if low < 0 or high >= self.capacity:
             self._reject_out_of_range(indices.tolist())
         if not bool(self._owned[indices].all()):
             self._reject_double_free(indices.tolist())
-        owned_before = self.capacity - self._top
-        self._owned[indices] = False
         # A slot repeated within the call is cleared once: fewer slots end up freed than asked.
-        # One sequential count (no sort, no scratch memory) tells.
-        if int(np.count_nonzero(self._owned.numpy())) != owned_before - count:
+        # A sequential count of the ownership bytes (no sort, no scratch memory) tells: over the
+        # indices' span, before and after, when that span is under half the pool (a bulk
+        # eviction frees old leaves, often allocated together), else once over the whole pool.
+        whole = 2 * (high + 1 - low) > self.capacity
+        span = self._owned_array if whole else self._owned_array[low : high + 1]
+        owned_before = self.capacity - self._top if whole else int(np.count_nonzero(span))
+        self._owned[indices] = False
+        if int(np.count_nonzero(span)) != owned_before - count:
             self._owned[indices] = True
             self._reject_double_free(indices.tolist())
         self._top += count

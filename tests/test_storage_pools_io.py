@@ -89,6 +89,21 @@ def test_pool_frees_numpy_arrays_with_the_verdicts_of_tensors(size: int) -> None
     assert pool.alloc_array(513) is None and pool.available() == 512
 
 
+@pytest.mark.parametrize("capacity", [1200, 8192], ids=["count the pool", "count the span"])
+def test_a_large_free_finds_a_repeated_slot_whatever_it_counts(capacity: int) -> None:
+    """Repeats within one large free are found by counting ownership bytes: over the whole pool,
+    or over the freed slots' span when that is under half the pool."""
+    pool = DevicePool(LAYOUT, capacity, "cpu")
+    slots = pool.alloc(1000)
+    assert slots is not None
+    for parts in ([slots[:-1], slots[:1]], [slots[1:], slots[-1:]]):  # 1000 slots, one twice
+        with pytest.raises(PoolError, match="double free"):
+            pool.free_many(parts)
+        assert pool.available() == capacity - 1000 and int(pool._owned.sum()) == 1000
+    pool.free_many([slots[500:], slots[:500]])
+    assert pool.available() == capacity and not bool(pool._owned.any())
+
+
 def test_is_run_is_exactly_ascending_by_one_from_a_non_negative_start() -> None:
     assert (
         is_run(np.arange(5, 69))
