@@ -49,6 +49,7 @@ class TreeNode:
     __slots__ = (
         "_hashes",
         "aux_value",
+        "child_key",
         "children",
         "heap_stamp",
         "key",
@@ -76,6 +77,8 @@ class TreeNode:
         self.parent = parent
         self.namespace = namespace
         self.children: dict[ChildKey, TreeNode] = {}
+        self.child_key: ChildKey = b""
+        """This node's key in its parent's ``children`` (the very object: its hash is cached)."""
         self.lock_ref = 0
         self.last_access = 0
         self.heap_stamp = 0
@@ -214,15 +217,19 @@ class RadixTree:
         if node._hashes is not None:
             head._hashes = node._hashes[: tokens // self.page_size]
             node._hashes = node._hashes[tokens // self.page_size :]
-        parent.children[self._child_slot(parent, node.namespace, node.key[: self._page_bytes])] = (
-            head
-        )
+        head.child_key = node.child_key  # the head takes the node's place under the parent
+        parent.children[head.child_key] = head
         node.key = node.key[cut:]
         node.length -= tokens
         node.value = node.value[tokens:]
         node.parent = head
-        head.children[node.key[: self._page_bytes]] = node
+        self._hang(head, node)
         return head
+
+    def _hang(self, parent: TreeNode, child: TreeNode) -> None:
+        """Put ``child`` in ``parent.children`` under its first page (and namespace at the root)."""
+        child.child_key = self._child_slot(parent, child.namespace, child.key[: self._page_bytes])
+        parent.children[child.child_key] = child
 
     # ------------------------------------------------------------------ queries
 
@@ -269,8 +276,7 @@ class RadixTree:
             leaf.last_access = self._clock
             if not node.children:
                 node.heap_stamp += 1  # its heap entry is stale: it has a child now
-            first_page = key[pos : pos + self._page_bytes]
-            node.children[self._child_slot(node, namespace, first_page)] = leaf
+            self._hang(node, leaf)
             self.evictable_size += leaf.length
             self._node_count += 1
             node = leaf
@@ -311,6 +317,7 @@ class RadixTree:
         leaf.last_access = self._tick()
         if not parent.children:
             parent.heap_stamp += 1  # its heap entry is stale: it has a child now
+        leaf.child_key = child_slot
         parent.children[child_slot] = leaf
         self.evictable_size += leaf.length
         self._node_count += 1
@@ -389,7 +396,7 @@ class RadixTree:
         """Unlink ``node``; its device (and aux) slots go to ``slots`` (``aux``) to be freed."""
         parent = node.parent
         assert parent is not None
-        del parent.children[self._child_slot(parent, node.namespace, node.key[: self._page_bytes])]
+        del parent.children[node.child_key]
         node.parent = None
         node.heap_stamp += 1
         slots.append(node.value)
@@ -494,14 +501,12 @@ class RadixTree:
         seen_slots: set[int] = set()
         for node in self.nodes():
             parent = node.parent
-            if (
-                parent is None
-                or parent.children.get(
-                    self._child_slot(parent, node.namespace, node.key[: self._page_bytes])
-                )
-                is not node
-            ):
+            if parent is None or parent.children.get(node.child_key) is not node:
                 raise TreeError(f"{node!r} is not reachable under its own child key")
+            if node.child_key != self._child_slot(
+                parent, node.namespace, node.key[: self._page_bytes]
+            ):
+                raise TreeError(f"{node!r} hangs under a key that is not its first page")
             if not node.key or len(node.key) % self._page_bytes:
                 raise TreeError(f"{node!r} has a key of {len(node.key)} bytes, not whole pages")
             if node.length * TOKEN_BYTES != len(node.key) or node.value.numel() != node.length:
