@@ -197,7 +197,7 @@ class SlotPool:
         this pool already touched, no new buffer), so freeing k leaves costs one join and one
         vectorised check, not k.
         """
-        count = sum(part.numel() for part in parts)
+        count = sum(map(torch.Tensor.numel, parts))
         if count <= _SMALL_FREE or count > self._top_room():
             # small: per-slot checks; too many to be owned: the repeats are named
             self.free(parts[0] if len(parts) == 1 else _join(parts))
