@@ -12,7 +12,8 @@
   non-blocking copy truly asynchronous), gathers scattered slots into a pinned staging tensor
   first, and records one event per load; completion is queried (``CopyHandle.done``), never
   busy-waited. On the CPU the copy is synchronous and its handle is done at once: the same
-  behaviour, without the overlap.
+  behaviour, without the overlap; slots in runs are copied as NumPy slices of the pools' KV
+  (``SlotPool.kv_array``), which costs less than torch's per-op dispatch at these sizes.
 * device → host → L3 (``pages_of``): the producer side of ``write_through``.
 """
 
@@ -24,7 +25,7 @@ from typing import Protocol
 import numpy as np
 import torch
 
-from .pools import Indices, SlotPool, as_array, is_run, kv_array
+from .pools import Indices, SlotPool, as_array, is_run, numpy_view
 from .storage import Storage
 
 
@@ -93,7 +94,7 @@ class CopyEngine:
         if is_run(targets) and block.dtype == host_pool.kv.dtype and block.is_contiguous():
             first = int(targets[0])  # one run, as the pool hands slots out: one slice copy
             assert host_pool.kv_array is not None  # the bounce is on the CPU
-            host_pool.kv_array[:, :, first : first + tokens] = kv_array(block)
+            host_pool.kv_array[:, :, first : first + tokens] = numpy_view(block)
         else:
             block = block.to(host_pool.kv.dtype)  # index_copy_ does not convert
             copy_slots(block, torch.arange(tokens), host_pool.kv, torch.as_tensor(targets))

@@ -1,8 +1,10 @@
 """Slot pools: device KV (L1), host bounce buffer, and the sliding-window (aux) pool.
 
 Every pool stores KV as ``[layers, 2, slots, kv_heads, head_dim]``. Slots are handed out as int64
-index tensors on the CPU. Ownership is tracked per slot, so a double free (or freeing a slot
+index tensors on the CPU, or as int64 NumPy arrays (``alloc_array``) for index sets no tensor op
+needs; ``free`` takes either. Ownership is tracked per slot, so a double free (or freeing a slot
 that was never handed out) raises and names the slots, instead of corrupting the free list.
+A CPU pool also shows its KV to NumPy (``kv_array``): small slice copies cost less there.
 """
 
 from __future__ import annotations
@@ -61,7 +63,7 @@ _NUMPY_DTYPES = frozenset(
 )
 
 
-def kv_array(kv: torch.Tensor) -> np.ndarray:
+def numpy_view(kv: torch.Tensor) -> np.ndarray:
     """A NumPy view of a CPU KV tensor, for byte-exact copies: its own dtype where NumPy has
     one, else its bytes (bfloat16, float8: the last dim counts bytes). Two tensors of one
     dtype always get views of one kind."""
@@ -129,7 +131,7 @@ class SlotPool:
         self.kv = torch.zeros(layout.shape(slots), dtype=layout.dtype, device=device)
         if pin_memory and device.type == "cpu" and torch.cuda.is_available():
             self.kv = self.kv.pin_memory()
-        self.kv_array = kv_array(self.kv) if self.kv.device.type == "cpu" else None
+        self.kv_array = numpy_view(self.kv) if self.kv.device.type == "cpu" else None
         """The same KV memory seen by NumPy (CPU pools): slice copies cost less than torch's."""
         self._free = torch.arange(slots, dtype=torch.int64)
         self._free_array = self._free.numpy()  # the same memory: NumPy's small ops cost less
