@@ -15,6 +15,13 @@ shares its parent's namespace, so deeper children are keyed by their first page 
   device indices are concatenated on first use, since most callers only pin ``last_node``.
 * ``insert`` adds only what is missing and returns the length already present; slots of the
   present part are never overwritten (the caller still owns its duplicate slots for that part).
+  ``insert_leaf`` is that insert when a fresh match already ended where the new tokens start:
+  the tail hangs below the match's ``last_node`` without a second walk.
+* Page keys (:mod:`.hashing`) offered by a write-through are kept on the nodes holding those
+  pages (``remember_page_keys``: a read-only walk, no split, no access stamp), so a prefetch
+  anchored at a node continues the chain from ``cached_page_key`` and hashes only its span.
+  Each node also keeps the very key it hangs under in its parent's ``children``
+  (``child_key``): unlinking a leaf slices and hashes no page.
 * A split keeps ``lock_ref``, last access and page hashes on both halves: the new parent is on
   every path through the old node, so it inherits its lock count.
 * ``inc_lock_ref``/``dec_lock_ref`` walk node → root. Tokens are accounted as evictable
