@@ -101,10 +101,11 @@ def as_array(indices: Indices) -> np.ndarray:
     return indices.reshape(-1).numpy()
 
 
-def _join(parts: Sequence[torch.Tensor]) -> torch.Tensor:
+def _join(parts: Sequence[torch.Tensor], out: torch.Tensor | None = None) -> torch.Tensor:
+    """The parts as one flat int64 CPU tensor (written into ``out`` when given)."""
     if not parts:
         return _NO_INDICES
-    return torch.cat([part.reshape(-1).to("cpu", torch.int64) for part in parts])
+    return torch.cat([part.reshape(-1).to("cpu", torch.int64) for part in parts], out=out)
 
 
 class PoolError(RuntimeError):
@@ -208,7 +209,7 @@ class SlotPool:
         try:  # tree values: 1-D int64 CPU tensors
             torch.cat(list(parts), out=staged)
         except (RuntimeError, TypeError):  # parts of other ranks, dtypes or devices
-            torch.cat([part.reshape(-1).to("cpu", torch.int64) for part in parts], out=staged)
+            _join(parts, out=staged)
         self._release_staged(count)
 
     def _top_room(self) -> int:

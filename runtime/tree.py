@@ -277,18 +277,22 @@ class RadixTree:
         node, pos, _values = self._walk(key, namespace)
         present = pos // TOKEN_BYTES
         if pos < len(key):
-            leaf = TreeNode(
-                next(self._ids), key[pos:], device_indices[present:total].clone(), node, namespace
-            )
-            leaf.last_access = self._clock
-            if not node.children:
-                node.heap_stamp += 1  # its heap entry is stale: it has a child now
-            self._hang(node, leaf)
-            self.evictable_size += leaf.length
-            self._node_count += 1
-            node = leaf
+            slots = device_indices[present:total].clone()
+            node = self._add_leaf(node, key[pos:], slots, namespace, self._clock)
         self._push_if_evictable(node)
         return present, node
+
+    def _add_leaf(
+        self, parent: TreeNode, key: bytes, slots: torch.Tensor, namespace: Namespace, access: int
+    ) -> TreeNode:
+        leaf = TreeNode(next(self._ids), key, slots, parent, namespace)
+        leaf.last_access = access
+        if not parent.children:
+            parent.heap_stamp += 1  # its heap entry is stale: it has a child now
+        self._hang(parent, leaf)
+        self.evictable_size += leaf.length
+        self._node_count += 1
+        return leaf
 
     def insert_leaf(
         self,
@@ -314,20 +318,12 @@ class RadixTree:
         if not tail:
             return parent
         namespace = namespace_of(extra_key, cache_salt)
-        child_slot = self._child_slot(parent, namespace, tail[:page])
-        if child_slot in parent.children:
+        if self._child_slot(parent, namespace, tail[:page]) in parent.children:
             raise TreeError(
                 f"insert_leaf: {parent!r} already holds the page after {present} tokens; "
                 "match first (its last_node ends where the cached prefix ends)"
             )
-        leaf = TreeNode(next(self._ids), tail, slots, parent, namespace)
-        leaf.last_access = self._tick()
-        if not parent.children:
-            parent.heap_stamp += 1  # its heap entry is stale: it has a child now
-        leaf.child_key = child_slot
-        parent.children[child_slot] = leaf
-        self.evictable_size += leaf.length
-        self._node_count += 1
+        leaf = self._add_leaf(parent, tail, slots, namespace, self._tick())
         self._push_if_evictable(leaf)
         return leaf
 
