@@ -25,7 +25,7 @@ from __future__ import annotations
 import itertools
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import ClassVar, Literal
 
 import numpy as np
@@ -102,16 +102,20 @@ class Record:
     aux_device_indices: torch.Tensor | None = None
     read_tokens: int = 0
     """Tokens the L3 read asked for (0: no read was launched)."""
-    span_digests: list[bytes] = field(default_factory=list)
+    span_digests: Sequence[bytes] = ()
     """Page keys of the span's pages (set once the issue's lock decided; see ``_hash_span``)."""
-    span_keys: list[str] = field(default_factory=list)
+    span_keys: Sequence[str] = ()
     """``span_digests`` as L3 object keys."""
+    plan_tokens: int = 0
+    """Tokens the read will bring: the hit within the span (set by ``record_hit``)."""
+    plan_aux_tokens: int = 0
+    """The aux window of those tokens (set by ``record_hit``)."""
     inflight_sibling: str | None = None
     """The live record found fetching this record's whole span (set by ``span_inflight``)."""
     spliced_tokens: int = 0
     # arguments of the event being fired, read by its guards and effects
     arg_prefix_len: int = 0
-    arg_prefix_indices: torch.Tensor = field(default_factory=lambda: _EMPTY)
+    arg_prefix_indices: torch.Tensor = _EMPTY
     arg_completion: Completion | None = None
 
     @property
@@ -171,9 +175,13 @@ class BufferPipeline:
         )
         self.copy = CopyEngine(self.device_pool.device)
         self.spec = spec or load_spec()
+        self._counts: dict[str, int] = dict.fromkeys(Stats.model_fields, 0)
         guards = {name: getattr(self, f"_guard_{name}") for name in self.GUARDS}
         effects = {name: getattr(self, f"_effect_{name}") for name in self.EFFECTS}
-        self.machine: CompiledMachine[Record] = CompiledMachine(self.spec, guards, effects)
+        self.machine: CompiledMachine[Record] = CompiledMachine(
+            self.spec, guards, effects, counts=self._counts, exits=self._exits, end=self._end
+        )
+        self._transitions = self.machine.transitions
         self._oracle = OracleMachine(self.spec, guards) if cfg.check_oracle else None
         self._oracle_models: dict[str, OracleModel] = {}
         self.cap = cfg.anchor_lock_cap
@@ -183,7 +191,6 @@ class BufferPipeline:
         self._op_ids = itertools.count(1)
         self._hits: OrderedDict[str, None] = OrderedDict()
         self._parked: OrderedDict[str, None] = OrderedDict()
-        self._counts: dict[str, int] = dict.fromkeys(Stats.model_fields, 0)
         self._wasted: dict[str, list[int]] = {}
         self.retries = RetryBook(cfg.retry_interval, cfg.retry_max_attempts)
         # in-flight dedup: page key -> records owning it (insertion order), and who waits on whom
@@ -239,7 +246,7 @@ class BufferPipeline:
         self._fire(record, "lock")
         if record.state != "released":
             record.span_digests = digests = self._hash_span(record)
-            record.span_keys = [storage_key(digest) for digest in digests]
+            record.span_keys = list(map(storage_key, digests))
             self._submit(record, "exists", self._exists_op(record))
         return record.state
 
@@ -416,26 +423,40 @@ class BufferPipeline:
     # ================================================================== firing
 
     def _fire(self, record: Record, event: str) -> Outcome:
+        """Fire ``event`` through the spec's generated row function (counters, exit hooks and
+        the end of the record included), cross-checked by the oracle when it is on."""
+        transition = self._transitions.get((record.state, event))
+        if transition is None:
+            raise self.machine.refuse(record, event)
         model = self._oracle_models.get(record.request_id) if self._oracle else None
         if model is not None and self._oracle is not None:
             expected = self._oracle.trigger(model, event)
-        outcome = self.machine.fire(record, event)
-        if model is not None and expected != outcome.target:
-            raise AssertionError(
-                f"oracle disagreement on {record.request_id!r}: {outcome.source} --{event}--> "
-                f"compiled {outcome.target!r}, transitions {expected!r}"
-            )
-        for counter in outcome.counters:
-            self._counts[counter] += 1
-        if outcome.source == "parked" and outcome.target != "parked":
-            self._parked.pop(record.request_id, None)
-        if outcome.source in _OWNING_STATES and outcome.target not in _OWNING_STATES:
-            self._disown(record, keep_pages=0)
-        if outcome.reason is not None:
-            self._end(record, outcome.reason)
+            outcome = transition(record)
+            if expected != outcome.target:
+                raise AssertionError(
+                    f"oracle disagreement on {record.request_id!r}: {outcome.source} "
+                    f"--{event}--> compiled {outcome.target!r}, transitions {expected!r}"
+                )
+        else:
+            outcome = transition(record)
         for instrument in self.instruments:
             instrument(TransitionEvent(record.request_id, outcome))
         return outcome
+
+    def _exits(self, source: str, target: str) -> list[Callable[[Record], None]]:
+        """What a move from ``source`` to ``target`` ends besides the branch's own effects."""
+        hooks: list[Callable[[Record], None]] = []
+        if source == "parked" and target != "parked":
+            hooks.append(self._leave_parked)
+        if source in _OWNING_STATES and target not in _OWNING_STATES:
+            hooks.append(self._leave_owning)
+        return hooks
+
+    def _leave_parked(self, record: Record) -> None:
+        self._parked.pop(record.request_id, None)
+
+    def _leave_owning(self, record: Record) -> None:
+        self._disown(record, keep_pages=0)
 
     def _end(self, record: Record, reason: str) -> None:
         self._counts[reason] += 1
@@ -568,14 +589,16 @@ class BufferPipeline:
 
     def _read_op(self, record: Record, tokens: int) -> Callable[[int | None], IOResult]:
         page = self.config.page_size
-        keys = record.span_keys[: tokens // page]
+        end_page = tokens // page
+        keys = record.span_keys[:end_page]
         host_indices = record.host_indices
         aux_indices = record.host_aux_indices
-        end_page = tokens // page
         aux_pages = record.aux_tokens // page
-        aux_keys = [
-            aux_storage_key(d) for d in record.span_digests[end_page - aux_pages : end_page]
-        ]
+        aux_keys = (
+            [aux_storage_key(d) for d in record.span_digests[end_page - aux_pages : end_page]]
+            if aux_pages
+            else ()
+        )
         storage, copy, host_pool, host_aux_pool = (
             self.storage,
             self.copy,
@@ -627,33 +650,27 @@ class BufferPipeline:
         match = self.tree.match_prefix(record.tokens, *record.namespace)
         return match.length >= record.span_end
 
-    def _read_digests(self, record: Record, tokens: int) -> list[bytes]:
+    def _read_digests(self, record: Record, tokens: int) -> Sequence[bytes]:
         return record.span_digests[: tokens // self.config.page_size]
 
     def _guard_span_inflight(self, record: Record) -> bool:
         if not self.config.dedup_inflight:
             return False
-        digests = self._read_digests(record, self._read_plan(record)[0])
+        digests = self._read_digests(record, record.plan_tokens)
         if not digests:
             return False
         owners = self._owners
-        for sibling in owners.get(digests[0], {}):
+        for sibling in owners.get(digests[0], ()):
             if sibling != record.request_id and all(sibling in owners.get(d, ()) for d in digests):
                 record.inflight_sibling = sibling
                 return True
         return False
 
-    def _read_plan(self, record: Record) -> tuple[int, int]:
-        """Tokens the read will bring (the hit, within the span) and its aux window."""
-        tokens = min(record.hit_tokens, record.span_tokens)
-        window = self.config.sliding_window
-        return tokens, (0 if window is None else min(window, tokens))
-
     def _guard_host_short(self, record: Record) -> bool:
-        tokens, aux = self._read_plan(record)
-        if self.host_pool.available() < tokens:
+        if self.host_pool.available() < record.plan_tokens:
             return True
-        return self.host_aux_pool is not None and self.host_aux_pool.available() < aux
+        aux_pool = self.host_aux_pool
+        return aux_pool is not None and aux_pool.available() < record.plan_aux_tokens
 
     def _guard_read_empty(self, record: Record) -> bool:
         completion = record.arg_completion
@@ -722,27 +739,32 @@ class BufferPipeline:
 
     def _effect_record_hit(self, record: Record) -> None:
         assert record.arg_completion is not None
-        record.hit_tokens = record.arg_completion.tokens
+        record.hit_tokens = hit = record.arg_completion.tokens
+        # what the read will bring: fixed from here to the launch (the span changes at staging)
+        record.plan_tokens = tokens = min(hit, record.span_tokens)
+        window = self.config.sliding_window
+        record.plan_aux_tokens = 0 if window is None else min(window, tokens)
         self._hits[record.request_id] = None
 
     def _effect_enqueue_parked(self, record: Record) -> None:
         self._parked.setdefault(record.request_id, None)
 
     def _effect_alloc_bounce(self, record: Record) -> None:
-        tokens, aux = self._read_plan(record)
-        record.host_indices = self.host_pool.alloc_array(tokens)
+        aux = record.plan_aux_tokens
+        record.host_indices = self.host_pool.alloc_array(record.plan_tokens)
         if self.host_aux_pool is not None:
             record.host_aux_indices = self.host_aux_pool.alloc_array(aux)
         record.aux_tokens = aux
         assert record.host_indices is not None
 
     def _effect_launch_read(self, record: Record) -> None:
-        tokens, _aux = self._read_plan(record)
-        self._counts["l3_reads"] += 1
-        self._counts["l3_read_tokens"] += tokens
-        record.read_tokens = tokens
+        record.read_tokens = tokens = record.plan_tokens
+        counts = self._counts
+        counts["l3_reads"] += 1
+        counts["l3_read_tokens"] += tokens
+        owners, request_id = self._owners, record.request_id
         for digest in self._read_digests(record, tokens):
-            self._owners.setdefault(digest, {})[record.request_id] = None
+            owners.setdefault(digest, {})[request_id] = None
         self._submit(record, "read", self._read_op(record, tokens))
 
     def _effect_wait_for_sibling(self, record: Record) -> None:
