@@ -41,9 +41,12 @@ def page_hashes(
     ``seed`` continues a chain (the digest of the page before ``tokens``); by default the chain
     starts at the namespace seed.
     """
-    data = TokenKey.of(tokens).data
-    page_bytes = page_size * TOKEN_BYTES
     previous = namespace_seed(namespace) if seed is None else seed
+    return chain_digests(TokenKey.of(tokens).data, page_size * TOKEN_BYTES, previous)
+
+
+def chain_digests(data: bytes, page_bytes: int, previous: bytes) -> list[bytes]:
+    """:func:`page_hashes` on encoded tokens, continuing the chain from ``previous``."""
     digests = []
     sha256 = hashlib.sha256
     for start in range(0, len(data) - page_bytes + 1, page_bytes):

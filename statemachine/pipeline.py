@@ -50,7 +50,7 @@ from ..runtime import (
     namespace_of,
     page_hashes,
 )
-from ..runtime.hashing import Namespace, aux_storage_key, storage_key
+from ..runtime.hashing import Namespace, aux_storage_key, chain_digests, storage_key
 from ..runtime.prefix_tree import Node, PrefixTree, TreeFactory, locked
 from ..runtime.storage import open_storage
 from ..runtime.tokens import TOKEN_BYTES
@@ -98,6 +98,9 @@ class Record:
     splice_parent: Node | None = None
     """The node the live match ends at, where the splice hangs (set by ``plan_stale``)."""
     device_indices: torch.Tensor | None = None
+    """The spliced tail's device slots, handed to the caller (the tree keeps its own copy)."""
+    device_slots: np.ndarray | None = None
+    """The same slots as NumPy (the H2D copy's destination)."""
     spliced_node: Node | None = None
     aux_device_indices: torch.Tensor | None = None
     read_tokens: int = 0
@@ -428,19 +431,28 @@ class BufferPipeline:
         transition = self._transitions.get((record.state, event))
         if transition is None:
             raise self.machine.refuse(record, event)
-        model = self._oracle_models.get(record.request_id) if self._oracle else None
-        if model is not None and self._oracle is not None:
-            expected = self._oracle.trigger(model, event)
+        if self._oracle is None:
             outcome = transition(record)
-            if expected != outcome.target:
-                raise AssertionError(
-                    f"oracle disagreement on {record.request_id!r}: {outcome.source} "
-                    f"--{event}--> compiled {outcome.target!r}, transitions {expected!r}"
-                )
         else:
-            outcome = transition(record)
-        for instrument in self.instruments:
-            instrument(TransitionEvent(record.request_id, outcome))
+            outcome = self._fire_checked(record, event, transition)
+        if self.instruments:
+            for instrument in self.instruments:
+                instrument(TransitionEvent(record.request_id, outcome))
+        return outcome
+
+    def _fire_checked(
+        self, record: Record, event: str, transition: Callable[[Record], Outcome]
+    ) -> Outcome:
+        model = self._oracle_models.get(record.request_id)
+        if model is None or self._oracle is None:
+            return transition(record)
+        expected = self._oracle.trigger(model, event)
+        outcome = transition(record)
+        if expected != outcome.target:
+            raise AssertionError(
+                f"oracle disagreement on {record.request_id!r}: {outcome.source} "
+                f"--{event}--> compiled {outcome.target!r}, transitions {expected!r}"
+            )
         return outcome
 
     def _exits(self, source: str, target: str) -> list[Callable[[Record], None]]:
@@ -570,8 +582,8 @@ class BufferPipeline:
             return page_hashes(record.tokens, page, namespace)
         seed = None if anchor is None else self.tree.cached_page_key(anchor)
         if seed is not None:
-            span = TokenKey(record.tokens.data[matched * TOKEN_BYTES :])
-            return page_hashes(span, page, namespace, seed)
+            span = record.tokens.data[matched * TOKEN_BYTES :]
+            return chain_digests(span, page * TOKEN_BYTES, seed)
         chain = page_hashes(record.tokens, page, namespace)
         first = matched // page
         if anchor is not None:
@@ -696,7 +708,10 @@ class BufferPipeline:
             return True
         match = self.tree.match_prefix(record.tokens, *record.namespace)
         record.splice_parent = match.last_node
-        return match.length != planned or not torch.equal(match.device_indices, given)
+        if match.length != planned:
+            return True
+        live = match.device_indices
+        return live is not given and not torch.equal(live, given)  # the very tensor: equal
 
     def _guard_device_short(self, record: Record) -> bool:
         assert record.plan_prefix is not None
@@ -777,14 +792,14 @@ class BufferPipeline:
         Waiters are woken whenever the record's ownership shrinks: each re-issue decides again
         (a device hit after ``filled``, its own read after an abort, or waiting once more).
         """
-        digests = self._read_digests(record, record.read_tokens)
-        for digest in digests[keep_pages:]:
-            owners = self._owners.get(digest)
+        owners_of, request_id = self._owners, record.request_id
+        for digest in record.span_digests[keep_pages : record.read_tokens // self.config.page_size]:
+            owners = owners_of.get(digest)
             if owners is not None:
-                owners.pop(record.request_id, None)
+                owners.pop(request_id, None)
                 if not owners:
-                    del self._owners[digest]
-        for waiter in self._waiters.pop(record.request_id, []):
+                    del owners_of[digest]
+        for waiter in self._waiters.pop(request_id, ()):
             self.retries.make_due(waiter, self.polls)
 
     def _effect_stage_read(self, record: Record) -> None:
@@ -814,14 +829,15 @@ class BufferPipeline:
         assert record.plan_prefix is not None
         slots = self.device_pool.alloc_array(record.span_end - record.plan_prefix)
         assert slots is not None
+        record.device_slots = slots
         record.device_indices = torch.from_numpy(slots)
 
     def _effect_queue_h2d(self, record: Record) -> None:
         assert record.plan_prefix is not None and record.host_indices is not None
-        assert record.device_indices is not None
+        assert record.device_slots is not None
         trim = record.plan_prefix - record.matched_len
         source = record.host_indices[trim:]
-        target = record.device_indices.numpy()
+        target = record.device_slots
         aux_source = record.host_aux_indices
         aux_target = None
         if self.aux_pool is not None and aux_source is not None and len(aux_source):
@@ -841,12 +857,12 @@ class BufferPipeline:
         self._submit(record, "load", run)
 
     def _effect_insert_tail(self, record: Record) -> None:
-        assert record.plan_prefix is not None and record.device_indices is not None
+        assert record.plan_prefix is not None and record.device_slots is not None
         node = self.tree.insert_leaf(
             record.splice_parent,
             record.tokens,
             record.plan_prefix,
-            record.device_indices.clone(),  # the tree's own: the caller gets device_indices
+            torch.from_numpy(record.device_slots.copy()),  # the tree's own copy
             *record.namespace,
         )
         if record.aux_device_indices is not None:
