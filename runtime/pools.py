@@ -72,7 +72,8 @@ def numpy_view(kv: torch.Tensor) -> np.ndarray:
     return kv.view(torch.uint8).numpy()
 
 
-_RUN_BYTES = np.arange(1 << 16, dtype=np.int64).tobytes()
+_RUN_SLOTS = 1 << 16
+_RUN_BYTES = np.arange(_RUN_SLOTS, dtype=np.int64).tobytes()
 """The bytes of ``0, 1, …, 65535`` as int64: what a run of slots looks like."""
 
 
@@ -83,13 +84,16 @@ def is_run(indices: np.ndarray) -> bool:
     it): a tenth of the cost of comparing Python lists, on the per-prefetch path.
     """
     count = len(indices)
-    first = int(indices[0]) if count else -1
-    if first < 0 or count > 1 << 16:
-        return first >= 0 and bool((np.diff(indices) == 1).all())
-    end = (first + count) * 8
-    if end <= len(_RUN_BYTES):
-        return indices.tobytes() == _RUN_BYTES[first * 8 : end]
-    return (indices - first).tobytes() == _RUN_BYTES[: count * 8]
+    if not count:
+        return False
+    first = int(indices[0])
+    if first >= 0 and first + count <= _RUN_SLOTS:
+        return indices.tobytes() == _RUN_BYTES[first * 8 : (first + count) * 8]
+    if first < 0:
+        return False
+    if count <= _RUN_SLOTS:
+        return (indices - first).tobytes() == _RUN_BYTES[: count * 8]
+    return bool((np.diff(indices) == 1).all())
 
 
 def as_array(indices: Indices) -> np.ndarray:

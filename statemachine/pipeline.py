@@ -190,7 +190,8 @@ class BufferPipeline:
         self.cap = cfg.anchor_lock_cap
         self.pinned_tokens = 0
         self.records: dict[str, Record] = {}
-        self._ops: dict[int, str] = {}
+        self._ops: dict[int, Record] = {}
+        """Operation id -> the live record it is the current operation of (ends pop theirs)."""
         self._op_ids = itertools.count(1)
         self._hits: OrderedDict[str, None] = OrderedDict()
         self._parked: OrderedDict[str, None] = OrderedDict()
@@ -494,14 +495,15 @@ class BufferPipeline:
             return
         assert record.plan_prefix is not None
         trimmed = record.plan_prefix - record.matched_len
-        self._waste("trimmed", 0, trimmed)
-        self._waste("short_read", 0, unspliced - trimmed)
+        if trimmed:
+            self._waste("trimmed", 0, trimmed)
+        if unspliced > trimmed:
+            self._waste("short_read", 0, unspliced - trimmed)
 
     def _waste(self, reason: str, reads: int, tokens: int) -> None:
-        if reads or tokens:
-            books = self._wasted.setdefault(reason, [0, 0])
-            books[0] += reads
-            books[1] += tokens
+        books = self._wasted.setdefault(reason, [0, 0])
+        books[0] += reads
+        books[1] += tokens
 
     def _live(self, req_id: str, event: str) -> Record:
         self._check_request_id(req_id)
@@ -517,8 +519,7 @@ class BufferPipeline:
         return record
 
     def _on_completion(self, completion: Completion) -> None:
-        request_id = self._ops.pop(completion.op_id, None)
-        record = None if request_id is None else self.records.get(request_id)
+        record = self._ops.pop(completion.op_id, None)
         if record is None or record.op_id != completion.op_id:
             self._counts["stale_completions"] += 1
             return
@@ -543,7 +544,7 @@ class BufferPipeline:
     ) -> None:
         op_id = next(self._op_ids)
         record.op_id = op_id
-        self._ops[op_id] = record.request_id
+        self._ops[op_id] = record
         self.io.submit(IOOp(op_id, kind, run))
 
     def _make_room(self, record: Record) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -93,3 +94,50 @@ def test_machine_refuses_incomplete_bindings() -> None:
     effects["surprise"] = lambda r: None
     with pytest.raises(IncompleteImplementation, match="missing guard implementations: host_short"):
         CompiledMachine(SPEC, guards, effects)  # type: ignore[arg-type]
+
+
+def test_a_branch_counts_then_runs_exit_hooks_then_ends_after_its_effects() -> None:
+    guards, effects = bindings()
+    counts: dict[str, int] = {}
+    world = World(dict.fromkeys(SPEC.guards, False))
+
+    def exits(source: str, target: str) -> list[Callable[[Rec], None]]:
+        hook = f"exit {source}->{target}"
+        return [lambda r: r.world.log.append(f"{hook} {dict(counts)}")]
+
+    def end(r: Rec, reason: str) -> None:
+        r.world.log.append(f"end {reason}")
+
+    compiled = CompiledMachine(SPEC, guards, effects, counts, exits, end)  # type: ignore[arg-type]
+    rec = Rec("r1", world)
+    assert compiled.decide(rec, "lock").target == "locked" and world.log == []  # nothing ran
+    counts.update(issued=0, locked=0)
+    outcome = compiled.fire(rec, "lock")
+    assert (outcome.target, rec.state) == ("locked", "locked")
+    assert world.log == ["pin_anchor", "exit issued->locked {'issued': 1, 'locked': 1}"]
+    world.log.clear()
+    world.answers["zero_pages"] = True
+    compiled.fire(rec, "hit")
+    assert world.log == [
+        "unpin",
+        "arm_retry",
+        "exit locked->released {'issued': 1, 'locked': 1}",
+        "end revoked_full_miss",
+    ]
+    assert rec.state == "released"
+
+
+def test_a_raising_guard_changes_nothing_and_its_traceback_shows_the_generated_row() -> None:
+    guards, effects = bindings()
+
+    def broken(_r: Rec) -> bool:
+        raise RuntimeError("guard failed")
+
+    guards["below_threshold"] = broken
+    compiled = CompiledMachine(SPEC, guards, effects)  # type: ignore[arg-type]
+    rec = Rec("r1", World(dict.fromkeys(SPEC.guards, False)))
+    with pytest.raises(RuntimeError) as info:
+        compiled.fire(rec, "lock")
+    assert rec.state == "issued" and rec.world.log == []
+    shown = "".join(traceback.format_exception(info.value))
+    assert "<stagefate lifecycle" in shown and "# 'below_threshold'" in shown

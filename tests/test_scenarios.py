@@ -379,3 +379,26 @@ def test_threaded_io_round_trip() -> None:
     assert kv_marks(consumer, tail) == [9.0] * 5
     assert_quiescent(consumer)
     consumer.io.close()
+
+
+@pytest.mark.parametrize("given", ["the tree's own tensor", "an equal copy", "other slots"])
+def test_consume_compares_the_prefix_indices_by_content(given: str) -> None:
+    pair = make_pair(config())
+    consumer = pair.consumer
+    seq = seq_of(5, 1)
+    pair.publish(seq, mark=9)
+    _stage(pair, seq)
+    pair.sibling_insert(seq[:1], mark=3)
+    assert consumer.plan_staged_splice("r", 1)[0] == 4
+    live = consumer.tree.match_prefix(seq).device_indices
+    assert live is consumer.tree.match_prefix(seq).device_indices  # one node: its own tensor
+    prefix = {"the tree's own tensor": live, "an equal copy": live.clone(), "other slots": live + 1}
+    tail = consumer.init_load_back("r", prefix[given])
+    if given == "other slots":
+        assert tail.numel() == 0
+        assert pair.outcomes[-1] == ("r", "trimmed", "released", "dropped")
+    else:
+        assert tail.numel() == 4 and consumer.state("r") == "consumed"
+        pair.settle()
+        assert pair.outcomes[-1] == ("r", "consumed", "released", "filled")
+    assert_quiescent(consumer)
