@@ -18,14 +18,12 @@ for the state) or a guard that raises leaves the record untouched.
 
 from __future__ import annotations
 
-import functools
 import linecache
 from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
 from ..spec import LifecycleSpec
-from ..spec.schema import BranchSpec
 from .errors import IncompleteImplementation, LifecycleError
 
 
@@ -42,6 +40,10 @@ ExitHooks = Callable[[str, str], Sequence[Effect[Ctx]]]
 """``(source, target) -> effects`` to run after a move between those two states."""
 EndHook = Callable[[Ctx, str], None]
 """Called with the branch's reason when a branch ends the record."""
+ExitCounts = tuple[tuple[tuple[str, str], int], ...]
+"""``((source, target), number of exit effects)`` for every move a branch of the spec makes."""
+Factory = Callable[..., dict[str, dict[tuple[str, str], Any]]]
+"""``make``: its functions are generated, so their types are the machine's to state."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,29 +100,24 @@ class CompiledMachine(Generic[Ctx]):
         require_complete(spec, guards, effects)
         self.spec = spec
         self._legal: dict[str, list[str]] = {name: [] for name in spec.states}
-        rows = spec.rows()
-        for source, event, _branches in rows:
+        for source, event, _branches in spec.rows():
             self._legal[source].append(event)
-        outcomes = [
-            [_outcome(spec, source, event, branch) for branch in branches]
-            for source, event, branches in rows
-        ]
+        outcomes = _outcomes(spec)
         exit_effects = {
             (outcome.source, outcome.target): tuple(exits(outcome.source, outcome.target))
-            for row in outcomes
-            for outcome in row
+            for outcome in outcomes
             if exits is not None
         }
-        source = factory_source(
+        factory = _factory(
             spec,
             counted=counts is not None,
-            exits={move: len(hooks) for move, hooks in exit_effects.items()},
+            exits=tuple((move, len(hooks)) for move, hooks in exit_effects.items()),
             ended=end is not None,
         )
-        made = _compiled_factory(source)(
+        made = factory(
             guards=[guards[name] for name in sorted(spec.guards)],
             effects=[effects[name] for name in sorted(spec.effects)],
-            outcomes=[outcome for row in outcomes for outcome in row],
+            outcomes=outcomes,
             exits=[hook for hooks in exit_effects.values() for hook in hooks],
             counts=counts,
             end=end,
@@ -156,16 +153,46 @@ class CompiledMachine(Generic[Ctx]):
         return row
 
 
-def _outcome(spec: LifecycleSpec, source: str, event: str, branch: BranchSpec) -> Outcome:
-    return Outcome(
-        source=source,
-        event=event,
-        target=spec.target_of(source, branch),
-        guard=branch.guard,
-        reason=branch.reason,
-        effects=branch.effects,
-        counters=branch.count,
-    )
+_CACHE_SIZE = 32
+_OUTCOMES: dict[int, tuple[LifecycleSpec, list[Outcome]]] = {}
+_FACTORIES: dict[tuple[int, bool, ExitCounts, bool], tuple[LifecycleSpec, Factory]] = {}
+"""Per spec object (kept alive by the entry, so its ``id`` is not reused while cached): a
+pipeline is built per fuzz program, and writing and compiling the rows each time would cost
+more than the rest of the pipeline's construction."""
+
+
+def _outcomes(spec: LifecycleSpec) -> list[Outcome]:
+    """Every branch's :class:`Outcome`, row by row in spec order."""
+    cached = _OUTCOMES.get(id(spec))
+    if cached is None:
+        if len(_OUTCOMES) >= _CACHE_SIZE:
+            _OUTCOMES.clear()
+        outcomes = [
+            Outcome(
+                source=source,
+                event=event,
+                target=spec.target_of(source, branch),
+                guard=branch.guard,
+                reason=branch.reason,
+                effects=branch.effects,
+                counters=branch.count,
+            )
+            for source, event, branches in spec.rows()
+            for branch in branches
+        ]
+        cached = _OUTCOMES[id(spec)] = (spec, outcomes)
+    return cached[1]
+
+
+def _factory(spec: LifecycleSpec, counted: bool, exits: ExitCounts, ended: bool) -> Factory:
+    key = (id(spec), counted, exits, ended)
+    cached = _FACTORIES.get(key)
+    if cached is None:
+        if len(_FACTORIES) >= _CACHE_SIZE:
+            _FACTORIES.clear()
+        source = factory_source(spec, counted, dict(exits), ended)
+        cached = _FACTORIES[key] = (spec, _compile_factory(source))
+    return cached[1]
 
 
 def factory_source(
@@ -231,13 +258,8 @@ def factory_source(
     return "\n".join(lines) + "\n"
 
 
-Factory = Callable[..., dict[str, dict[tuple[str, str], Any]]]
-"""``make``: its functions are generated, so their types are the machine's to state."""
-
-
-@functools.lru_cache(maxsize=16)
-def _compiled_factory(source: str) -> Factory:
-    """Compile a factory once per source text; its lines show in tracebacks (``linecache``)."""
+def _compile_factory(source: str) -> Factory:
+    """Compile a factory; its lines show in tracebacks (``linecache``)."""
     filename = f"<stagefate lifecycle {abs(hash(source)):x}>"
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
     namespace: dict[str, object] = {}

@@ -1,4 +1,4 @@
-"""``stagefate bench dispatch``: the cost of one transition, compiled table vs ``transitions``.
+"""``stagefate bench dispatch``: the cost of one transition, generated rows vs ``transitions``.
 
 Both machines are built from the shipped spec with guards that always fail, so every event takes
 its row's fallback branch; one cycle walks issued → locked → (hit) → reading → staged → (plan)
@@ -58,7 +58,7 @@ def run(cycles: int = 2000, repeats: int = 7) -> Section:
     body = table(
         ["machine", "µs per transition (median)", "vs compiled"],
         [
-            ["compiled table (`CompiledMachine.fire`)", f"{compiled_us:.3f}", "1.0×"],
+            ["generated rows (`CompiledMachine.fire`)", f"{compiled_us:.3f}", "1.0×"],
             [
                 "transitions (`OracleMachine.trigger`)",
                 f"{oracle_us:.3f}",
@@ -71,4 +71,4 @@ def run(cycles: int = 2000, repeats: int = 7) -> Section:
         f"\n\n{cycles} cycles of {len(CYCLE)} transitions, median of {repeats} runs. "
         f"Target: compiled dispatch ≤ 1 µs per transition: **{verdict}**."
     )
-    return Section("dispatch", "Dispatch: compiled table vs transitions", body)
+    return Section("dispatch", "Dispatch: generated rows vs transitions", body)
