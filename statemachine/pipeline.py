@@ -3,11 +3,15 @@
 Theory of operation
 -------------------
 Each request id has at most one live :class:`Record`. Every change of a record's state goes
-through :meth:`_fire`, which asks the compiled machine (built from ``spec/lifecycle.yaml``) for
-the first branch whose guard holds and runs that branch's effects. Guards and effects are the
-``_guard_*`` and ``_effect_*`` methods below, bound by name; the machine refuses to build unless
-the two sets are exactly the spec's (so the spec cannot name something this class lacks, and
-this class cannot grow lifecycle logic the spec does not show).
+through :meth:`_fire`, which calls the row of the compiled machine (generated from
+``spec/lifecycle.yaml``) for the record's state and the event: it takes the first branch whose
+guard holds and runs that branch's effects. Guards and effects are the ``_guard_*`` and
+``_effect_*`` methods below, bound by name; the machine refuses to build unless the two sets are
+exactly the spec's (so the spec cannot name something this class lacks, and this class cannot
+grow lifecycle logic the spec does not show). The row also counts the branch's counters, runs
+the exit hooks of the move (:meth:`_exits`: leaving ``parked`` leaves its FIFO, leaving the
+owning states gives up the span's page keys) and, for a branch with a reason, ends the record
+(:meth:`_end`: settle the read's books, forget the record).
 
 Guards read the live tree: no stored node id is ever trusted. A guard may split a tree node or
 refresh its access time while matching (that changes no match result); it allocates and frees
@@ -436,9 +440,8 @@ class BufferPipeline:
             outcome = transition(record)
         else:
             outcome = self._fire_checked(record, event, transition)
-        if self.instruments:
-            for instrument in self.instruments:
-                instrument(TransitionEvent(record.request_id, outcome))
+        for instrument in self.instruments:
+            instrument(TransitionEvent(record.request_id, outcome))
         return outcome
 
     def _fire_checked(
