@@ -6,7 +6,7 @@ target, counts its counters, runs the exit hooks of the move and ends the record
 branch's reason. Firing an event is one dict lookup and one call; there is no loop over branch
 objects and no second frame per transition, which on the per-prefetch path was a sixth of the
 interpreter's work. The functions are written from the spec alone (:func:`factory_source`),
-compiled once per shape of spec and hooks, and closed over each machine's own guards and
+compiled once per spec object and shape of hooks, and closed over each machine's own guards and
 effects, so building a machine costs a few dozen closures, not a compile.
 
 The ``transitions`` Machine built from the same spec (:mod:`.oracle`) is the reference; a
