@@ -23,6 +23,7 @@ Indices = torch.Tensor | np.ndarray
 hands out)."""
 _NO_SLOTS = torch.zeros(0, dtype=torch.bool)
 _NO_INDICES = torch.zeros(0, dtype=torch.int64)
+_INT64 = np.dtype(np.int64)
 
 
 @dataclass(frozen=True)
@@ -99,6 +100,8 @@ def is_run(indices: np.ndarray) -> bool:
 def as_array(indices: Indices) -> np.ndarray:
     """Slot indices as a flat int64 NumPy array on the CPU (no copy when they already are)."""
     if isinstance(indices, np.ndarray):
+        if indices.ndim == 1 and indices.dtype == _INT64:
+            return indices  # what alloc_array hands out: no reshape or astype call
         return indices.reshape(-1).astype(np.int64, copy=False)
     if indices.device.type != "cpu" or indices.dtype != torch.int64:
         indices = indices.to(device="cpu", dtype=torch.int64)
