@@ -98,6 +98,8 @@ class Record:
     """Bounce slots: a NumPy array, since no tensor op needs them (slices, copies, frees)."""
     host_aux_indices: np.ndarray | None = None
     aux_tokens: int = 0
+    """The read's aux (sliding-window) tokens: planned at the hit, held in the bounce from the
+    IO commit (``host_aux_indices``)."""
     plan_prefix: int | None = None
     splice_parent: Node | None = None
     """The node the live match ends at, where the splice hangs (set by ``plan_stale``)."""
@@ -115,8 +117,6 @@ class Record:
     """``span_digests`` as L3 object keys."""
     plan_tokens: int = 0
     """Tokens the read will bring: the hit within the span (set by ``record_hit``)."""
-    plan_aux_tokens: int = 0
-    """The aux window of those tokens (set by ``record_hit``)."""
     inflight_sibling: str | None = None
     """The live record found fetching this record's whole span (set by ``span_inflight``)."""
     spliced_tokens: int = 0
@@ -686,7 +686,7 @@ class BufferPipeline:
         if self.host_pool.available() < record.plan_tokens:
             return True
         aux_pool = self.host_aux_pool
-        return aux_pool is not None and aux_pool.available() < record.plan_aux_tokens
+        return aux_pool is not None and aux_pool.available() < record.aux_tokens
 
     def _guard_read_empty(self, record: Record) -> bool:
         completion = record.arg_completion
@@ -762,18 +762,16 @@ class BufferPipeline:
         # what the read will bring: fixed from here to the launch (the span changes at staging)
         record.plan_tokens = tokens = min(hit, record.span_tokens)
         window = self.config.sliding_window
-        record.plan_aux_tokens = 0 if window is None else min(window, tokens)
+        record.aux_tokens = 0 if window is None else min(window, tokens)
         self._hits[record.request_id] = None
 
     def _effect_enqueue_parked(self, record: Record) -> None:
         self._parked.setdefault(record.request_id, None)
 
     def _effect_alloc_bounce(self, record: Record) -> None:
-        aux = record.plan_aux_tokens
         record.host_indices = self.host_pool.alloc_array(record.plan_tokens)
         if self.host_aux_pool is not None:
-            record.host_aux_indices = self.host_aux_pool.alloc_array(aux)
-        record.aux_tokens = aux
+            record.host_aux_indices = self.host_aux_pool.alloc_array(record.aux_tokens)
         assert record.host_indices is not None
 
     def _effect_launch_read(self, record: Record) -> None:
