@@ -122,9 +122,9 @@ class CompiledMachine(Generic[Ctx]):
             counts=counts,
             end=end,
         )
-        self.transitions: dict[tuple[str, str], Transition[Ctx]] = made["fire"]
+        self.transitions: Mapping[tuple[str, str], Transition[Ctx]] = made["fire"]
         """``{(state, event): fire}``: a hot caller's one lookup and one call."""
-        self._decisions: dict[tuple[str, str], Transition[Ctx]] = made["decide"]
+        self._decisions: Mapping[tuple[str, str], Transition[Ctx]] = made["decide"]
 
     def allows(self, state: str, event: str) -> bool:
         return (state, event) in self.transitions
@@ -145,7 +145,7 @@ class CompiledMachine(Generic[Ctx]):
         return LifecycleError(ctx.request_id, ctx.state, event, self.legal_events(ctx.state))
 
     def _row(
-        self, table: dict[tuple[str, str], Transition[Ctx]], ctx: Ctx, event: str
+        self, table: Mapping[tuple[str, str], Transition[Ctx]], ctx: Ctx, event: str
     ) -> Transition[Ctx]:
         row = table.get((ctx.state, event))
         if row is None:
