@@ -100,7 +100,7 @@ class ManualIO:
         result = op.run(limit)
         if result.handle is not FINISHED:
             result.handle.wait()
-        self._done.append(Completion(op.op_id, op.kind, result.tokens, result.aux_complete))
+        self._done.append(_completion(op, result))
 
     def complete_short(self, op_id: int, tokens: int) -> None:
         self.complete(op_id, limit=tokens)

@@ -55,26 +55,20 @@ Tokens = Sequence[int] | torch.Tensor | TokenKey
 
 def encode_tokens(tokens: Sequence[int] | torch.Tensor) -> bytes:
     """The bytes of ``tokens``; a clear error for anything that is not a 1-D run of int64s."""
-    if type(tokens) is list:  # the common case first: no ABC check
-        try:
-            return struct.pack(f"<{len(tokens)}q", *tokens)
-        except struct.error as error:
-            raise _not_int64(error) from None
-    if isinstance(tokens, torch.Tensor):
-        if tokens.dim() != 1 or tokens.dtype not in _INT_DTYPES:
-            raise TypeError(
-                f"tokens must be a 1-D integer tensor, got shape {tuple(tokens.shape)} and "
-                f"dtype {tokens.dtype}; pass a list of ints or tensor.reshape(-1).long()"
-            )
-        array = tokens.detach().to("cpu", torch.int64).numpy()
-        return array.astype("<i8", copy=False).tobytes()
-    if isinstance(tokens, (str, bytes)) or not isinstance(tokens, Sequence):
-        raise TypeError(f"tokens must be a sequence of ints, got {type(tokens).__name__}")
+    if type(tokens) is not list:  # a list, the common case, goes straight to the pack
+        if isinstance(tokens, torch.Tensor):
+            if tokens.dim() != 1 or tokens.dtype not in _INT_DTYPES:
+                raise TypeError(
+                    f"tokens must be a 1-D integer tensor, got shape {tuple(tokens.shape)} and "
+                    f"dtype {tokens.dtype}; pass a list of ints or tensor.reshape(-1).long()"
+                )
+            array = tokens.detach().to("cpu", torch.int64).numpy()
+            return array.astype("<i8", copy=False).tobytes()
+        if isinstance(tokens, (str, bytes)) or not isinstance(tokens, Sequence):
+            raise TypeError(f"tokens must be a sequence of ints, got {type(tokens).__name__}")
     try:
         return struct.pack(f"<{len(tokens)}q", *tokens)
     except struct.error as error:
-        raise _not_int64(error) from None
-
-
-def _not_int64(error: struct.error) -> TypeError:
-    return TypeError(f"tokens must contain ints only: token ids in the int64 range ({error})")
+        raise TypeError(
+            f"tokens must contain ints only: token ids in the int64 range ({error})"
+        ) from None

@@ -224,8 +224,7 @@ class RadixTree:
         if node._hashes is not None:
             head._hashes = node._hashes[: tokens // self.page_size]
             node._hashes = node._hashes[tokens // self.page_size :]
-        head.child_key = node.child_key  # the head takes the node's place under the parent
-        parent.children[head.child_key] = head
+        self._hang(parent, head)  # the head takes the node's place: same first page
         node.key = node.key[cut:]
         node.length -= tokens
         node.value = node.value[tokens:]
