@@ -25,7 +25,7 @@ from typing import Protocol
 import numpy as np
 import torch
 
-from .pools import Indices, SlotPool, as_array, is_run, numpy_view
+from .pools import Indices, SlotPool, as_array, is_run
 from .storage import Storage
 
 
@@ -78,26 +78,32 @@ class CopyEngine:
         """Read pages in order into the bounce; stop at the first missing or malformed page.
 
         Returns the tokens read (whole pages only). Pages after a miss are not read: a staged
-        span must be a contiguous prefix of what was asked.
+        span must be a contiguous prefix of what was asked. A page of another dtype or page
+        shape than the pool's is not this pool's KV: it ends the read like a miss.
         """
+        tokens = len(keys) * page_size
+        targets = as_array(host_indices[:tokens])
+        if len(targets) < tokens:
+            raise ValueError(
+                f"read_into_host: {len(keys)} pages need {tokens} bounce slots, got "
+                f"{len(targets)}; allocate a slot per token read"
+            )
+        kv_array, dtype = host_pool.kv_array, host_pool.layout.dtype
+        if kv_array is not None and is_run(targets):
+            # one run, as the pool hands slots out: the storage copies straight into the bounce
+            first = int(targets[0])
+            out = kv_array[:, :, first : first + tokens]
+            return storage.batch_get_into(keys, out, dtype) * page_size
         expected = host_pool.layout.shape(page_size)
         pages: list[torch.Tensor] = []
         for tensor in storage.batch_get(keys):
-            if tensor is None or tensor.shape != expected:
+            if tensor is None or tensor.dtype != dtype or tensor.shape != expected:
                 break
             pages.append(tensor)
         tokens = len(pages) * page_size
-        if not tokens:
-            return 0
-        block = torch.cat(pages, dim=2) if len(pages) > 1 else pages[0]
-        targets = as_array(host_indices[:tokens])
-        if is_run(targets) and block.dtype == host_pool.kv.dtype and block.is_contiguous():
-            first = int(targets[0])  # one run, as the pool hands slots out: one slice copy
-            assert host_pool.kv_array is not None  # the bounce is on the CPU
-            host_pool.kv_array[:, :, first : first + tokens] = numpy_view(block)
-        else:
-            block = block.to(host_pool.kv.dtype)  # index_copy_ does not convert
-            copy_slots(block, torch.arange(tokens), host_pool.kv, torch.as_tensor(targets))
+        if tokens:
+            block = torch.cat(pages, dim=2) if len(pages) > 1 else pages[0]
+            copy_slots(block, torch.arange(tokens), host_pool.kv, torch.as_tensor(targets[:tokens]))
         return tokens
 
     def h2d(

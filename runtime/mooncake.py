@@ -39,9 +39,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import parse_qs, urlparse
 
+import numpy as np
 import torch
 
 from .pools import KVLayout
+from .storage import copy_pages_into
 
 FULL = -200
 LEASE_HELD = -706
@@ -194,6 +196,9 @@ class MooncakeStorage:
                     raw = self._staging[start : start + self.page_bytes].clone()
                     out.append(raw.view(self.dtype).reshape(self.page_shape))
         return out
+
+    def batch_get_into(self, keys: Sequence[str], out: np.ndarray, dtype: torch.dtype) -> int:
+        return copy_pages_into(self.batch_get(keys), out, dtype, len(keys))
 
     def batch_set(self, keys: Sequence[str], tensors: Sequence[torch.Tensor]) -> None:
         if len(keys) != len(tensors):

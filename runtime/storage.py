@@ -18,13 +18,14 @@ import os
 import struct
 import tempfile
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import NamedTuple, Protocol, runtime_checkable
 
+import numpy as np
 import torch
 
-from .pools import KVLayout
+from .pools import KVLayout, numpy_view
 
 _MAGIC = b"SFKV"
 _FORMAT_VERSION = 1
@@ -49,9 +50,36 @@ class Storage(Protocol):
 
     def batch_get(self, keys: Sequence[str]) -> list[torch.Tensor | None]: ...
 
+    def batch_get_into(self, keys: Sequence[str], out: np.ndarray, dtype: torch.dtype) -> int:
+        """Copy the pages of ``keys``, in order and back to back on dim 2, into ``out``: the
+        NumPy view (:func:`~stagefate.runtime.pools.numpy_view`) of a run of ``dtype`` KV slots,
+        ``len(keys)`` pages long. Returns the pages copied: the first page that is missing, or
+        not of ``dtype`` and ``out``'s page shape, ends the read (nothing after it is copied)."""
+        ...
+
     def batch_set(self, keys: Sequence[str], tensors: Sequence[torch.Tensor]) -> None: ...
 
     def delete(self, keys: Sequence[str]) -> None: ...
+
+
+def copy_pages_into(
+    pages: Iterable[torch.Tensor | None], out: np.ndarray, dtype: torch.dtype, count: int
+) -> int:
+    """:meth:`Storage.batch_get_into` over page tensors already fetched (``count`` of them)."""
+    if not count:
+        return 0
+    page_tokens = out.shape[2] // count
+    expected = (*out.shape[:2], page_tokens, *out.shape[3:])
+    copied = 0
+    for tensor in pages:
+        if tensor is None or tensor.dtype != dtype:
+            break
+        view = numpy_view(tensor)
+        if view.shape != expected:
+            break
+        out[:, :, copied * page_tokens : (copied + 1) * page_tokens] = view
+        copied += 1
+    return copied
 
 
 def _check_pairs(keys: Sequence[str], tensors: Sequence[torch.Tensor]) -> None:
@@ -64,11 +92,19 @@ def _check_pairs(keys: Sequence[str], tensors: Sequence[torch.Tensor]) -> None:
             raise TypeError(f"batch_set takes tensors, got {type(tensor).__name__}")
 
 
+class _Page(NamedTuple):
+    tensor: torch.Tensor
+    array: np.ndarray
+    """The same memory seen by NumPy (:func:`numpy_view`): what a read copies from."""
+    kind: tuple[torch.dtype, tuple[int, ...]]
+    """``(dtype, array.shape)``: one compare tells whether the page fits the slots read into."""
+
+
 class MemoryStorage:
     """An in-process dict of CPU tensors (the default L3); may be shared by pipelines."""
 
     def __init__(self) -> None:
-        self._objects: dict[str, torch.Tensor] = {}
+        self._pages: dict[str, _Page] = {}
         self._lock = threading.Lock()
         self.reads = 0
         self.writes = 0
@@ -77,7 +113,7 @@ class MemoryStorage:
         with self._lock:
             count = 0
             for key in keys:
-                if key not in self._objects:
+                if key not in self._pages:
                     break
                 count += 1
             return count
@@ -85,7 +121,27 @@ class MemoryStorage:
     def batch_get(self, keys: Sequence[str]) -> list[torch.Tensor | None]:
         with self._lock:
             self.reads += len(keys)
-            return [self._objects.get(key) for key in keys]
+            pages = [self._pages.get(key) for key in keys]
+        return [None if page is None else page.tensor for page in pages]
+
+    def batch_get_into(self, keys: Sequence[str], out: np.ndarray, dtype: torch.dtype) -> int:
+        if not keys:
+            return 0
+        page_tokens = out.shape[2] // len(keys)
+        fits = (dtype, (*out.shape[:2], page_tokens, *out.shape[3:]))
+        arrays = []
+        with self._lock:
+            self.reads += len(keys)
+            for key in keys:
+                page = self._pages.get(key)
+                if page is None or page.kind != fits:
+                    break
+                arrays.append(page.array)
+        if len(arrays) < len(keys):
+            out = out[:, :, : len(arrays) * page_tokens]
+        if arrays:  # one C call for the whole run (the pages are never written once stored)
+            np.concatenate(arrays, axis=2, out=out)
+        return len(arrays)
 
     def batch_set(self, keys: Sequence[str], tensors: Sequence[torch.Tensor]) -> None:
         _check_pairs(keys, tensors)
@@ -93,20 +149,22 @@ class MemoryStorage:
         with self._lock:
             self.writes += len(keys)
             for key, tensor in zip(keys, copies, strict=True):
-                self._objects.setdefault(key, tensor)  # content-addressed: first write wins
+                if key not in self._pages:  # content-addressed: first write wins
+                    array = numpy_view(tensor)
+                    self._pages[key] = _Page(tensor, array, (tensor.dtype, array.shape))
 
     def delete(self, keys: Sequence[str]) -> None:
         with self._lock:
             for key in keys:
-                self._objects.pop(key, None)
+                self._pages.pop(key, None)
 
     def __len__(self) -> int:
-        return len(self._objects)
+        return len(self._pages)
 
     def snapshot(self) -> dict[str, torch.Tensor]:
         """Every object by key (the tensors are never written after they are stored)."""
         with self._lock:
-            return dict(self._objects)
+            return {key: page.tensor for key, page in self._pages.items()}
 
 
 class FileStorage:
@@ -134,6 +192,9 @@ class FileStorage:
 
     def batch_get(self, keys: Sequence[str]) -> list[torch.Tensor | None]:
         return [self._read(key) for key in keys]
+
+    def batch_get_into(self, keys: Sequence[str], out: np.ndarray, dtype: torch.dtype) -> int:
+        return copy_pages_into(map(self._read, keys), out, dtype, len(keys))
 
     def _read(self, key: str) -> torch.Tensor | None:
         try:

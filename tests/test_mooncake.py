@@ -76,6 +76,11 @@ def test_round_trip_keeps_the_first_write_and_counts_consecutive_hits(master: Lo
         got = store.batch_get([*keys, "rt-missing"])
         assert [float(t[0, 0, 0, 0, 0]) for t in got[:12] if t is not None] == list(range(12))
         assert got[12] is None and store.misses == 1
+        into = torch.zeros(LAYOUT.shape(3 * PAGE), dtype=LAYOUT.dtype)  # a run of bounce slots
+        read = [keys[4], keys[5], "rt-missing"]
+        assert store.batch_get_into(read, into.numpy(), LAYOUT.dtype) == 2
+        assert torch.equal(into[:, :, : 2 * PAGE], torch.cat([page(4), page(5)], dim=2))
+        assert not into[:, :, 2 * PAGE :].any()
         assert store.batch_exists(keys) == 12
         assert store.batch_exists(["rt-missing", *keys]) == 0
     finally:

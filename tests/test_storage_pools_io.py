@@ -141,18 +141,65 @@ def test_read_into_host_lands_pages_in_the_bounce_slots_asked(
     targets: str, dtype: torch.dtype
 ) -> None:
     """Pages read from L3 land in the bounce slots given (a NumPy array, as the pipeline keeps
-    them), in order, and a miss ends the read: nothing after it is copied."""
+    them), in order, and a miss ends the read: nothing after it is copied (one run of slots:
+    the storage copies into the bounce; scattered slots: gathered, then copied)."""
     layout = KVLayout(layers=2, kv_heads=1, head_dim=4, dtype=dtype)
     host, storage, engine = HostPool(layout, 16), MemoryStorage(), CopyEngine(torch.device("cpu"))
     pages = [torch.full(layout.shape(4), float(n + 1), dtype=dtype) for n in range(3)]
     storage.batch_set(["a", "b", "c"], pages)
     slots = (
-        np.arange(4, 16) if targets == "run" else np.array([9, 3, 14, 0, 5, 6, 7, 8, 1, 2, 4, 15])
+        np.arange(16)
+        if targets == "run"
+        else np.array([9, 3, 14, 0, 5, 6, 7, 8, 1, 2, 4, 15, 10, 11, 12, 13])
     )
     assert engine.read_into_host(storage, ["a", "b", "missing", "c"], host, slots, 4) == 8
     for n, slot in enumerate(slots.tolist()):
         expected = float(n // 4 + 1) if n < 8 else 0.0
         assert bool((host.kv[:, :, slot] == expected).all()), (n, slot)
+
+
+@pytest.mark.parametrize("targets", ["run", "scattered"])
+def test_read_into_host_ends_at_a_page_of_another_dtype_and_needs_a_slot_per_token(
+    targets: str,
+) -> None:
+    """A page stored in another dtype is not this pool's KV: the read ends there, on both
+    paths (no silent conversion). Too few bounce slots is a caller's error, raised before
+    anything is read."""
+    host, storage, engine = HostPool(LAYOUT, 16), MemoryStorage(), CopyEngine(torch.device("cpu"))
+    storage.batch_set(["a", "wide", "b"], [page(1), page(2).to(torch.float32), page(3)])
+    slots = np.arange(8) if targets == "run" else np.array([5, 1, 7, 3, 0, 2, 4, 6])
+    assert engine.read_into_host(storage, ["a", "wide", "b"][:2], host, slots, 4) == 4
+    assert bool((host.kv[:, :, slots[:4]] == 1.0).all())
+    assert bool((host.kv[:, :, slots[4:]] == 0.0).all())
+    with pytest.raises(ValueError, match="need 12 bounce slots, got 8"):
+        engine.read_into_host(storage, ["a", "b", "a"], host, slots, 4)
+    assert storage.reads == 2  # the refused read asked the storage for nothing
+
+
+@pytest.mark.parametrize("backend", ["memory", "file"])
+def test_batch_get_into_copies_consecutive_pages_and_stops_at_the_first_bad_one(
+    backend: str, tmp_path: Path
+) -> None:
+    """``batch_get_into`` fills the run of slots page after page; a missing page, a page of
+    another dtype or of another page shape ends it, and nothing after it is copied."""
+    storage = MemoryStorage() if backend == "memory" else FileStorage(tmp_path)
+    wide = torch.full(LAYOUT.shape(8), 4.0, dtype=LAYOUT.dtype)
+    storage.batch_set(
+        ["a", "b", "single", "wide", "c"], [page(1), page(2), page(3).float(), wide, page(5)]
+    )
+    kv = torch.zeros(LAYOUT.shape(16), dtype=LAYOUT.dtype)
+    for keys, copied in (
+        (["a", "b", "missing", "c"], 2),
+        (["a", "single", "c", "c"], 1),
+        (["wide", "c", "c", "c"], 0),
+        (["c", "a", "b", "c"], 4),
+    ):
+        kv.zero_()
+        assert storage.batch_get_into(keys, kv.numpy(), LAYOUT.dtype) == copied, keys
+        for n, key in enumerate(keys):
+            value = {"a": 1.0, "b": 2.0, "c": 5.0}.get(key, 0.0) if n < copied else 0.0
+            assert bool((kv[:, :, 4 * n : 4 * n + 4] == value).all()), (keys, n)
+    assert storage.batch_get_into([], kv.numpy()[:, :, :0], LAYOUT.dtype) == 0
 
 
 @pytest.mark.parametrize("scale", [1, 10], ids=["small (runs found in Python)", "large (torch)"])
