@@ -360,6 +360,32 @@ class RadixTree:
         self.protected_size -= freed
         return freed
 
+    def move_lock_ref(self, old: TreeNode, new: TreeNode) -> None:
+        """:meth:`inc_lock_ref` of ``new``, then :meth:`dec_lock_ref` of ``old``.
+
+        When ``old`` lies on ``new``'s path (a splice moving its pin down to the leaf it hung
+        below the anchor), the path from ``old`` up keeps its count: one short walk, not two
+        walks to the root. Otherwise both walks run. Raises, changing nothing, when ``old`` is
+        not locked.
+        """
+        if old.lock_ref <= 0 and old is not self.root:
+            raise TreeError(f"move_lock_ref from {old!r}: it is not locked (lock it first)")
+        root = self.root
+        newly = 0
+        current: TreeNode | None = new
+        while current is not old:
+            if current is None or current is root:  # ``old`` is off the path: undo it fully
+                self.evictable_size -= newly
+                self.protected_size += newly
+                self.dec_lock_ref(old)
+                return
+            if not current.lock_ref:
+                newly += current.length
+            current.lock_ref += 1
+            current = current.parent
+        self.evictable_size -= newly
+        self.protected_size += newly
+
     # ------------------------------------------------------------------ eviction
 
     def evict(self, num_tokens: int) -> int:

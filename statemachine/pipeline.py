@@ -875,9 +875,15 @@ class BufferPipeline:
         self._counts["trimmed_tokens"] += record.plan_prefix - record.matched_len
 
     def _effect_move_pin(self, record: Record) -> None:
-        self._effect_unpin(record)
-        assert record.spliced_node is not None
-        self._pin(record, record.spliced_node, 0)
+        node = record.spliced_node
+        assert node is not None
+        if record.pinned_node is None:
+            self._pin(record, node, 0)
+            return
+        self.tree.move_lock_ref(record.pinned_node, node)  # the leaf hangs below the anchor
+        self.pinned_tokens -= record.pinned_tokens
+        record.pinned_node = node
+        record.pinned_tokens = 0
 
     # ================================================================== argument checks
 

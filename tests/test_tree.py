@@ -87,6 +87,42 @@ def test_dec_lock_ref_below_zero_raises_and_changes_nothing() -> None:
     tree.sanity_check()
 
 
+def _locks(tree: RadixTree) -> tuple[list[tuple[list[int], int]], int, int]:
+    nodes = sorted((node.tokens(), node.lock_ref) for node in tree.nodes())
+    return nodes, tree.evictable_size, tree.protected_size
+
+
+@pytest.mark.parametrize("where", ["below", "same", "sibling"])
+def test_move_lock_ref_equals_inc_then_dec(where: str) -> None:
+    """Moving a lock leaves every node's count and the tree's sizes as ``inc_lock_ref(new)``
+    then ``dec_lock_ref(old)`` would: down the path (a splice's pin moving to its leaf), onto
+    the node itself, or onto a node off the path."""
+    twins = make_tree(), make_tree()
+    for tree in twins:
+        slots = tree.device_pool.alloc(7)
+        assert slots is not None
+        tree.insert([1, 2, 3, 4, 5], slots[:5])
+        tree.insert([1, 2, 3, 9, 9], torch.cat([slots[:3], slots[5:]]))
+        tree.device_pool.free(slots[:3])  # the second insert's duplicates
+    new_tokens = {"below": [1, 2, 3, 4, 5], "same": [1, 2, 3], "sibling": [1, 2, 3, 9, 9]}[where]
+    moved, reference = twins
+    for tree in twins:
+        tree.inc_lock_ref(tree.match_prefix([1, 2, 3, 4]).last_node)
+    moved.move_lock_ref(
+        moved.match_prefix([1, 2, 3, 4]).last_node, moved.match_prefix(new_tokens).last_node
+    )
+    new = reference.match_prefix(new_tokens).last_node
+    reference.inc_lock_ref(new)
+    reference.dec_lock_ref(reference.match_prefix([1, 2, 3, 4]).last_node)
+    assert _locks(moved) == _locks(reference)
+    moved.sanity_check()
+    unlocked = moved.match_prefix([1, 2, 3, 9, 9] if where != "sibling" else [1, 2, 3, 4])
+    before = _locks(moved)
+    with pytest.raises(TreeError, match="not locked"):
+        moved.move_lock_ref(unlocked.last_node, moved.root)
+    assert _locks(moved) == before
+
+
 def test_namespaces_never_share_nodes() -> None:
     tree = make_tree()
     a, b = tree.device_pool.alloc(3), tree.device_pool.alloc(3)
@@ -191,6 +227,15 @@ class TreeAgainstReference(RuleBasedStateMachine):
     def unlock(self, index: int) -> None:
         node, _ = self.locks.pop(index % len(self.locks))
         self.tree.dec_lock_ref(node)  # type: ignore[arg-type]
+
+    @precondition(lambda self: bool(self.locks))
+    @rule(index=st.integers(0, 100), tokens=tokens_st, salt=namespace_st)
+    def move_lock(self, index: int, tokens: list[int], salt: str | None) -> None:
+        result = self.tree.match_prefix(tuple(tokens), cache_salt=salt)
+        if result.length:
+            node, _ = self.locks.pop(index % len(self.locks))
+            self.tree.move_lock_ref(node, result.last_node)  # type: ignore[arg-type]
+            self.locks.append((result.last_node, (salt, tuple(tokens[: result.length]))))
 
     @rule(amount=st.integers(0, 12))
     def evict(self, amount: int) -> None:

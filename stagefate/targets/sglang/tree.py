@@ -220,6 +220,12 @@ class SGLangTree:
         self.cache.dec_lock_ref(node.node_id, receipt.to_dec_params())
         return self.evictable_size - before
 
+    def move_lock_ref(self, old: SGLangNode, new: SGLangNode) -> None:
+        if not self.receipts.get(old.node_id):
+            raise SGLangTreeError(f"move_lock_ref from node {old.node_id} without a matching inc")
+        self.inc_lock_ref(new)
+        self.dec_lock_ref(old)
+
     def evict(self, num_tokens: int) -> int:
         from sglang.srt.mem_cache.base_prefix_cache import EvictParams
 
