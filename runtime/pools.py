@@ -73,6 +73,12 @@ def numpy_view(kv: torch.Tensor) -> np.ndarray:
     return kv.view(torch.uint8).numpy()
 
 
+def tensor_of_view(array: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
+    """The inverse of :func:`numpy_view`: a ``dtype`` tensor on the memory of ``array`` (C
+    contiguous, as a byte view must be to widen back)."""
+    return torch.from_numpy(array).view(dtype)
+
+
 _RUN_SLOTS = 1 << 16
 _RUN_BYTES = np.arange(_RUN_SLOTS, dtype=np.int64).tobytes()
 """The bytes of ``0, 1, …, 65535`` as int64: what a run of slots looks like."""

@@ -20,12 +20,12 @@ import tempfile
 import threading
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import NamedTuple, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 import torch
 
-from .pools import KVLayout, numpy_view
+from .pools import KVLayout, numpy_view, tensor_of_view
 
 _MAGIC = b"SFKV"
 _FORMAT_VERSION = 1
@@ -92,16 +92,18 @@ def _check_pairs(keys: Sequence[str], tensors: Sequence[torch.Tensor]) -> None:
             raise TypeError(f"batch_set takes tensors, got {type(tensor).__name__}")
 
 
-class _Page(NamedTuple):
-    tensor: torch.Tensor
-    array: np.ndarray
-    """The same memory seen by NumPy (:func:`numpy_view`): what a read copies from."""
-    kind: tuple[torch.dtype, tuple[int, ...]]
-    """``(dtype, array.shape)``: one compare tells whether the page fits the slots read into."""
+_Page = tuple[np.ndarray, tuple[torch.dtype, tuple[int, ...]]]
+"""A stored page: its KV as a C-contiguous NumPy array (:func:`numpy_view`'s kind: bytes for
+bfloat16), and ``(dtype, shape)``, one value to compare with the slots a read fills. A plain
+tuple: a NamedTuple's constructor is a Python call per page written."""
 
 
 class MemoryStorage:
-    """An in-process dict of CPU tensors (the default L3); may be shared by pipelines."""
+    """An in-process dict of CPU pages (the default L3); may be shared by pipelines.
+
+    Pages are kept as NumPy arrays: a read into a run of bounce slots is then one
+    ``np.concatenate`` into the bounce's NumPy view; :meth:`batch_get` wraps them in tensors.
+    """
 
     def __init__(self) -> None:
         self._pages: dict[str, _Page] = {}
@@ -122,7 +124,7 @@ class MemoryStorage:
         with self._lock:
             self.reads += len(keys)
             pages = [self._pages.get(key) for key in keys]
-        return [None if page is None else page.tensor for page in pages]
+        return [None if page is None else tensor_of_view(page[0], page[1][0]) for page in pages]
 
     def batch_get_into(self, keys: Sequence[str], out: np.ndarray, dtype: torch.dtype) -> int:
         if not keys:
@@ -134,9 +136,9 @@ class MemoryStorage:
             self.reads += len(keys)
             for key in keys:
                 page = self._pages.get(key)
-                if page is None or page.kind != fits:
+                if page is None or page[1] != fits:
                     break
-                arrays.append(page.array)
+                arrays.append(page[0])
         if len(arrays) < len(keys):
             out = out[:, :, : len(arrays) * page_tokens]
         if arrays:  # one C call for the whole run (the pages are never written once stored)
@@ -145,13 +147,14 @@ class MemoryStorage:
 
     def batch_set(self, keys: Sequence[str], tensors: Sequence[torch.Tensor]) -> None:
         _check_pairs(keys, tensors)
-        copies = [tensor.detach().to("cpu", copy=True) for tensor in tensors]
+        pages: list[_Page] = []
+        for tensor in tensors:
+            array = numpy_view(tensor.detach().cpu()).copy()  # C order, the store's own
+            pages.append((array, (tensor.dtype, array.shape)))
         with self._lock:
             self.writes += len(keys)
-            for key, tensor in zip(keys, copies, strict=True):
-                if key not in self._pages:  # content-addressed: first write wins
-                    array = numpy_view(tensor)
-                    self._pages[key] = _Page(tensor, array, (tensor.dtype, array.shape))
+            for key, page in zip(keys, pages, strict=True):
+                self._pages.setdefault(key, page)  # content-addressed: first write wins
 
     def delete(self, keys: Sequence[str]) -> None:
         with self._lock:
@@ -162,9 +165,11 @@ class MemoryStorage:
         return len(self._pages)
 
     def snapshot(self) -> dict[str, torch.Tensor]:
-        """Every object by key (the tensors are never written after they are stored)."""
+        """Every object by key (the pages are never written after they are stored)."""
         with self._lock:
-            return {key: page.tensor for key, page in self._pages.items()}
+            return {
+                key: tensor_of_view(array, kind[0]) for key, (array, kind) in self._pages.items()
+            }
 
 
 class FileStorage:
