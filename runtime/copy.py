@@ -92,6 +92,11 @@ class CopyEngine:
         if kv_array is not None and is_run(targets):
             # one run, as the pool hands slots out: the storage copies straight into the bounce
             first = int(targets[0])
+            if first + tokens > kv_array.shape[2]:
+                raise ValueError(
+                    f"read_into_host: bounce slots {first}..{first + tokens - 1} lie past "
+                    f"{host_pool.name}'s {kv_array.shape[2]} slots; read into slots it handed out"
+                )
             out = kv_array[:, :, first : first + tokens]
             return storage.batch_get_into(keys, out, dtype) * page_size
         expected = host_pool.layout.shape(page_size)

@@ -149,7 +149,7 @@ class MemoryStorage:
         _check_pairs(keys, tensors)
         pages: list[_Page] = []
         for tensor in tensors:
-            array = numpy_view(tensor.detach().cpu()).copy()  # C order, the store's own
+            array = numpy_view(tensor.detach().cpu().contiguous()).copy()  # the store's own
             pages.append((array, (tensor.dtype, array.shape)))
         with self._lock:
             self.writes += len(keys)

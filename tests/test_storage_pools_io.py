@@ -173,7 +173,10 @@ def test_read_into_host_ends_at_a_page_of_another_dtype_and_needs_a_slot_per_tok
     assert bool((host.kv[:, :, slots[4:]] == 0.0).all())
     with pytest.raises(ValueError, match="need 12 bounce slots, got 8"):
         engine.read_into_host(storage, ["a", "b", "a"], host, slots, 4)
-    assert storage.reads == 2  # the refused read asked the storage for nothing
+    if targets == "run":
+        with pytest.raises(ValueError, match="lie past host_pool's 16 slots"):
+            engine.read_into_host(storage, ["a", "b"], host, np.arange(12, 20), 4)
+    assert storage.reads == 2  # the refused reads asked the storage for nothing
 
 
 @pytest.mark.parametrize("backend", ["memory", "file"])
@@ -264,6 +267,22 @@ def test_memory_storage_counts_consecutive_hits_and_keeps_first_write() -> None:
     assert storage.batch_exists(["a"]) == 0
     with pytest.raises(ValueError, match="one per key"):
         storage.batch_set(["x"], [])
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_memory_storage_keeps_its_own_copy_of_any_page(dtype: torch.dtype) -> None:
+    """A page given as a strided view (bfloat16 too: NumPy sees its bytes) is stored as the
+    store's own copy: a later write to the caller's tensor changes nothing stored, and
+    ``batch_get`` and ``snapshot`` hand back its values and dtype."""
+    storage = MemoryStorage()
+    source = torch.randn(LAYOUT.shape(8)).to(dtype)
+    strided = source[:, :, ::2]
+    expected = strided.clone()
+    storage.batch_set(["p"], [strided])
+    source.zero_()
+    got = storage.batch_get(["p"])[0]
+    assert got is not None and got.dtype == dtype and torch.equal(got, expected)
+    assert torch.equal(storage.snapshot()["p"], expected)
 
 
 def test_file_storage_round_trip_and_restart(tmp_path: Path) -> None:
