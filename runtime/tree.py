@@ -330,17 +330,22 @@ class RadixTree:
 
     def inc_lock_ref(self, node: TreeNode) -> int:
         """Pin ``node`` and its ancestors; return the tokens that became protected."""
+        return self._lock_up(node, self.root)[0]
+
+    def _lock_up(self, node: TreeNode, stop: TreeNode) -> tuple[int, TreeNode | None]:
+        """Add one lock from ``node`` up to ``stop`` (not included) or the root; return the
+        tokens that became protected and where the walk stopped."""
         root = self.root
         newly = 0
         current: TreeNode | None = node
-        while current is not None and current is not root:
+        while current is not None and current is not root and current is not stop:
             if not current.lock_ref:
                 newly += current.length
             current.lock_ref += 1
             current = current.parent
         self.evictable_size -= newly
         self.protected_size += newly
-        return newly
+        return newly, current
 
     def dec_lock_ref(self, node: TreeNode) -> int:
         """Undo one :meth:`inc_lock_ref`; return the tokens that became evictable."""
@@ -370,21 +375,8 @@ class RadixTree:
         """
         if old.lock_ref <= 0 and old is not self.root:
             raise TreeError(f"move_lock_ref from {old!r}: it is not locked (lock it first)")
-        root = self.root
-        newly = 0
-        current: TreeNode | None = new
-        while current is not old:
-            if current is None or current is root:  # ``old`` is off the path: undo it fully
-                self.evictable_size -= newly
-                self.protected_size += newly
-                self.dec_lock_ref(old)
-                return
-            if not current.lock_ref:
-                newly += current.length
-            current.lock_ref += 1
-            current = current.parent
-        self.evictable_size -= newly
-        self.protected_size += newly
+        if self._lock_up(new, old)[1] is not old:  # ``old`` is off the path: undo it fully
+            self.dec_lock_ref(old)
 
     # ------------------------------------------------------------------ eviction
 
