@@ -11,8 +11,9 @@ at issue, at the IO commit, at plan) convert once and pass the :class:`TokenKey`
 
 from __future__ import annotations
 
+import functools
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -53,6 +54,13 @@ class TokenKey:
 Tokens = Sequence[int] | torch.Tensor | TokenKey
 
 
+@functools.lru_cache(maxsize=1024)
+def _packer(count: int) -> Callable[..., bytes]:
+    """The packer of ``count`` little-endian int64s, compiled once per length: a request is
+    encoded at the same length again and again (its issue, its matches, its write-through)."""
+    return struct.Struct(f"<{count}q").pack
+
+
 def encode_tokens(tokens: Sequence[int] | torch.Tensor) -> bytes:
     """The bytes of ``tokens``; a clear error for anything that is not a 1-D run of int64s."""
     if type(tokens) is not list:  # a list, the common case, goes straight to the pack
@@ -67,7 +75,7 @@ def encode_tokens(tokens: Sequence[int] | torch.Tensor) -> bytes:
         if isinstance(tokens, (str, bytes)) or not isinstance(tokens, Sequence):
             raise TypeError(f"tokens must be a sequence of ints, got {type(tokens).__name__}")
     try:
-        return struct.pack(f"<{len(tokens)}q", *tokens)
+        return _packer(len(tokens))(*tokens)
     except struct.error as error:
         raise TypeError(
             f"tokens must contain ints only: token ids in the int64 range ({error})"
