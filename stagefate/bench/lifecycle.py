@@ -23,6 +23,7 @@ import torch
 from ..runtime import FileStorage, MemoryStorage, TokenKey
 from ..runtime.hashing import chain_digests, storage_key
 from ..runtime.storage import Storage
+from ..runtime.tokens import TOKEN_BYTES
 from ..statemachine.config import PipelineConfig
 from ..statemachine.pipeline import BufferPipeline
 from .report import Section, table
@@ -122,7 +123,8 @@ class StagefatePrefetcher:
         tree.inc_lock_ref(anchor)
         seed = tree.cached_page_key(anchor)
         assert seed is not None  # prepare's write-through left it
-        keys = list(map(storage_key, chain_digests(key.data[PREFIX * 8 :], PAGE * 8, seed)))
+        span = key.data[PREFIX * TOKEN_BYTES :]
+        keys = list(map(storage_key, chain_digests(span, PAGE * TOKEN_BYTES, seed)))
         bounce = host.alloc_array(storage.batch_exists(keys) * PAGE)
         assert bounce is not None
         read = pipe.copy.read_into_host(storage, keys, host, bounce, PAGE)
