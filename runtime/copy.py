@@ -25,7 +25,7 @@ from typing import Protocol
 import numpy as np
 import torch
 
-from .pools import Indices, SlotPool, as_array, is_run
+from .pools import Indices, SlotPool, as_array, is_run, numpy_view
 from .storage import Storage
 
 
@@ -99,17 +99,12 @@ class CopyEngine:
                 )
             out = kv_array[:, :, first : first + tokens]
             return storage.batch_get_into(keys, out, dtype) * page_size
-        expected = host_pool.layout.shape(page_size)
-        pages: list[torch.Tensor] = []
-        for tensor in storage.batch_get(keys):
-            if tensor is None or tensor.dtype != dtype or tensor.shape != expected:
-                break
-            pages.append(tensor)
-        tokens = len(pages) * page_size
-        if tokens:
-            block = torch.cat(pages, dim=2) if len(pages) > 1 else pages[0]
-            copy_slots(block, torch.arange(tokens), host_pool.kv, torch.as_tensor(targets[:tokens]))
-        return tokens
+        # scattered slots: the storage fills a staging block, then each token goes to its slot
+        block = torch.empty(host_pool.layout.shape(tokens), dtype=dtype)
+        read = storage.batch_get_into(keys, numpy_view(block), dtype) * page_size
+        if read:
+            copy_slots(block, torch.arange(read), host_pool.kv, torch.as_tensor(targets[:read]))
+        return read
 
     def h2d(
         self,

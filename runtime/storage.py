@@ -62,14 +62,19 @@ class Storage(Protocol):
     def delete(self, keys: Sequence[str]) -> None: ...
 
 
+def page_shape_in(out: np.ndarray, pages: int) -> tuple[int, tuple[int, ...]]:
+    """Tokens per page and the NumPy shape of one page, for ``pages`` pages read into ``out``."""
+    page_tokens = out.shape[2] // pages
+    return page_tokens, (*out.shape[:2], page_tokens, *out.shape[3:])
+
+
 def copy_pages_into(
     pages: Iterable[torch.Tensor | None], out: np.ndarray, dtype: torch.dtype, count: int
 ) -> int:
     """:meth:`Storage.batch_get_into` over page tensors already fetched (``count`` of them)."""
     if not count:
         return 0
-    page_tokens = out.shape[2] // count
-    expected = (*out.shape[:2], page_tokens, *out.shape[3:])
+    page_tokens, expected = page_shape_in(out, count)
     copied = 0
     for tensor in pages:
         if tensor is None or tensor.dtype != dtype:
@@ -129,8 +134,8 @@ class MemoryStorage:
     def batch_get_into(self, keys: Sequence[str], out: np.ndarray, dtype: torch.dtype) -> int:
         if not keys:
             return 0
-        page_tokens = out.shape[2] // len(keys)
-        fits = (dtype, (*out.shape[:2], page_tokens, *out.shape[3:]))
+        page_tokens, page_shape = page_shape_in(out, len(keys))
+        fits = (dtype, page_shape)
         arrays = []
         with self._lock:
             self.reads += len(keys)
