@@ -727,9 +727,14 @@ class BufferPipeline:
 
     def _pin(self, record: Record, node: Node, charged_tokens: int) -> None:
         self.tree.inc_lock_ref(node)
+        self._hold_pin(record, node, charged_tokens)
+
+    def _hold_pin(self, record: Record, node: Node | None, charged_tokens: int) -> None:
+        """The books of the pin ``record`` holds from now (``None``: none), charged against the
+        anchor-lock cap; the tree's lock counts are the caller's."""
+        self.pinned_tokens += charged_tokens - record.pinned_tokens
         record.pinned_node = node
         record.pinned_tokens = charged_tokens
-        self.pinned_tokens += charged_tokens
 
     def _effect_pin_anchor(self, record: Record) -> None:
         assert record.anchor is not None and record.pinned_node is None
@@ -746,9 +751,7 @@ class BufferPipeline:
         if record.pinned_node is None:
             return
         self.tree.dec_lock_ref(record.pinned_node)
-        self.pinned_tokens -= record.pinned_tokens
-        record.pinned_node = None
-        record.pinned_tokens = 0
+        self._hold_pin(record, None, 0)
 
     def _effect_arm_retry(self, record: Record) -> None:
         if self.retries.arm(record.request_id, self.polls):
@@ -881,9 +884,7 @@ class BufferPipeline:
             self._pin(record, node, 0)
             return
         self.tree.move_lock_ref(record.pinned_node, node)  # the leaf hangs below the anchor
-        self.pinned_tokens -= record.pinned_tokens
-        record.pinned_node = node
-        record.pinned_tokens = 0
+        self._hold_pin(record, node, 0)
 
     # ================================================================== argument checks
 
