@@ -33,6 +33,8 @@ class HasState(Protocol):
 
 
 Ctx = TypeVar("Ctx", bound=HasState)
+K = TypeVar("K")
+V = TypeVar("V")
 Guard = Callable[[Ctx], bool]
 Effect = Callable[[Ctx], None]
 Transition = Callable[[Ctx], "Outcome"]
@@ -163,11 +165,11 @@ more than the rest of the pipeline's construction."""
 
 def _outcomes(spec: LifecycleSpec) -> list[Outcome]:
     """Every branch's :class:`Outcome`, row by row in spec order."""
-    cached = _OUTCOMES.get(id(spec))
-    if cached is None:
-        if len(_OUTCOMES) >= _CACHE_SIZE:
-            _OUTCOMES.clear()
-        outcomes = [
+    return _per_spec(
+        _OUTCOMES,
+        id(spec),
+        spec,
+        lambda: [
             Outcome(
                 source=source,
                 event=event,
@@ -179,19 +181,29 @@ def _outcomes(spec: LifecycleSpec) -> list[Outcome]:
             )
             for source, event, branches in spec.rows()
             for branch in branches
-        ]
-        cached = _OUTCOMES[id(spec)] = (spec, outcomes)
-    return cached[1]
+        ],
+    )
 
 
 def _factory(spec: LifecycleSpec, counted: bool, exits: ExitCounts, ended: bool) -> Factory:
-    key = (id(spec), counted, exits, ended)
-    cached = _FACTORIES.get(key)
+    return _per_spec(
+        _FACTORIES,
+        (id(spec), counted, exits, ended),
+        spec,
+        lambda: _compile_factory(factory_source(spec, counted, dict(exits), ended)),
+    )
+
+
+def _per_spec(
+    cache: dict[K, tuple[LifecycleSpec, V]], key: K, spec: LifecycleSpec, make: Callable[[], V]
+) -> V:
+    """``make()`` once per key while cached; the entry keeps ``spec`` alive, so its ``id`` in
+    the key is not reused. Cleared whole when full."""
+    cached = cache.get(key)
     if cached is None:
-        if len(_FACTORIES) >= _CACHE_SIZE:
-            _FACTORIES.clear()
-        source = factory_source(spec, counted, dict(exits), ended)
-        cached = _FACTORIES[key] = (spec, _compile_factory(source))
+        if len(cache) >= _CACHE_SIZE:
+            cache.clear()
+        cached = cache[key] = (spec, make())
     return cached[1]
 
 
