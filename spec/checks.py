@@ -2,7 +2,9 @@
 
 Each check returns findings; an empty list means the spec passed. The checks are:
 
-* ``implementations``: every guard and effect name has a registered implementation;
+* ``implementations``: the guards, effects and counters implemented are exactly the spec's,
+  and every state group the code reads is declared (:func:`implementation_problems`, which the
+  compiled machine also runs before it builds);
 * ``reachability``: every state is reachable from the initial state;
 * ``termination``: every live state can reach a terminal state;
 * ``determinism``: one row per (state, event); within a row the guards are distinct, every
@@ -10,6 +12,8 @@ Each check returns findings; an empty list means the spec passed. The checks are
   total and decided by order alone);
 * ``resource_balance``: applying a branch's effects to what the source may hold yields exactly
   what the target may hold (acquire what is new, release what is dropped, never acquire twice);
+* ``pure_revoke``: no state of the ``pre_commit`` group holds the bounce, and no branch from one
+  into a terminal state allocates it;
 * ``terminal``: terminal states hold nothing and have no exits;
 * ``unused``: every declared event, guard, effect and reason is used by some row;
 * ``diagram``: every state is drawn in exactly one phase and every reason in exactly one family.
@@ -33,20 +37,64 @@ class Finding:
         return f"[{self.check}] {self.message}"
 
 
+def implementation_problems(
+    spec: LifecycleSpec,
+    guards: Collection[str],
+    effects: Collection[str],
+    counters: Collection[str] | None = None,
+    groups: Collection[str] = (),
+) -> list[str]:
+    """What an implementation lacks or has beyond the spec, each with its fix (empty: none).
+
+    The one completeness check, both directions: every guard and effect the spec declares is
+    implemented and nothing else is; ``counters`` (when given) are exactly the spec's; every
+    group the implementation reads (``groups``) is declared."""
+    problems = []
+    wanted: list[tuple[str, Collection[str], Collection[str], str]] = [
+        ("guard", spec.guards, guards, "bind exactly the guards spec/lifecycle.yaml declares"),
+        ("effect", spec.effects, effects, "bind exactly the effects spec/lifecycle.yaml declares"),
+    ]
+    if counters is not None:
+        wanted.append(
+            (
+                "counter",
+                spec.all_counters,
+                counters,
+                "Stats (statemachine/stats.py) keeps one "
+                "field per counter of the spec's 'counters' and 'reasons'",
+            )
+        )
+    for kind, declared, given, fix in wanted:
+        missing = sorted(set(declared) - set(given))
+        extra = sorted(set(given) - set(declared))
+        if missing:
+            problems.append(
+                f"{kind}s the spec declares with no implementation: {', '.join(missing)} ({fix})"
+            )
+        if extra:
+            problems.append(
+                f"{kind} implementations the spec never declares: {', '.join(extra)} ({fix})"
+            )
+    undeclared = sorted(set(groups) - set(spec.groups))
+    if undeclared:
+        problems.append(
+            f"state groups the implementation reads that the spec does not declare: "
+            f"{', '.join(undeclared)} (add them under 'groups')"
+        )
+    return problems
+
+
 def check_implementations(
-    spec: LifecycleSpec, guards: Collection[str], effects: Collection[str]
+    spec: LifecycleSpec,
+    guards: Collection[str],
+    effects: Collection[str],
+    counters: Collection[str] | None = None,
+    groups: Collection[str] = (),
 ) -> list[Finding]:
-    findings = [
-        Finding("implementations", f"guard {name!r} has no registered implementation")
-        for name in spec.guards
-        if name not in guards
+    return [
+        Finding("implementations", problem)
+        for problem in implementation_problems(spec, guards, effects, counters, groups)
     ]
-    findings += [
-        Finding("implementations", f"effect {name!r} has no registered implementation")
-        for name in spec.effects
-        if name not in effects
-    ]
-    return findings
 
 
 def successors(spec: LifecycleSpec) -> dict[str, set[str]]:
@@ -172,6 +220,54 @@ def check_resource_balance(spec: LifecycleSpec) -> list[Finding]:
     return findings
 
 
+def check_pure_revoke(spec: LifecycleSpec) -> list[Finding]:
+    """No state of the ``pre_commit`` group may hold the bounce, and no branch leaving it for a
+    terminal state acquires one: a record released at or before the IO commit read nothing."""
+    findings: list[Finding] = []
+    pre_commit = spec.groups.get("pre_commit")
+    if pre_commit is None:
+        return [Finding("pure_revoke", "no 'pre_commit' state group; declare it under 'groups'")]
+    for name in pre_commit.states:
+        if spec.states[name].level("bounce") is not Level.NONE:
+            findings.append(
+                Finding(
+                    "pure_revoke",
+                    f"pre-commit state {name!r} may hold the bounce; only the IO commit's "
+                    f"read may allocate it (remove 'bounce' from its holds)",
+                )
+            )
+    for source, event, branches in spec.rows():
+        if source not in pre_commit.states:
+            continue
+        for branch in branches:
+            if not spec.states[spec.target_of(source, branch)].terminal:
+                continue
+            acquiring = [
+                effect
+                for effect in branch.effects
+                if "bounce" in (*spec.effects[effect].acquires, *spec.effects[effect].may_acquire)
+            ]
+            if acquiring:
+                findings.append(
+                    Finding(
+                        "pure_revoke",
+                        f"{source} --{event}[{branch.guard or 'else'}]--> {branch.to} ends the "
+                        f"record but runs {acquiring}, which allocate the bounce; a revoke "
+                        f"must allocate nothing",
+                    )
+                )
+    return findings
+
+
+PROVES: dict[str, tuple[str, ...]] = {
+    "pure_revoke": ("pure_revoke", "resource_balance"),
+    "hold_release": ("resource_balance", "terminal"),
+    "exactly_once_end": ("termination", "terminal", "determinism"),
+}
+"""The static checks that prove each invariant whose ``checked_by`` lists ``static`` (a test
+holds the keys equal to those invariants)."""
+
+
 def check_terminal(spec: LifecycleSpec) -> list[Finding]:
     findings: list[Finding] = []
     if not spec.terminal_states:
@@ -244,15 +340,18 @@ def run_static_checks(
     spec: LifecycleSpec,
     guards: Collection[str] | None = None,
     effects: Collection[str] | None = None,
+    counters: Collection[str] | None = None,
+    groups: Collection[str] = (),
 ) -> list[Finding]:
     """Every static check; implementations are checked when their names are given."""
     findings: list[Finding] = []
     if guards is not None and effects is not None:
-        findings += check_implementations(spec, guards, effects)
+        findings += check_implementations(spec, guards, effects, counters, groups)
     findings += check_reachability(spec)
     findings += check_termination(spec)
     findings += check_determinism(spec)
     findings += check_resource_balance(spec)
+    findings += check_pure_revoke(spec)
     findings += check_terminal(spec)
     findings += check_unused(spec)
     findings += check_diagram(spec)

@@ -59,9 +59,20 @@ from typing import NamedTuple, NoReturn, cast
 
 from .schema import SAME, BranchSpec, LifecycleSpec
 
-OWNING = frozenset({"reading", "staged", "trimmed", "consumed"})
-PRE_COMMIT = frozenset({"issued", "locked", "no_anchor", "cap_skip", "anchor_lost", "parked"})
-HOLDS = ("staged", "trimmed")
+INVARIANTS = frozenset(
+    {
+        "pin_safety",
+        "pin_balance",
+        "pure_revoke",
+        "hold_release",
+        "exactly_once_end",
+        "splice_correctness",
+        "aux_and_ownership",
+        "dedup_waiters",
+    }
+)
+"""The spec's invariant ids this checker raises violations of: exactly those whose
+``checked_by`` lists ``model_checker`` (a test holds the two equal)."""
 NOT_MODELLED_GUARDS = frozenset({"aux_cut"})
 """Guards of parts the abstract world leaves out (no sliding-window aux pool)."""
 
@@ -147,7 +158,13 @@ _PUBLISH = Step("world", -1, "publish")
 
 
 class Violation(Exception):
-    """An invariant failed; ``str`` names it."""
+    """An invariant failed (``invariant``: its spec id), or the spec cannot run a step
+    (``invariant`` None); ``str`` names it."""
+
+    def __init__(self, invariant: str | None, message: str) -> None:
+        assert invariant is None or invariant in INVARIANTS, invariant
+        self.invariant = invariant
+        super().__init__(message if invariant is None else f"{invariant}: {message}")
 
 
 @dataclass(slots=True)
@@ -214,6 +231,8 @@ class Result:
     states_reached: set[str]
     counterexample: list[str] | None = None
     violation: str | None = None
+    invariant: str | None = None
+    """The spec id of the invariant ``violation`` broke (None: the spec could not run a step)."""
     truncated: bool = False
     unreached_edges: list[Edge] = field(default_factory=list)
     unreached_states: list[str] = field(default_factory=list)
@@ -224,6 +243,9 @@ class ModelChecker:
         self.spec = spec
         self.bounds = bounds or Bounds()
         self._rows = {(state, event): branches for state, event, branches in spec.rows()}
+        self.owning = spec.group("owning")
+        self.pre_commit = spec.group("pre_commit")
+        self.holds = spec.group("hold")
         self._levels = {
             name: (state.level("pin").value, state.level("bounce").value)
             for name, state in spec.states.items()
@@ -267,7 +289,7 @@ class ModelChecker:
         assert record is not None
         branches = self._rows.get((record.state, event))
         if branches is None:
-            raise Violation(f"r{index}: event {event!r} fired in state {record.state!r}")
+            raise Violation(None, f"r{index}: event {event!r} fired in state {record.state!r}")
         branch = self._choose(draft, index, record, branches, args)
         edges.add((record.state, event, branch.guard or "else"))
         source = record.state
@@ -277,23 +299,25 @@ class ModelChecker:
         target = source if branch.to == SAME else branch.to
         record = record._replace(state=target)
         draft.records[index] = record
-        if source in OWNING and target not in OWNING:
+        if source in self.owning and target not in self.owning:
             self._wake_waiters(draft, index)
         if branch.reason is None:
             return None
-        if source in PRE_COMMIT and (record.bounce or record.read):
+        if source in self.pre_commit and (record.bounce or record.read):
             raise Violation(
-                f"pure_revoke: r{index} ended {branch.reason} at or before the IO commit "
-                f"holding {record.bounce} bounce pages / having read {record.read}"
+                "pure_revoke",
+                f"r{index} ended {branch.reason} at or before the IO commit "
+                f"holding {record.bounce} bounce pages / having read {record.read}",
             )
         if branch.reason == "filled" and draft.device < record.span_end:
             raise Violation(
-                f"splice_correctness: r{index} filled but the device ends at {draft.device}"
+                "splice_correctness", f"r{index} filled but the device ends at {draft.device}"
             )
         if record.pin != -1 or record.bounce:
             raise Violation(
-                f"exactly_once_end: r{index} ended {branch.reason} still holding "
-                f"{'a pin' if record.pin != -1 else ''} {record.bounce or ''} bounce pages".strip()
+                "exactly_once_end",
+                f"r{index} ended {branch.reason} still holding "
+                f"{'a pin' if record.pin != -1 else ''} {record.bounce or ''} bounce pages".strip(),
             )
         draft.records[index] = None
         return branch.reason
@@ -304,7 +328,9 @@ class ModelChecker:
         for branch in branches:
             if branch.guard is None or GUARDS[branch.guard](self, draft, index, record, args):
                 return branch
-        raise Violation(f"r{index}: no branch of ({record.state}) applies and there is no else")
+        raise Violation(
+            None, f"r{index}: no branch of ({record.state}) applies and there is no else"
+        )
 
     def _wake_waiters(self, draft: _Draft, index: int) -> None:
         draft.woke = True
@@ -329,7 +355,7 @@ class ModelChecker:
             self._pin_at.append(-1 if record is None else record.pin)
             self._record_of.append(self._record_ids.setdefault(record, len(self._record_ids)))
             self._bounce_of.append(0 if record is None else record.bounce)
-            self._owning.append(record is not None and record.state in OWNING)
+            self._owning.append(record is not None and record.state in self.owning)
             self._waiting_of.append(slot.waiting_on)
         return number
 
@@ -372,7 +398,7 @@ class ModelChecker:
             and (record.hit >= 0 or state == "parked")
         ):
             out.append(Step("event", i, "commit"))
-        if state in HOLDS:
+        if state in self.holds:
             out.append(Step("live", i, "plan"))
             if record.plan >= 0:
                 out.append(Step("live", i, "consume"))
@@ -444,7 +470,7 @@ class ModelChecker:
             fired: set[Edge] = set()
             self.apply(draft, step, fired)
             edges |= fired
-            slot = Slot(_live_fields(draft.records[i]), draft.issues[i], draft.waiting_on[i])
+            slot = Slot(_live_fields(self, draft.records[i]), draft.issues[i], draft.waiting_on[i])
             outcome = (self._intern(slot), draft.device, draft.host_free, draft.woke)
             self._memo[key] = outcome
         number, device, host_free, woke = outcome
@@ -514,19 +540,21 @@ class ModelChecker:
         b = self.bounds
         device, host_free, numbers = state[0], state[1], state[2:]
         if not 0 <= device <= min(b.pages, b.device_pages):
-            raise Violation(f"device_conservation: device holds {device} pages")
+            raise Violation(
+                "aux_and_ownership", f"device conservation: device holds {device} pages"
+            )
         bounce = sum([self._bounce_of[number] for number in numbers])
         if host_free < 0 or host_free + bounce != b.host_pages:
             raise Violation(
-                f"hold_release: {host_free} free + {bounce} owned != {b.host_pages} host pages"
+                "hold_release", f"{host_free} free + {bounce} owned != {b.host_pages} host pages"
             )
         pinned = sum([self._pin_charge[number] for number in numbers])
         if pinned > b.cap_pages:
-            raise Violation(f"pin_balance: {pinned} pinned pages over the cap")
+            raise Violation("pin_balance", f"{pinned} pinned pages over the cap")
         for i, number in enumerate(numbers):
             waiting_on = self._waiting_of[number]
             if waiting_on >= 0 and not self._owning[numbers[waiting_on]]:
-                raise Violation(f"dedup: r{i} waits on r{waiting_on}, which owns nothing")
+                raise Violation("dedup_waiters", f"r{i} waits on r{waiting_on}, which owns nothing")
             if (i, number, device) not in self._checked:
                 self._check_request(i, self._slots[number], device)
                 self._checked.add((i, number, device))
@@ -534,12 +562,12 @@ class ModelChecker:
     def _check_request(self, i: int, slot: Slot, device: int) -> None:
         record, issues, _waiting_on = slot
         if issues > self.bounds.issues_per_request or (record is not None and not issues):
-            raise Violation(f"exactly_once_end: r{i} is live after {issues} issues")
+            raise Violation("exactly_once_end", f"r{i} is live after {issues} issues")
         if record is None:
             return
         if record.pin > device:
             raise Violation(
-                f"pin_safety: r{i} pins position {record.pin} but the device ends at {device}"
+                "pin_safety", f"r{i} pins position {record.pin} but the device ends at {device}"
             )
         levels = self._levels[record.state]
         for resource, level, held in (
@@ -547,9 +575,14 @@ class ModelChecker:
             ("bounce", levels[1], record.bounce > 0),
         ):
             if (level == "always" and not held) or (level == "none" and held):
+                if resource == "pin":
+                    invariant = "pin_balance"
+                else:
+                    invariant = "pure_revoke" if record.state in self.pre_commit else "hold_release"
                 raise Violation(
-                    f"holds: r{i} in {record.state!r} {'holds' if held else 'lacks'} its "
-                    f"{resource} (the spec says {level})"
+                    invariant,
+                    f"r{i} in {record.state!r} {'holds' if held else 'lacks'} its "
+                    f"{resource} (the spec says {level})",
                 )
 
     # ------------------------------------------------------------------ search
@@ -580,7 +613,7 @@ class ModelChecker:
                 try:
                     successor = self.successor(world, step, edges, pinned)
                 except Violation as violation:
-                    return self._failed(parents, world, step, str(violation), edges)
+                    return self._failed(parents, world, step, violation, edges)
                 if successor in parents:
                     continue
                 if len(parents) >= limit:
@@ -590,7 +623,7 @@ class ModelChecker:
                 try:
                     self.check(successor)
                 except Violation as violation:
-                    return self._failed(parents, world, step, str(violation), edges)
+                    return self._failed(parents, world, step, violation, edges)
                 queue.append(successor)
         result = Result(len(parents), edges, self._reached(edges), truncated=truncated)
         result.unreached_edges = [
@@ -612,7 +645,7 @@ class ModelChecker:
         parents: dict[State, tuple[State, Step] | None],
         world: State,
         step: Step,
-        violation: str,
+        violation: Violation,
         edges: set[Edge],
     ) -> Result:
         """The shortest path to the violation, as numbered steps."""
@@ -623,7 +656,9 @@ class ModelChecker:
             path.append(previous)
         path.reverse()
         steps = [self.describe(taken) for taken in path]
-        return Result(len(parents), edges, self._reached(edges), steps, violation)
+        return Result(
+            len(parents), edges, self._reached(edges), steps, str(violation), violation.invariant
+        )
 
 
 # ---------------------------------------------------------------------- guards over positions
@@ -633,16 +668,16 @@ def _read_pages(record: Rec) -> int:
     return min(record.hit, record.span_end - record.matched)
 
 
-def _owns(other: Rec | None, j: int, i: int, start: int, end: int) -> bool:
+def _owns(mc: ModelChecker, other: Rec | None, j: int, i: int, start: int, end: int) -> bool:
     """Record ``j`` (not ``i``) owns pages ``[start, end)`` for in-flight dedup."""
-    if j == i or other is None or other.state not in OWNING or not other.read or end <= start:
+    if j == i or other is None or other.state not in mc.owning or not other.read or end <= start:
         return False
     return other.matched <= start and end <= min(other.matched + other.read, other.span_end)
 
 
 def _span_inflight(mc: ModelChecker, d: _Draft, i: int, r: Rec, a: Args) -> bool:
     start, end = r.matched, r.matched + _read_pages(r)
-    return any(_owns(other, j, i, start, end) for j, other in enumerate(d.records))
+    return any(_owns(mc, other, j, i, start, end) for j, other in enumerate(d.records))
 
 
 GUARDS: dict[str, Guard] = {
@@ -696,11 +731,14 @@ def _free_bounce(mc: ModelChecker, d: _Draft, i: int, r: Rec, a: Args) -> Rec:
 def splice(d: _Draft, i: int, base: int, end: int) -> None:
     """Insert pages ``[base, end)``: add-only, so the device must end exactly at ``base``."""
     if end <= base:
-        raise Violation(f"splice: r{i} splices pages [{base}, {end}): nothing, or backwards")
+        raise Violation(
+            "splice_correctness", f"r{i} splices pages [{base}, {end}): nothing, or backwards"
+        )
     if d.device != base:
         raise Violation(
-            f"add_only_insert: r{i} splices pages [{base}, {end}) but the device holds "
-            f"{d.device}: it would overwrite a sibling's pages or leave a hole"
+            "aux_and_ownership",
+            f"add-only insert: r{i} splices pages [{base}, {end}) but the device holds "
+            f"{d.device}: it would overwrite a sibling's pages or leave a hole",
         )
     d.device = end
 
@@ -713,16 +751,16 @@ def _insert_tail(mc: ModelChecker, d: _Draft, i: int, r: Rec, a: Args) -> Rec:
 def _wait_for_sibling(mc: ModelChecker, d: _Draft, i: int, r: Rec, a: Args) -> Rec:
     start, end = r.matched, r.matched + _read_pages(r)
     for j, other in enumerate(d.records):
-        if _owns(other, j, i, start, end):
+        if _owns(mc, other, j, i, start, end):
             d.waiting_on[i] = j
             return r
-    raise Violation(f"dedup: r{i} declined in flight but no sibling owns its span")
+    raise Violation("dedup_waiters", f"r{i} declined in flight but no sibling owns its span")
 
 
-def _live_fields(record: Rec | None) -> Rec | None:
+def _live_fields(mc: ModelChecker, record: Rec | None) -> Rec | None:
     """``record`` with the fields no later step reads cleared: after the IO commit nothing
     reads the hit (it sized the read); an abandoned read keeps only its bounce and its op."""
-    if record is None or record.state in PRE_COMMIT:
+    if record is None or record.state in mc.pre_commit:
         return record
     if record.state == "abandoned":
         return Rec(

@@ -68,7 +68,16 @@ class TransitionSpec(_Frozen):
 class InvariantSpec(_Frozen):
     id: str
     statement: str
-    checked_by: tuple[str, ...]
+    checked_by: tuple[Literal["static", "model_checker", "stateful", "scenarios"], ...] = Field(
+        min_length=1
+    )
+
+
+class GroupSpec(_Frozen):
+    """A named set of live states the code asks about (``spec.group("hold")``)."""
+
+    doc: str
+    states: tuple[str, ...] = Field(min_length=1)
 
 
 class PhaseSpec(_Frozen):
@@ -99,10 +108,13 @@ class LifecycleSpec(_Frozen):
     resources: dict[str, str]
     states: dict[str, StateSpec]
     initial: str
+    groups: dict[str, GroupSpec]
     events: dict[str, str]
     guards: dict[str, str]
     effects: dict[str, EffectSpec]
     reasons: dict[str, str]
+    counters: dict[str, str]
+    """Every counter but the reasons' (each end reason counts itself under its own name)."""
     transitions: tuple[TransitionSpec, ...]
     diagram: DiagramSpec
     invariants: tuple[InvariantSpec, ...]
@@ -123,6 +135,24 @@ class LifecycleSpec(_Frozen):
             for resource in (*effect.acquires, *effect.may_acquire, *effect.releases):
                 if resource not in self.resources:
                     problems.append(f"effect {name!r} names unknown resource {resource!r}")
+        for group_name, group in self.groups.items():
+            for member in group.states:
+                if member not in self.states:
+                    problems.append(
+                        f"group {group_name!r} names unknown state {member!r}; declare it under "
+                        f"'states' or fix the name"
+                    )
+                elif self.states[member].terminal:
+                    problems.append(
+                        f"group {group_name!r} names terminal state {member!r}; groups are of live "
+                        f"states (a released record is forgotten), so remove it"
+                    )
+        for counter in self.counters:
+            if counter in self.reasons:
+                problems.append(
+                    f"counter {counter!r} is also a reason, which counts itself; remove it from "
+                    f"'counters'"
+                )
         for index, row in enumerate(self.transitions):
             where = f"transitions[{index}] ({row.event})"
             if row.event not in self.events:
@@ -145,6 +175,11 @@ class LifecycleSpec(_Frozen):
         for effect in branch.effects:
             if effect not in self.effects:
                 problems.append(f"{where}: unknown effect {effect!r}; declare it under 'effects'")
+        for counter in branch.count:
+            if counter not in self.counters:
+                problems.append(
+                    f"{where}: unknown counter {counter!r}; declare it under 'counters'"
+                )
         target = self.states.get(branch.to)
         if target is not None and target.terminal and branch.reason is None:
             problems.append(f"{where}: a branch into terminal state {branch.to!r} needs a reason")
@@ -162,14 +197,28 @@ class LifecycleSpec(_Frozen):
         return tuple(name for name, state in self.states.items() if state.terminal)
 
     @property
-    def counters(self) -> tuple[str, ...]:
-        """Every counter the spec increments: branch counters, then one per reason."""
+    def all_counters(self) -> tuple[str, ...]:
+        """Every counter a pipeline keeps: the declared ones, then one per reason."""
+        return (*self.counters, *self.reasons)
+
+    @property
+    def branch_counters(self) -> tuple[str, ...]:
+        """The counters some branch's ``count:`` names, in spec order."""
         names: dict[str, None] = {}
         for row in self.transitions:
             for branch in row.branches:
                 names.update(dict.fromkeys(branch.count))
-        names.update(dict.fromkeys(self.reasons))
         return tuple(names)
+
+    def group(self, name: str) -> frozenset[str]:
+        """The states of group ``name``; a spec without it cannot drive this code."""
+        found = self.groups.get(name)
+        if found is None:
+            raise KeyError(
+                f"the spec declares no state group {name!r} (it has {', '.join(self.groups)}); "
+                f"add it under 'groups' in the spec"
+            )
+        return frozenset(found.states)
 
     def rows(self) -> list[tuple[str, str, tuple[BranchSpec, ...]]]:
         """``(state, event, branches)`` for every source state of every row, in spec order."""

@@ -13,7 +13,7 @@ engine's constant labels plus a ``reason``): every metric is ``stagefate:…``, 
 metric                                       type     labels
 ===========================================  =======  =========================================
 ``stagefate:prefetch_outcomes_total``        counter  ``reason``: how records ended (spec)
-``stagefate:prefetch_events_total``          counter  ``event``: issued, locked, cap_skip, …
+``stagefate:prefetch_events_total``          counter  ``event``: attempts, issued, locked, …
 ``stagefate:l3_reads_total``                 counter
 ``stagefate:l3_read_tokens_total``           counter
 ``stagefate:l3_reads_wasted_total``          counter  ``reason``: why nothing was spliced
@@ -34,6 +34,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from .spec import LifecycleSpec
 from .statemachine.pipeline import BufferPipeline, TransitionEvent
 
 if TYPE_CHECKING:
@@ -41,6 +42,20 @@ if TYPE_CHECKING:
     from prometheus_client.registry import CollectorRegistry
 
 _RETRY_COUNTERS = {"armed": "retries_armed", "exhausted": "retries_exhausted"}
+_L3_COUNTERS = ("l3_reads", "l3_read_tokens", "l3_reads_wasted", "l3_read_tokens_wasted")
+"""Counters exported as families of their own (the wasted ones by reason, from the books)."""
+
+
+def event_counters(spec: LifecycleSpec) -> list[str]:
+    """The spec's counters exported under ``prefetch_events``: every declared one that has no
+    family of its own (reasons go to ``prefetch_outcomes``)."""
+    own = {*_L3_COUNTERS, *_RETRY_COUNTERS.values()}
+    return [name for name in spec.counters if name not in own]
+
+
+def exported_counters(spec: LifecycleSpec) -> set[str]:
+    """Every counter some family exports: a test holds it equal to the spec's counters."""
+    return {*spec.reasons, *event_counters(spec), *_L3_COUNTERS, *_RETRY_COUNTERS.values()}
 
 
 @dataclass(frozen=True)
@@ -115,10 +130,11 @@ class PipelineMetrics:
             outcomes.add_metric([*values, reason], snap.counts[reason])
         yield outcomes
         events = counter(
-            "prefetch_events", "Lifecycle outcomes counted by the spec's branches.", "event"
+            "prefetch_events",
+            "The spec's counters other than end reasons, L3 and retries.",
+            "event",
         )
-        branch_counters = [c for c in spec.counters if c not in spec.reasons]
-        for name in branch_counters:
+        for name in event_counters(spec):
             events.add_metric([*values, name], snap.counts[name])
         yield events
         reads = counter("l3_reads", "L3 reads launched into the host bounce.")

@@ -1,9 +1,27 @@
-"""Which guard and effect names have implementations (read by ``stagefate check``)."""
+"""What the pipeline implements of the spec (read by ``stagefate check`` and the tests)."""
 
 from __future__ import annotations
 
+from typing import NamedTuple
 
-def implemented_names() -> tuple[frozenset[str], frozenset[str]]:
+
+class Implementation(NamedTuple):
+    """The names the pipeline binds: guards, effects, counters (``Stats``) and the state groups
+    it reads; :func:`~stagefate.spec.checks.implementation_problems` compares them with a spec."""
+
+    guards: frozenset[str]
+    effects: frozenset[str]
+    counters: frozenset[str]
+    groups: frozenset[str]
+
+
+def implemented_names() -> Implementation:
     from .pipeline import BufferPipeline
+    from .stats import Stats
 
-    return frozenset(BufferPipeline.GUARDS), frozenset(BufferPipeline.EFFECTS)
+    return Implementation(
+        frozenset(BufferPipeline.GUARDS),
+        frozenset(BufferPipeline.EFFECTS),
+        frozenset(Stats.model_fields),
+        frozenset(BufferPipeline.GROUPS),
+    )

@@ -19,11 +19,12 @@ for the state) or a guard that raises leaves the record untouched.
 from __future__ import annotations
 
 import linecache
-from collections.abc import Callable, Mapping, MutableMapping, Sequence
+from collections.abc import Callable, Collection, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
 from ..spec import LifecycleSpec
+from ..spec.checks import implementation_problems
 from .errors import IncompleteImplementation, LifecycleError
 
 
@@ -62,32 +63,26 @@ class Outcome:
 
 
 def require_complete(
-    spec: LifecycleSpec, guards: Mapping[str, object], effects: Mapping[str, object]
+    spec: LifecycleSpec,
+    guards: Mapping[str, object],
+    effects: Mapping[str, object],
+    counts: Mapping[str, int] | None = None,
+    groups: Collection[str] = (),
 ) -> None:
-    """Raise unless every guard and effect of the spec is implemented (and nothing extra is)."""
-    problems = []
-    for kind, declared, given in (
-        ("guard", spec.guards, guards),
-        ("effect", spec.effects, effects),
-    ):
-        missing = sorted(set(declared) - set(given))
-        extra = sorted(set(given) - set(declared))
-        if missing:
-            problems.append(f"missing {kind} implementations: {', '.join(missing)}")
-        if extra:
-            problems.append(f"{kind} implementations the spec never names: {', '.join(extra)}")
+    """Raise unless the implementation is exactly the spec's (:func:`implementation_problems`)."""
+    problems = implementation_problems(spec, guards, effects, counts, groups)
     if problems:
-        raise IncompleteImplementation(
-            "; ".join(problems) + ". Bind exactly the names declared in spec/lifecycle.yaml."
-        )
+        raise IncompleteImplementation("; ".join(problems))
 
 
 class CompiledMachine(Generic[Ctx]):
     """The spec's rows as generated functions over bound guards and effects.
 
-    ``counts`` (optional) receives the branches' counters; ``exits`` names effects to run after
-    a move between two states (after the branch's own effects and the state change); ``end`` is
-    called with the reason of a branch that has one, last.
+    ``counts`` (optional) receives the branches' counters and must hold exactly the spec's
+    counters; ``groups`` names the state groups the caller reads (each must be declared);
+    ``exits`` names effects to run after a move between two states (after the branch's own
+    effects and the state change); ``end`` is called with the reason of a branch that has one,
+    last.
     """
 
     def __init__(
@@ -98,8 +93,9 @@ class CompiledMachine(Generic[Ctx]):
         counts: MutableMapping[str, int] | None = None,
         exits: ExitHooks[Ctx] | None = None,
         end: EndHook[Ctx] | None = None,
+        groups: Collection[str] = (),
     ) -> None:
-        require_complete(spec, guards, effects)
+        require_complete(spec, guards, effects, counts, groups)
         self.spec = spec
         self._legal: dict[str, list[str]] = {name: [] for name in spec.states}
         for source, event, _branches in spec.rows():

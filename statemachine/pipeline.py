@@ -67,12 +67,6 @@ from .retry import RetryBook
 from .stats import Stats
 
 LockOutcome = Literal["locked", "no_anchor", "cap_skip", "anchor_lost"]
-_HOLD_STATES = frozenset({"staged", "trimmed"})
-_PENDING_STATES = frozenset(
-    {"issued", "locked", "no_anchor", "cap_skip", "anchor_lost", "parked", "reading"}
-)
-_OWNING_STATES = frozenset({"reading", "staged", "trimmed", "consumed"})
-"""States whose record owns its span's page keys for in-flight dedup."""
 _EMPTY = torch.empty(0, dtype=torch.int64)
 _COMPLETION_EVENTS = {"exists": "hit", "read": "read_done", "load": "ack"}
 """The event each kind of IO completion fires."""
@@ -146,6 +140,8 @@ class BufferPipeline:
 
     GUARDS: ClassVar[frozenset[str]]
     EFFECTS: ClassVar[frozenset[str]]
+    GROUPS: ClassVar[tuple[str, ...]] = ("hold", "pending", "owning")
+    """The spec's state groups this class reads (a spec without one is refused)."""
 
     def __init__(
         self,
@@ -183,10 +179,20 @@ class BufferPipeline:
         self.copy = CopyEngine(self.device_pool.device)
         self.spec = spec or load_spec()
         self._counts: dict[str, int] = dict.fromkeys(Stats.model_fields, 0)
+        self._hold_states, self._pending_states, self._owning_states = (
+            self.spec.group(name) if name in self.spec.groups else frozenset()
+            for name in self.GROUPS
+        )  # a missing group is named by the machine's completeness check just below
         guards = {name: getattr(self, f"_guard_{name}") for name in self.GUARDS}
         effects = {name: getattr(self, f"_effect_{name}") for name in self.EFFECTS}
         self.machine: CompiledMachine[Record] = CompiledMachine(
-            self.spec, guards, effects, counts=self._counts, exits=self._exits, end=self._end
+            self.spec,
+            guards,
+            effects,
+            counts=self._counts,
+            exits=self._exits,
+            end=self._end,
+            groups=self.GROUPS,
         )
         self._transitions = self.machine.transitions
         self._oracle = OracleMachine(self.spec, guards) if cfg.check_oracle else None
@@ -277,7 +283,7 @@ class BufferPipeline:
         """Tokens a plan at ``device_prefix_len`` would splice (0: unusable); changes nothing."""
         self._check_prefix_len(device_prefix_len)
         record = self.records.get(req_id)
-        if record is None or record.state not in _HOLD_STATES:
+        if record is None or record.state not in self._hold_states:
             return 0
         record.arg_prefix_len = device_prefix_len
         outcome = self.machine.decide(record, "plan")
@@ -287,7 +293,7 @@ class BufferPipeline:
         """Charge the splice at admission: ``(kv_tokens, swa_tokens)``; frees an unusable hold."""
         self._check_prefix_len(device_prefix_len)
         record = self.records.get(req_id)
-        if record is None or record.state not in _HOLD_STATES:
+        if record is None or record.state not in self._hold_states:
             return (0, 0)
         record.arg_prefix_len = device_prefix_len
         if self._fire(record, "plan").target == "released":
@@ -327,7 +333,7 @@ class BufferPipeline:
     def release_staged_hold(self, req_id: str) -> bool:
         """Free a staged hold the scheduler will not consume; False when there is none."""
         record = self.records.get(req_id)
-        if record is None or record.state not in _HOLD_STATES:
+        if record is None or record.state not in self._hold_states:
             return False
         self._fire(record, "release_hold")
         return True
@@ -394,7 +400,7 @@ class BufferPipeline:
         """
         record = self.records.get(req_id)
         if record is not None:
-            return record.state in _PENDING_STATES
+            return record.state in self._pending_states
         return self.retries.pending(req_id) and any(
             req_id in waiters for waiters in self._waiters.values()
         )
@@ -464,7 +470,8 @@ class BufferPipeline:
         hooks: list[Callable[[Record], None]] = []
         if source == "parked" and target != "parked":
             hooks.append(self._leave_parked)
-        if source in _OWNING_STATES and target not in _OWNING_STATES:
+        owning = self._owning_states
+        if source in owning and target not in owning:
             hooks.append(self._leave_owning)
         return hooks
 

@@ -65,7 +65,7 @@ def test_check_prints_the_shortest_counterexample_of_a_planted_bug(
     spec.write_text(text.replace(covered, "").replace(trim, trim + covered))
     assert main(["check", "--spec", str(spec), "--issues", "1"]) == 1
     out = capsys.readouterr().out
-    assert "static checks passed" in out and "VIOLATION splice:" in out
+    assert "static checks passed" in out and "VIOLATION splice_correctness:" in out
     assert "  1. r0: prefetch_from_storage" in out and "  7. r0: init_load_back" in out
 
 

@@ -92,18 +92,37 @@ def test_machine_refuses_incomplete_bindings() -> None:
     guards, effects = bindings()
     del guards["host_short"]
     effects["surprise"] = lambda r: None
-    with pytest.raises(IncompleteImplementation, match="missing guard implementations: host_short"):
+    with pytest.raises(IncompleteImplementation) as refused:
         CompiledMachine(SPEC, guards, effects)  # type: ignore[arg-type]
+    assert "guards the spec declares with no implementation: host_short" in str(refused.value)
+    assert "effect implementations the spec never declares: surprise" in str(refused.value)
+
+
+def test_machine_refuses_counts_that_are_not_the_specs() -> None:
+    """A counter the spec adds that Stats lacks is refused at build, not as a KeyError inside a
+    generated row after its effects ran."""
+    guards, effects = bindings()
+    counts = dict.fromkeys(SPEC.all_counters, 0)
+    del counts["parked"]
+    with pytest.raises(
+        IncompleteImplementation,
+        match=r"counters the spec declares with no implementation: parked .*statemachine/stats.py",
+    ):
+        CompiledMachine(SPEC, guards, effects, counts=counts)  # type: ignore[arg-type]
+    with pytest.raises(IncompleteImplementation, match="does not declare: hold_on"):
+        CompiledMachine(SPEC, guards, effects, groups=("hold_on",))  # type: ignore[arg-type]
 
 
 def test_a_branch_counts_then_runs_exit_hooks_then_ends_after_its_effects() -> None:
     guards, effects = bindings()
-    counts: dict[str, int] = {}
+    counts = dict.fromkeys(SPEC.all_counters, 0)
     world = World(dict.fromkeys(SPEC.guards, False))
 
     def exits(source: str, target: str) -> list[Callable[[Rec], None]]:
         hook = f"exit {source}->{target}"
-        return [lambda r: r.world.log.append(f"{hook} {dict(counts)}")]
+        return [
+            lambda r: r.world.log.append(f"{hook} { ({k: n for k, n in counts.items() if n}) }")
+        ]
 
     def end(r: Rec, reason: str) -> None:
         r.world.log.append(f"end {reason}")
@@ -111,7 +130,6 @@ def test_a_branch_counts_then_runs_exit_hooks_then_ends_after_its_effects() -> N
     compiled = CompiledMachine(SPEC, guards, effects, counts, exits, end)  # type: ignore[arg-type]
     rec = Rec("r1", world)
     assert compiled.decide(rec, "lock").target == "locked" and world.log == []  # nothing ran
-    counts.update(issued=0, locked=0)
     outcome = compiled.fire(rec, "lock")
     assert (outcome.target, rec.state) == ("locked", "locked")
     assert world.log == ["pin_anchor", "exit issued->locked {'issued': 1, 'locked': 1}"]

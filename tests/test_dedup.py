@@ -33,6 +33,7 @@ def _two_readers(pair: Pair, seq: list[int], **namespace: str) -> None:
     consumer.poll()  # b commits
 
 
+@pytest.mark.invariant("dedup_waiters")
 def test_same_span_is_read_once_and_the_waiter_gets_a_device_hit() -> None:
     pair = make_pair(config(PAGE))
     consumer, seq = pair.consumer, seq_of(5, PAGE)
@@ -59,6 +60,7 @@ def test_same_span_is_read_once_and_the_waiter_gets_a_device_hit() -> None:
     assert_quiescent(consumer)
 
 
+@pytest.mark.invariant("dedup_waiters")
 def test_sibling_aborted_mid_read_sends_the_waiter_to_read_it_itself() -> None:
     pair = make_pair(config(PAGE))
     consumer, seq = pair.consumer, seq_of(5, PAGE)

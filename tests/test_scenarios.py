@@ -34,6 +34,7 @@ def _stage(pair, seq, req="r", matched_len=0):  # type: ignore[no-untyped-def]
 
 
 @pytest.mark.parametrize(("page", "window_pages"), MATRIX)
+@pytest.mark.invariant("splice_correctness")
 def test_trim_head_published_by_sibling(page: int, window_pages: int | None) -> None:
     pair = make_pair(config(page, _window(page, window_pages)))
     seq = seq_of(5, page)
@@ -67,6 +68,7 @@ def test_trim_head_published_by_sibling(page: int, window_pages: int | None) -> 
 
 
 @pytest.mark.parametrize(("page", "window_pages"), MATRIX)
+@pytest.mark.invariant("hold_release")
 def test_plan_frees_covered_hold(page: int, window_pages: int | None) -> None:
     pair = make_pair(config(page, _window(page, window_pages)))
     seq = seq_of(5, page)
@@ -116,6 +118,7 @@ def test_span_keys_are_the_same_from_a_cold_or_a_remembered_anchor(page: int) ->
     assert_quiescent(consumer)
 
 
+@pytest.mark.invariant("pin_balance")
 def test_anchor_outcomes() -> None:
     pair = make_pair(config())
     consumer = pair.consumer
@@ -139,6 +142,7 @@ def test_anchor_outcomes() -> None:
     assert_quiescent(consumer)
 
 
+@pytest.mark.invariant("pin_balance", "retry_discipline")
 def test_cap_zero_skips_the_pin_and_evicted_anchor_declines_with_retry() -> None:
     pair = make_pair(config(max_context_len=64))  # cap = min(32, 64 - 64) = 0
     consumer = pair.consumer
@@ -159,6 +163,7 @@ def test_cap_zero_skips_the_pin_and_evicted_anchor_declines_with_retry() -> None
 
 
 @pytest.mark.parametrize(("page", "window_pages"), MATRIX)
+@pytest.mark.invariant("plan_equals_consume")
 def test_stale_prefix_after_sibling_published_the_span_drops_cleanly(
     page: int, window_pages: int | None
 ) -> None:
@@ -176,6 +181,7 @@ def test_stale_prefix_after_sibling_published_the_span_drops_cleanly(
     assert_quiescent(consumer)
 
 
+@pytest.mark.invariant("namespace_isolation")
 def test_namespace_isolation_in_tree_and_l3() -> None:
     pair = make_pair(config())
     consumer = pair.consumer
@@ -202,6 +208,7 @@ def test_namespace_isolation_in_tree_and_l3() -> None:
     assert_quiescent(consumer)
 
 
+@pytest.mark.invariant("retry_discipline")
 def test_full_miss_then_paced_retry_stages_once_written() -> None:
     pair = make_pair(config())
     consumer = pair.consumer
@@ -223,6 +230,7 @@ def test_full_miss_then_paced_retry_stages_once_written() -> None:
     assert_quiescent(consumer)
 
 
+@pytest.mark.invariant("retry_discipline")
 def test_queue_head_retry_is_never_delayed_and_attempts_are_bounded() -> None:
     pair = make_pair(config(retry_max_attempts=2))
     consumer = pair.consumer
@@ -237,6 +245,7 @@ def test_queue_head_retry_is_never_delayed_and_attempts_are_bounded() -> None:
 
 
 @pytest.mark.parametrize(("page", "window_pages"), MATRIX)
+@pytest.mark.invariant("splice_correctness", "aux_and_ownership")
 def test_read_round_trip_under_device_pressure(page: int, window_pages: int | None) -> None:
     pair = make_pair(config(page, _window(page, window_pages)))
     consumer = pair.consumer
@@ -291,6 +300,7 @@ def _reach(pair, seq, target):  # type: ignore[no-untyped-def]
         ("consumed", "consumed"),
     ],
 )
+@pytest.mark.invariant("exactly_once_end", "hold_release")
 def test_abort_in_every_live_state(target: str, after_abort: str | None) -> None:
     pair = make_pair(config())
     seq = seq_of(5, 1)

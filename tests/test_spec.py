@@ -14,6 +14,7 @@ from stagefate.spec.checks import (
     check_determinism,
     check_diagram,
     check_implementations,
+    check_pure_revoke,
     check_reachability,
     check_resource_balance,
     check_terminal,
@@ -60,8 +61,7 @@ def test_spec_has_every_design_state_and_one_terminal() -> None:
 
 
 def test_shipped_spec_passes_every_static_check_with_the_pipeline_bound() -> None:
-    guards, effects = implemented_names()
-    assert run_static_checks(load_spec(), guards, effects) == []
+    assert run_static_checks(load_spec(), *implemented_names()) == []
 
 
 def test_unknown_name_is_rejected_with_field_path_and_fix() -> None:
@@ -90,9 +90,82 @@ def test_unreadable_spec_file_says_so(tmp_path: Path) -> None:
 
 
 def test_implementations_check_names_the_missing_guard() -> None:
-    guards, effects = implemented_names()
-    findings = check_implementations(load_spec(), guards - {"host_short"}, effects)
-    assert [f.message for f in findings] == ["guard 'host_short' has no registered implementation"]
+    bound = implemented_names()
+    findings = check_implementations(load_spec(), bound.guards - {"host_short"}, bound.effects)
+    assert [f.message for f in findings] == [
+        "guards the spec declares with no implementation: host_short (bind exactly the guards "
+        "spec/lifecycle.yaml declares)"
+    ]
+
+
+def test_implementations_check_runs_both_ways_over_counters_and_groups() -> None:
+    bound = implemented_names()
+    findings = check_implementations(
+        load_spec(),
+        bound.guards | {"made_up"},
+        bound.effects,
+        bound.counters - {"l3_reads"} | {"l3_writes"},
+        bound.groups | {"resting"},
+    )
+    messages = " / ".join(f.message for f in findings)
+    assert "guard implementations the spec never declares: made_up" in messages
+    assert "counters the spec declares with no implementation: l3_reads" in messages
+    assert "counter implementations the spec never declares: l3_writes" in messages
+    assert "Stats (statemachine/stats.py)" in messages
+    assert "does not declare: resting (add them under 'groups')" in messages
+
+
+@pytest.mark.parametrize(
+    ("edit", "expected"),
+    [
+        (lambda d: d["groups"]["hold"]["states"].append("stagedd"), "unknown state 'stagedd'"),
+        (lambda d: d["groups"]["owning"]["states"].append("released"), "terminal state"),
+        (lambda d: d["groups"]["pending"].update(states=[]), "groups.pending.states"),
+        (lambda d: d["groups"].update(idle={"states": ["parked"]}), "groups.idle.doc"),
+    ],
+    ids=["unknown-state", "terminal-state", "empty", "no-doc"],
+)
+def test_a_broken_group_is_rejected_with_the_fix(edit: Any, expected: str) -> None:
+    doc = document()
+    edit(doc)
+    with pytest.raises(SpecError, match=expected):
+        parse_spec(doc)
+
+
+def test_an_undeclared_or_clashing_counter_is_rejected() -> None:
+    doc = document()
+    row(doc, "reading", "read_done")["branches"][1]["count"] = ["stagedd"]
+    with pytest.raises(SpecError, match="unknown counter 'stagedd'; declare it under 'counters'"):
+        parse_spec(doc)
+    doc = document()
+    doc["counters"]["filled"] = "counted twice"
+    with pytest.raises(SpecError, match="counter 'filled' is also a reason"):
+        parse_spec(doc)
+
+
+def test_the_code_reads_groups_from_the_spec_and_refuses_a_spec_without_one() -> None:
+    spec = load_spec()
+    assert spec.group("hold") == {"staged", "trimmed"}
+    with pytest.raises(KeyError, match="add it under 'groups'"):
+        spec.group("resting")
+    doc = document()
+    del doc["groups"]["owning"]
+    from stagefate import BufferPipeline, PipelineConfig
+    from stagefate.statemachine.errors import IncompleteImplementation
+
+    with pytest.raises(IncompleteImplementation, match="does not declare: owning"):
+        BufferPipeline(PipelineConfig(), spec=parse_spec(doc))
+
+
+def test_pure_revoke_check_finds_a_bounce_before_the_commit() -> None:
+    doc = document()
+    doc["states"]["parked"]["holds"]["bounce"] = "maybe"
+    findings = check_pure_revoke(parse_spec(doc))
+    assert any("pre-commit state 'parked' may hold the bounce" in f.message for f in findings)
+    doc = document()
+    row(doc, "locked", "hit")["branches"][0]["effects"] = ["unpin", "alloc_bounce", "free_bounce"]
+    findings = check_pure_revoke(parse_spec(doc))
+    assert any("a revoke must allocate nothing" in f.message for f in findings)
 
 
 def test_reachability_check_finds_an_orphan_state() -> None:
