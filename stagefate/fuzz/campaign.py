@@ -17,8 +17,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from ..spec import load_spec
-from ..targets import tree_factory
-from .machine import PAGE, TALLY, Edge, PipelineFuzzer
+from .machine import TALLY, Edge, PipelineFuzzer
 from .profiles import register_profiles
 
 STEPS_PER_EXAMPLE = 100
@@ -38,25 +37,18 @@ class CampaignResult:
 
 def run_campaign(
     console: Console,
+    machine: type[PipelineFuzzer] = PipelineFuzzer,
     steps: int | None = None,
     budget_seconds: float | None = None,
     seed: int = 0,
-    faults: bool = True,
     profile: str = "fuzz",
-    log_path: str | None = None,
-    tree: str = "stagefate",
 ) -> CampaignResult:
-    """Batches of programs until ``steps`` states are checked or ``budget_seconds`` pass.
-
-    ``tree`` names the radix tree under test (:data:`stagefate.targets.TREES`)."""
-    PipelineFuzzer.faults = faults
-    PipelineFuzzer.log_path = log_path
-    PipelineFuzzer.tree_factory = staticmethod(tree_factory(tree))
-    # SGLang's trees are built with the FULL component only: no sliding-window variant.
-    PipelineFuzzer.windows = (None, 2 * PAGE) if tree == "stagefate" else (None,)
+    """Batches of ``machine``'s programs until ``steps`` states are checked or
+    ``budget_seconds`` pass; ``machine`` comes configured from :func:`~.machine.configured`
+    (its tree, faults, log), so the campaign changes no class another caller sees."""
     TALLY.reset()
     examples, seconds, failure = run_batches(
-        console, PipelineFuzzer, lambda: TALLY.states, steps, budget_seconds, seed, profile
+        console, machine, lambda: TALLY.states, steps, budget_seconds, seed, profile
     )
     unreached = [edge for edge in load_spec().edges() if TALLY.edges[edge] == 0]
     return CampaignResult(TALLY.states, examples, seconds, failure, unreached)

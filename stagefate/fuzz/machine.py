@@ -11,12 +11,14 @@ cross-namespace reuse as a byte mismatch.
 Rules play both the scheduler (issue, poll, plan with the live or a stale prefix, consume,
 abort, release, retries) and the world (IO completing in any order, short or failing reads,
 sibling publishes that split nodes, eviction, pages dropped from L3). The ``transitions`` oracle
-runs in lockstep (``check_oracle``); every DESIGN §4 invariant is an ``@invariant``. Every fired
+runs in lockstep (``check_oracle``); every spec invariant the stateful fuzzer is listed for is an
+``@invariant`` of the same name (:func:`spec_invariant`). Every fired
 transition is counted in :data:`TALLY` so a campaign can report which spec edges it reached.
 """
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -36,7 +38,9 @@ from hypothesis.stateful import (
 
 from ..runtime import MemoryStorage, RadixTree, Storage, page_hashes
 from ..runtime.hashing import namespace_of, storage_key
+from ..runtime.pools import PoolError
 from ..runtime.prefix_tree import Node, TreeFactory, alloc_evicting
+from ..spec import load_spec
 from ..statemachine.config import PipelineConfig
 from ..statemachine.errors import LifecycleError
 from ..statemachine.pipeline import BufferPipeline, TransitionEvent
@@ -47,9 +51,46 @@ _HEAD = list(range(1, 17))
 SEQUENCES = (_HEAD, _HEAD[:6] + list(range(100, 110)), _HEAD[:10] + list(range(200, 206)))
 SALTS = (None, "tenant-b")
 REQUEST_IDS = tuple(f"r{i}" for i in range(5))
-_HOLDS = ("staged", "trimmed")
-_LOCKABLE = ("locked", "no_anchor", "cap_skip", "anchor_lost")
-_NO_CONSUME = ("issued", "locked", "no_anchor", "cap_skip", "anchor_lost", "parked", "reading")
+SPEC = load_spec()
+_HOLDS = tuple(sorted(SPEC.group("hold")))
+_LOCKABLE = tuple(sorted(SPEC.group("lockable")))
+_NO_CONSUME = tuple(sorted(SPEC.group("pending")))
+"""States in which ``init_load_back`` must be refused: the prefetch has staged nothing yet."""
+
+
+class InvariantViolated(AssertionError):
+    """A spec invariant failed; ``invariant`` is its id in spec/lifecycle.yaml."""
+
+    def __init__(self, invariant: str, message: str) -> None:
+        self.invariant = invariant
+        super().__init__(f"{invariant}: {message}")
+
+
+def spec_invariant(check: Callable[[PipelineFuzzer], None]) -> Callable[[PipelineFuzzer], None]:
+    """An ``@invariant`` named by a spec invariant id; its failure says which invariant broke."""
+
+    @functools.wraps(check)
+    def checked(self: PipelineFuzzer) -> None:
+        try:
+            check(self)
+        except AssertionError as failed:
+            if isinstance(failed, InvariantViolated):
+                raise
+            raise InvariantViolated(check.__name__, str(failed) or "failed") from failed
+
+    return invariant()(checked)
+
+
+def violated_invariant(failure: BaseException) -> str | None:
+    """The spec invariant a fuzz failure shows broken: an ``@invariant``'s id, or
+    ``hold_release`` for a slot freed twice or by a stranger (the pool raises before anything
+    changes, as the invariant demands); None for anything else (a bug in a rule, a typo)."""
+    if isinstance(failure, InvariantViolated):
+        return failure.invariant
+    if isinstance(failure, PoolError):
+        return "hold_release"
+    return None
+
 
 Edge = tuple[str, str, str]
 
@@ -163,6 +204,9 @@ def _record_edge(event: TransitionEvent) -> None:
 
 
 class PipelineFuzzer(RuleBasedStateMachine):
+    """The fuzzer over stagefate's own setup; :func:`configured` makes a variant (another tree,
+    faults off, a log) as a subclass, so no caller changes what another one runs."""
+
     faults: ClassVar[bool] = True
     """IO errors, short reads and L3 drops (``stagefate fuzz --no-faults`` turns them off)."""
 
@@ -195,6 +239,7 @@ class PipelineFuzzer(RuleBasedStateMachine):
         self.log = None if self.log_path is None else TransitionLog.open(self.log_path)
         if self.log is not None:
             self.pipe.instruments.append(self.log)
+        self.groups = {name: self.pipe.spec.group(name) for name in ("pre_commit", "owning")}
         self.asked: dict[str, tuple[list[int], str | None]] = {}
         self.running: list[Node] = []
         """Nodes the engine's running requests lock (their KV must stay while they compute)."""
@@ -464,23 +509,45 @@ class PipelineFuzzer(RuleBasedStateMachine):
             log.close()
 
     # ------------------------------------------------------------------ invariants
+    # One @invariant per spec invariant whose checked_by lists `stateful`, named by its id.
 
-    @invariant()
-    def tree_is_sound(self) -> None:
+    @spec_invariant
+    def pin_safety(self) -> None:
         TALLY.states += 1
-        self.pipe.tree.sanity_check()
-
-    @invariant()
-    def pools_conserve(self) -> None:
         pipe = self.pipe
-        assert pipe.device_pool.available() + pipe.tree.total_tokens() == pipe.device_pool.capacity
+        pipe.tree.sanity_check()
+        for record in pipe.records.values():
+            if record.pinned_node is not None:
+                assert record.pinned_node.attached, f"{record.request_id}'s pinned node evicted"
+                assert record.pinned_node.lock_ref > 0
+            if record.state == "locked":
+                assert record.pinned_node is not None, "locked without its anchor pin"
+
+    @spec_invariant
+    def pin_balance(self) -> None:
+        pipe = self.pipe
+        pinned = [r for r in pipe.records.values() if r.pinned_node is not None]
+        assert sum(r.pinned_tokens for r in pinned) == pipe.pinned_tokens
+        if not pinned and not self.running:
+            assert pipe.tree.protected_size == 0, "a pin outlived its record"
+        assert pipe.pinned_tokens <= pipe.cap
+
+    @spec_invariant
+    def pure_revoke(self) -> None:
+        for record in self.pipe.records.values():
+            if record.state in self.groups["pre_commit"]:
+                assert record.host_indices is None and record.read_tokens == 0, (
+                    f"{record.request_id} holds a bounce or launched a read before its commit"
+                )
+
+    @spec_invariant
+    def hold_release(self) -> None:
+        pipe = self.pipe
         bounce = sum(
             len(r.host_indices) for r in pipe.records.values() if r.host_indices is not None
         )
         assert pipe.host_pool.available() + bounce == pipe.host_pool.capacity, "bounce leaked"
-        if pipe.aux_pool is not None and pipe.host_aux_pool is not None:
-            tree_aux = pipe.tree.aux_slots().numel()
-            assert pipe.aux_pool.available() + tree_aux == pipe.aux_pool.capacity, "aux leaked"
+        if pipe.host_aux_pool is not None:
             host_aux = sum(
                 len(r.host_aux_indices)
                 for r in pipe.records.values()
@@ -488,43 +555,22 @@ class PipelineFuzzer(RuleBasedStateMachine):
             )
             assert pipe.host_aux_pool.available() + host_aux == pipe.host_aux_pool.capacity
 
-    @invariant()
-    def pins_match_records(self) -> None:
-        pipe = self.pipe
-        pinned = [r for r in pipe.records.values() if r.pinned_node is not None]
-        assert sum(r.pinned_tokens for r in pinned) == pipe.pinned_tokens
-        for record in pinned:
-            assert record.pinned_node is not None and record.pinned_node.attached
-            assert record.pinned_node.lock_ref > 0
-        if not pinned and not self.running:
-            assert pipe.tree.protected_size == 0, "a pin outlived its record"
-        assert pipe.pinned_tokens <= pipe.cap
-        for record in pipe.records.values():
-            if record.state == "locked":
-                assert record.pinned_node is not None, "locked without its anchor pin"
-
-    @invariant()
-    def books_close(self) -> None:
+    @spec_invariant
+    def exactly_once_end(self) -> None:
         stats, (reads, tokens) = self.pipe.stats, self.pipe.reads_in_flight()
         assert stats.l3_reads == stats.filled + stats.l3_reads_wasted + reads
         assert stats.l3_read_tokens == stats.spliced_tokens + stats.l3_read_tokens_wasted + tokens
         ended = sum(getattr(stats, reason) for reason in self.pipe.spec.reasons)
         assert stats.issued + stats.declined_too_short == ended + len(self.pipe.records)
 
-    @invariant()
-    def device_bytes_match_tokens(self) -> None:
+    @spec_invariant
+    def splice_correctness(self) -> None:
         """Every tree node's KV is its own tokens' (in its namespace); in-flight copies excepted."""
         pipe = self.pipe
-        queued = set(pipe.io.queued("load"))  # type: ignore[attr-defined]
-        in_flight = {  # slots whose H2D copy has not run yet (a copy that ran is checked)
-            slot
-            for r in pipe.records.values()
-            if r.state == "consumed" and r.op_id in queued and r.device_indices is not None
-            for slot in r.device_indices.tolist()
-        }
         nodes = pipe.tree.nodes()
         if not nodes:
             return
+        in_flight = self._slots_in_flight()
         # one gather and one comparison for the whole tree; a node is named only on a mismatch
         slots = torch.cat([node.value for node in nodes])
         expected = torch.cat([_expected_kv(node.namespace[1], node.tokens()) for node in nodes])
@@ -538,14 +584,91 @@ class PipelineFuzzer(RuleBasedStateMachine):
                 )
                 assert bool(mine.all()), f"wrong KV under {node!r}"
 
-    @invariant()
-    def waiters_wait_on_live_owners(self) -> None:
+    def _slots_in_flight(self) -> set[int]:
+        """Device slots whose H2D copy has not run yet (a copy that ran is checked)."""
+        pipe = self.pipe
+        queued = set(pipe.io.queued("load"))  # type: ignore[attr-defined]
+        return {
+            slot
+            for r in pipe.records.values()
+            if r.state == "consumed" and r.op_id in queued and r.device_indices is not None
+            for slot in r.device_indices.tolist()
+        }
+
+    @spec_invariant
+    def plan_equals_consume(self) -> None:
+        for record in self.pipe.records.values():
+            if record.state == "consumed":
+                assert record.plan_prefix is not None and record.device_indices is not None
+                charged = record.span_end - record.plan_prefix
+                assert record.device_indices.numel() == charged == record.spliced_tokens, (
+                    f"{record.request_id}: charged {charged} at plan, allocated "
+                    f"{record.device_indices.numel()} at consume"
+                )
+
+    @spec_invariant
+    def namespace_isolation(self) -> None:
+        """A node's KV carries its namespace (the ``1000 ×`` part of :func:`kv_value`): a slot
+        whose bytes name another namespace was spliced across namespaces."""
+        pipe = self.pipe
+        in_flight = self._slots_in_flight()
+        for node in pipe.tree.nodes():
+            values = pipe.device_pool.kv[0, 0, node.value, 0, 0].cpu()
+            settled = ~_in(node.value, in_flight)
+            owner = torch.div(values[settled], 1000, rounding_mode="floor")
+            assert bool((owner == SALTS.index(node.namespace[1])).all()), (
+                f"KV of another namespace under {node!r}"
+            )
+
+    @spec_invariant
+    def aux_and_ownership(self) -> None:
+        pipe = self.pipe
+        assert pipe.device_pool.available() + pipe.tree.total_tokens() == pipe.device_pool.capacity
+        if pipe.aux_pool is not None:
+            tree_aux = pipe.tree.aux_slots().numel()
+            assert pipe.aux_pool.available() + tree_aux == pipe.aux_pool.capacity, "aux leaked"
+            for record in pipe.records.values():
+                if record.state == "consumed" and record.aux_device_indices is not None:
+                    assert record.aux_device_indices.numel() == record.aux_tokens, "aux cut"
+
+    @spec_invariant
+    def retry_discipline(self) -> None:
+        retries = self.pipe.retries
+        for request_id in self.asked:
+            assert retries.attempts(request_id) <= retries.max_attempts, (
+                f"{request_id} retried {retries.attempts(request_id)} times"
+            )
+        assert retries.pending_count() <= len(self.asked)
+
+    @spec_invariant
+    def dedup_waiters(self) -> None:
         pipe = self.pipe
         for sibling in pipe._waiters:
             record = pipe.records.get(sibling)
-            assert record is not None and record.state in (
-                "reading",
-                "staged",
-                "trimmed",
-                "consumed",
+            assert record is not None and record.state in self.groups["owning"], (
+                f"requests wait on {sibling}, which owns no span"
             )
+
+
+def configured(
+    *,
+    faults: bool = True,
+    tree_factory: TreeFactory = RadixTree,
+    windows: tuple[int | None, ...] = (None, 2 * PAGE),
+    device: str = "cpu",
+    storage_factory: Callable[[PipelineConfig], Storage] | None = None,
+    log_path: str | None = None,
+) -> type[PipelineFuzzer]:
+    """A :class:`PipelineFuzzer` subclass with these settings (a tree without aux support takes
+    ``windows=(None,)``; ``storage_factory`` builds each program's L3, memory by default)."""
+    settings: dict[str, object] = {
+        "faults": faults,
+        "tree_factory": staticmethod(tree_factory),
+        "windows": windows,
+        "device": device,
+        "log_path": log_path,
+        "__module__": __name__,
+    }
+    if storage_factory is not None:
+        settings["storage_factory"] = staticmethod(storage_factory)
+    return type("PipelineFuzzer", (PipelineFuzzer,), settings)

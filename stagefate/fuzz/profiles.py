@@ -1,6 +1,6 @@
 """Hypothesis profiles shared by the test suite and ``stagefate fuzz``.
 
-``ci``: derandomized and short (``make test``); ``dev``: more examples, random; ``fuzz``: long
+``ci``: derandomized, short and without an example database (``make test``: every run the same); ``dev``: more examples, random; ``fuzz``: long
 campaigns; ``repro``: one example, printing the blob that replays a failure.
 """
 
@@ -15,6 +15,7 @@ def register_profiles() -> None:
     settings.register_profile(
         "ci",
         derandomize=True,
+        database=None,  # no example replayed from an earlier run: the same programs every time
         max_examples=60,
         deadline=None,
         suppress_health_check=[HealthCheck.too_slow],
