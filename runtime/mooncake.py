@@ -42,8 +42,8 @@ from urllib.parse import parse_qs, urlparse
 import numpy as np
 import torch
 
+from .pages import copy_pages_into
 from .pools import KVLayout
-from .storage import copy_pages_into
 
 FULL = -200
 LEASE_HELD = -706

@@ -18,13 +18,14 @@ import os
 import struct
 import tempfile
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 import numpy as np
 import torch
 
+from .pages import copy_pages_into, page_shape_in
 from .pools import KVLayout, numpy_view, tensor_of_view
 
 _MAGIC = b"SFKV"
@@ -60,31 +61,6 @@ class Storage(Protocol):
     def batch_set(self, keys: Sequence[str], tensors: Sequence[torch.Tensor]) -> None: ...
 
     def delete(self, keys: Sequence[str]) -> None: ...
-
-
-def page_shape_in(out: np.ndarray, pages: int) -> tuple[int, tuple[int, ...]]:
-    """Tokens per page and the NumPy shape of one page, for ``pages`` pages read into ``out``."""
-    page_tokens = out.shape[2] // pages
-    return page_tokens, (*out.shape[:2], page_tokens, *out.shape[3:])
-
-
-def copy_pages_into(
-    pages: Iterable[torch.Tensor | None], out: np.ndarray, dtype: torch.dtype, count: int
-) -> int:
-    """:meth:`Storage.batch_get_into` over page tensors already fetched (``count`` of them)."""
-    if not count:
-        return 0
-    page_tokens, expected = page_shape_in(out, count)
-    copied = 0
-    for tensor in pages:
-        if tensor is None or tensor.dtype != dtype:
-            break
-        view = numpy_view(tensor)
-        if view.shape != expected:
-            break
-        out[:, :, copied * page_tokens : (copied + 1) * page_tokens] = view
-        copied += 1
-    return copied
 
 
 def _check_pairs(keys: Sequence[str], tensors: Sequence[torch.Tensor]) -> None:

@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.table import Table
 
 from .bench.report import Section
+from .registry import TREES, policy_factories
 from .sim.costs import DEFAULT_PRESET, PRESETS, load_costs
 from .sim.replay import DEFAULT_SPEED, ReplayOptions
 from .spec import load_spec, run_static_checks
@@ -24,7 +25,6 @@ from .spec.diagram import spec_digest, stale_diagrams, write_diagrams
 from .spec.load import DEFAULT_SPEC_PATH, SpecError
 from .spec.modelcheck import Bounds
 from .spec.schema import LifecycleSpec
-from .targets import TREES
 from .transition_log import TransitionLog
 
 console = Console(highlight=False)
@@ -36,8 +36,8 @@ def _cmd_check(args: argparse.Namespace) -> int:
 
     spec_path = Path(args.spec) if args.spec else DEFAULT_SPEC_PATH
     spec = load_spec(spec_path)
-    guards, effects = implemented_names()
-    findings = run_static_checks(spec, guards, effects)
+    bound = implemented_names()
+    findings = run_static_checks(spec, *bound)
     for finding in findings:
         console.print(f"[red]FAIL[/red] {finding}")
     if findings:
@@ -188,7 +188,7 @@ def _policies(choice: str, storage: str) -> list[str]:
     """``--policy``: one, or all: ``sglang`` too where SGLang is installed (else a hint)."""
     if choice != "all":
         return [choice]
-    from .sim.policies import policies_for_all
+    from .registry import policies_for_all
 
     policies, left_out = policies_for_all(storage)
     if left_out is not None:
@@ -234,14 +234,18 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     if speeds:
         sweep = {}
         for speed in speeds:
-            replays = replay_policies(trace, policies, _replay_options(args, speed), console)
+            replays = replay_policies(
+                trace, policy_factories(policies), _replay_options(args, speed), console
+            )
             sweep[speed] = {name: replay.metrics for name, replay in replays.items()}
         console.print(sweep_table(sweep))
         _save(args, sweep, write_sweep_json, write_sweep_plot)
         return 0
     log = TransitionLog.open(args.log) if args.log else None
     try:
-        replays = replay_policies(trace, policies, first, console, [log] if log else [])
+        replays = replay_policies(
+            trace, policy_factories(policies), first, console, [log] if log else []
+        )
     finally:
         if log is not None:
             log.close()
@@ -295,21 +299,21 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 
 def _cmd_fuzz(args: argparse.Namespace) -> int:
     from .fuzz.campaign import DATABASE, edge_table, run_campaign
+    from .fuzz.machine import PAGE, configured
+    from .registry import tree_factory
 
     if args.steps is None and args.budget is None:
         args.steps = 20_000
     if args.target == "sglang":
         return _fuzz_sglang(args, DATABASE)
-    result = run_campaign(
-        console,
-        args.steps,
-        args.budget,
-        args.seed,
+    machine = configured(
         faults=args.faults,
-        profile=args.profile,
+        tree_factory=tree_factory(args.tree),
+        # SGLang's trees are built with the FULL component only: no sliding-window variant.
+        windows=(None, 2 * PAGE) if args.tree == "stagefate" else (None,),
         log_path=args.log,
-        tree=args.tree,
     )
+    result = run_campaign(console, machine, args.steps, args.budget, args.seed, args.profile)
     console.print(edge_table())
     console.print(
         f"{result.states:,} states checked in {result.examples:,} programs, "

@@ -10,7 +10,7 @@ import time
 import torch
 from hypothesis.stateful import run_state_machine_as_test
 
-from stagefate.fuzz.machine import PipelineFuzzer
+from stagefate.fuzz.machine import configured
 from stagefate.runtime import HostPool, KVLayout
 
 from .harness import assert_quiescent, fuzz_settings, kv_marks, staged_with_threaded_io
@@ -55,12 +55,9 @@ def test_a_load_runs_on_its_own_stream_and_its_ack_waits_for_the_copy(device: st
     pipe.io.close()
 
 
-class _DeviceFuzzer(PipelineFuzzer):
-    pass
-
-
 def test_the_stateful_fuzzer_holds_on_the_device(device: str) -> None:
     """A short campaign with the device and aux pools on ``device`` (every invariant, including
     device bytes == tokens, after every step)."""
-    _DeviceFuzzer.device = device
-    run_state_machine_as_test(_DeviceFuzzer, settings=fuzz_settings(examples=6, steps=40))
+    run_state_machine_as_test(
+        configured(device=device), settings=fuzz_settings(examples=6, steps=40)
+    )

@@ -26,7 +26,7 @@ except ImportError as error:  # pragma: no cover - depends on the platform
 
 from stagefate import BufferPipeline
 from stagefate.cli import main
-from stagefate.fuzz.machine import PipelineFuzzer
+from stagefate.fuzz.machine import configured
 from stagefate.runtime import KVLayout
 from stagefate.runtime.mooncake import (
     LocalMaster,
@@ -217,22 +217,16 @@ def test_replay_runs_against_the_store(master: LocalMaster) -> None:
     assert main(argv) == 0
 
 
-def test_the_fuzzer_runs_against_the_store(
-    master: LocalMaster, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(
-        PipelineFuzzer,
-        "storage_factory",
-        staticmethod(
-            lambda cfg: MooncakeStorage(
-                small(master.config, 16),
-                KVLayout(cfg.layers, cfg.kv_heads, cfg.head_dim, cfg.dtype),
-                cfg.page_size,
-                staging_pages=8,
-            )
-        ),
+def test_the_fuzzer_runs_against_the_store(master: LocalMaster) -> None:
+    on_the_store = configured(
+        storage_factory=lambda cfg: MooncakeStorage(
+            small(master.config, 16),
+            KVLayout(cfg.layers, cfg.kv_heads, cfg.head_dim, cfg.dtype),
+            cfg.page_size,
+            staging_pages=8,
+        )
     )
     run_state_machine_as_test(
-        PipelineFuzzer,
+        on_the_store,
         settings=fuzz_settings(examples=8, steps=40),
     )

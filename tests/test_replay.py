@@ -10,9 +10,11 @@ from pathlib import Path
 import pytest
 
 from stagefate.cli import main
+from stagefate.registry import make_replay, policies_for_all
+from stagefate.sim.blind import BlindPolicy
 from stagefate.sim.costs import CostModel
 from stagefate.sim.engine import EngineOptions
-from stagefate.sim.policies import BlindPolicy, LivePolicy, policies_for_all
+from stagefate.sim.live import LivePolicy
 from stagefate.sim.replay import Replay, ReplayMetrics, ReplayOptions
 from stagefate.sim.trace import TraceError, TraceRequest, load_trace
 
@@ -125,7 +127,7 @@ def assert_books_close(replay: Replay, metrics: ReplayMetrics, trace: list[Trace
 def test_books_close_and_memory_is_conserved(
     siblings: list[TraceRequest], policy: str, dedup: bool
 ) -> None:
-    replay = Replay(policy, siblings, SMALL.model_copy(update={"dedup_inflight": dedup}))
+    replay = make_replay(policy, siblings, SMALL.model_copy(update={"dedup_inflight": dedup}))
     metrics = replay.run()
     assert metrics.requests == len(siblings) and metrics.l3_reads > 0
     assert metrics.engine.evicted_tokens > 0
@@ -133,7 +135,7 @@ def test_books_close_and_memory_is_conserved(
 
 
 def test_live_trims_where_blind_discards(siblings: list[TraceRequest]) -> None:
-    live, blind = (Replay(policy, siblings, SMALL).run() for policy in ("live", "blind"))
+    live, blind = (make_replay(policy, siblings, SMALL).run() for policy in ("live", "blind"))
     assert live.tokens_trimmed > 0 and blind.tokens_trimmed == 0
     assert "trimmed" in live.wasted_by_reason
     assert live.tokens_spliced > blind.tokens_spliced
@@ -152,7 +154,7 @@ def test_decode_growth_retracts_and_every_request_finishes(
     decode_heavy: list[TraceRequest], policy: str
 ) -> None:
     options = ReplayOptions(device_tokens=16 * 1024, host_tokens=16 * 1024)
-    replay = Replay(policy, decode_heavy, options)
+    replay = make_replay(policy, decode_heavy, options)
     metrics = replay.run()
     assert metrics.engine.retractions > 0
     assert metrics.engine.prefill_tokens > sum(r.input_length for r in decode_heavy)  # re-runs
@@ -184,7 +186,7 @@ def test_an_anchor_evicted_during_the_read_is_shrunk_for_blind_and_pinned_for_li
         costs=CostModel(exists_latency_ms=500),
         engine=EngineOptions(prefetch_policy="wait_complete"),
     )
-    live, blind = (Replay(policy, anchor_evicted, options) for policy in ("live", "blind"))
+    live, blind = (make_replay(policy, anchor_evicted, options) for policy in ("live", "blind"))
     live_metrics, blind_metrics = live.run(), blind.run()
     assert blind_metrics.wasted_by_reason["shrunk"].reads == 1
     assert blind_metrics.tokens_spliced == 0
@@ -197,8 +199,8 @@ def test_an_anchor_evicted_during_the_read_is_shrunk_for_blind_and_pinned_for_li
 
 
 def test_same_seed_same_json(siblings: list[TraceRequest]) -> None:
-    first = Replay("live", siblings, SMALL).run().model_dump()
-    second = Replay("live", siblings, SMALL).run().model_dump()
+    first = make_replay("live", siblings, SMALL).run().model_dump()
+    second = make_replay("live", siblings, SMALL).run().model_dump()
     first.pop("wall_seconds"), second.pop("wall_seconds")
     assert first == second
 
@@ -213,10 +215,11 @@ ENGINE_VARIANTS = (
 
 def test_lpm_and_every_prefetch_policy_close_their_books(siblings: list[TraceRequest]) -> None:
     for engine in ENGINE_VARIANTS:
-        replay = Replay("live", siblings, SMALL.model_copy(update={"engine": engine}))
+        replay = make_replay("live", siblings, SMALL.model_copy(update={"engine": engine}))
         assert_books_close(replay, replay.run(), siblings)
 
 
+@pytest.mark.slow
 def test_cli_json_has_exactly_the_keys_for_one_and_all_policies(tmp_path: Path) -> None:
     for policy, expected in (("live", ["live"]), ("all", policies_for_all()[0])):
         out = tmp_path / f"{policy}.json"
@@ -245,6 +248,7 @@ def test_cli_all_without_sglang_runs_live_and_blind_and_names_the_fix(
     assert "--policy all: live and blind only" in printed and "make sglang" in printed
 
 
+@pytest.mark.slow
 def test_cli_plot_writes_a_png(tmp_path: Path) -> None:
     pytest.importorskip("matplotlib", reason="--plot needs the plot extra: pip install '.[plot]'")
     out = tmp_path / "replay.png"
@@ -252,6 +256,7 @@ def test_cli_plot_writes_a_png(tmp_path: Path) -> None:
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.slow
 def test_cli_sweep_writes_json_and_a_png(tmp_path: Path) -> None:
     pytest.importorskip("matplotlib", reason="--plot needs the plot extra: pip install '.[plot]'")
     out, png = tmp_path / "sweep.json", tmp_path / "sweep.png"

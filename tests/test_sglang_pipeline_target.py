@@ -113,6 +113,7 @@ def _campaign(steps: int, examples: int) -> None:
     run_state_machine_as_test(SGLangPipelineFuzzer, settings=fuzz_settings(examples, steps))
 
 
+@pytest.mark.slow
 def test_the_campaign_passes_on_sglangs_code() -> None:
     OUTCOMES.clear()
     STATES.clear()
@@ -179,6 +180,7 @@ PLANTED: dict[str, tuple[Callable[[pytest.MonkeyPatch], None], str]] = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("bug", list(PLANTED))
 def test_the_campaign_catches_a_planted_bug(bug: str, monkeypatch: pytest.MonkeyPatch) -> None:
     plant, caught_by = PLANTED[bug]
@@ -189,6 +191,7 @@ def test_the_campaign_catches_a_planted_bug(bug: str, monkeypatch: pytest.Monkey
     assert re.search(caught_by, where), f"{bug} was caught, but not by {caught_by!r}: {where}"
 
 
+@pytest.mark.slow
 def test_fuzz_target_sglang_from_the_command_line(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["fuzz", "--target", "sglang", "--steps", "150", "--seed", "3"]) == 0
     out = capsys.readouterr().out

@@ -20,9 +20,10 @@ except TargetUnavailable as missing:
     pytest.skip(f"{missing}", allow_module_level=True)
 
 from stagefate.cli import main
+from stagefate.registry import make_replay
 from stagefate.sim.costs import CostModel
 from stagefate.sim.engine import EngineOptions
-from stagefate.sim.replay import Replay, ReplayOptions
+from stagefate.sim.replay import ReplayOptions
 from stagefate.sim.trace import TraceRequest, load_trace
 from stagefate.targets.sglang.policy import SGLangPolicy
 
@@ -40,8 +41,9 @@ def siblings(tmp_path_factory: pytest.TempPathFactory) -> list[TraceRequest]:
     return siblings_trace(tmp_path_factory)
 
 
+@pytest.mark.slow
 def test_books_close_on_sglangs_pipeline(siblings: list[TraceRequest]) -> None:
-    replay = Replay("sglang", siblings, SMALL)
+    replay = make_replay("sglang", siblings, SMALL)
     metrics = replay.run()
     assert metrics.l3_reads > 0 and metrics.tokens_spliced > 0
     assert metrics.engine.evicted_tokens > 0
@@ -52,12 +54,14 @@ def test_books_close_on_sglangs_pipeline(siblings: list[TraceRequest]) -> None:
     assert not replay.policy.driver.storage_dir.exists()  # its L3 directory went at the end
 
 
+@pytest.mark.slow
 def test_every_prefetch_policy_closes_sglangs_books(siblings: list[TraceRequest]) -> None:
     for engine in ENGINE_VARIANTS:
-        replay = Replay("sglang", siblings, SMALL.model_copy(update={"engine": engine}))
+        replay = make_replay("sglang", siblings, SMALL.model_copy(update={"engine": engine}))
         assert_books_close(replay, replay.run(), siblings)
 
 
+@pytest.mark.slow
 def test_a_timed_out_prefetch_ends_through_sglangs_deadline_path(
     siblings: list[TraceRequest],
 ) -> None:
@@ -69,7 +73,7 @@ def test_a_timed_out_prefetch_ends_through_sglangs_deadline_path(
             "engine": EngineOptions(prefetch_timeout_base_ms=1, prefetch_timeout_per_ki_token_ms=0),
         }
     )
-    replay = Replay("sglang", siblings, slow)
+    replay = make_replay("sglang", siblings, slow)
     assert isinstance(replay.policy, SGLangPolicy)
     cache, expired = replay.policy.cache, []
     mark = cache._mark_prefetch_deadline_expired
@@ -77,27 +81,30 @@ def test_a_timed_out_prefetch_ends_through_sglangs_deadline_path(
     metrics = replay.run()
     assert_books_close(replay, metrics, siblings)
     assert expired and metrics.tokens_spliced == 0 and metrics.l3_reads == 0
-    assert Replay("sglang", siblings, SMALL).run().tokens_spliced > 0
+    assert make_replay("sglang", siblings, SMALL).run().tokens_spliced > 0
 
 
+@pytest.mark.slow
 def test_same_seed_same_figures(siblings: list[TraceRequest]) -> None:
-    first = Replay("sglang", siblings, SMALL).run().model_dump()
-    second = Replay("sglang", siblings, SMALL).run().model_dump()
+    first = make_replay("sglang", siblings, SMALL).run().model_dump()
+    second = make_replay("sglang", siblings, SMALL).run().model_dump()
     first.pop("wall_seconds"), second.pop("wall_seconds")
     assert first == second
 
 
+@pytest.mark.slow
 def test_on_sglangs_rust_core() -> None:
     trace = load_trace(limit=120)
-    replay = Replay("sglang", trace, ReplayOptions(tree="sglang-rust"))
+    replay = make_replay("sglang", trace, ReplayOptions(tree="sglang-rust"))
     assert_books_close(replay, replay.run(), trace)
 
 
 def test_another_l3_is_refused_with_the_fix_named() -> None:
     with pytest.raises(ValueError, match="drop --storage"):
-        Replay("sglang", load_trace(limit=5), ReplayOptions(storage="file:/tmp/elsewhere"))
+        make_replay("sglang", load_trace(limit=5), ReplayOptions(storage="file:/tmp/elsewhere"))
 
 
+@pytest.mark.slow
 def test_cli_all_runs_the_three_policies(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -15,11 +15,12 @@ from hypothesis.stateful import run_state_machine_as_test
 
 from stagefate import BufferPipeline
 from stagefate.cli import main
-from stagefate.fuzz.machine import PipelineFuzzer
+from stagefate.fuzz.machine import configured
+from stagefate.registry import make_replay, tree_factory
 from stagefate.runtime import DevicePool, KVLayout
-from stagefate.sim.replay import Replay, ReplayOptions
+from stagefate.sim.replay import ReplayOptions
 from stagefate.sim.trace import load_trace
-from stagefate.targets import TargetUnavailable, tree_factory
+from stagefate.targets import TargetUnavailable
 from stagefate.targets.sglang import require
 
 from .harness import assert_quiescent, config, fuzz_settings, kv_marks, make_pair, seq_of, settle
@@ -125,17 +126,17 @@ def test_the_stateful_fuzzer_holds_on_sglang_trees(core: str) -> None:
             calls["lock"] += 1
             return super().inc_lock_ref(node)
 
-    class OnSGLang(PipelineFuzzer):
-        windows = (None,)
-
-    OnSGLang.tree_factory = staticmethod(lambda page, pool, aux: Counting(core, page, pool))
-    run_state_machine_as_test(OnSGLang, settings=fuzz_settings(examples=12, steps=60))
+    on_sglang = configured(
+        tree_factory=lambda page, pool, aux: Counting(core, page, pool), windows=(None,)
+    )
+    run_state_machine_as_test(on_sglang, settings=fuzz_settings(examples=12, steps=60))
     assert calls["evict"] > 0 and calls["lock"] > 0
 
 
+@pytest.mark.slow
 def test_replay_runs_on_the_sglang_rust_tree_with_its_books_closed() -> None:
     trace = load_trace(limit=60)
-    replay = Replay("live", trace, ReplayOptions(tree="sglang-rust"))
+    replay = make_replay("live", trace, ReplayOptions(tree="sglang-rust"))
     metrics = replay.run()
     books = replay.engine.books
     assert books.input_tokens == (
@@ -147,6 +148,7 @@ def test_replay_runs_on_the_sglang_rust_tree_with_its_books_closed() -> None:
     tree.sanity_check()
 
 
+@pytest.mark.slow
 def test_cli_takes_sglang_trees_and_rejects_unknown_ones() -> None:
     assert main(["fuzz", "--tree", "sglang-python", "--steps", "300", "--profile", "ci"]) == 0
     assert main(["replay", "--tree", "sglang-python", "--limit", "20", "--policy", "live"]) == 0
@@ -167,6 +169,7 @@ def test_a_missing_target_names_make_sglang(monkeypatch: pytest.MonkeyPatch) -> 
         require()
 
 
+@pytest.mark.slow
 def test_the_tree_bench_runs_sglang_beside_stagefate() -> None:
     from stagefate.bench.tree import run_side_by_side
 

@@ -12,7 +12,7 @@ import torch
 from hypothesis.stateful import run_state_machine_as_test
 
 from stagefate.cli import main
-from stagefate.fuzz.machine import PipelineFuzzer
+from stagefate.fuzz.machine import configured
 from stagefate.spec import load_spec
 from stagefate.transition_log import TransitionLog, validate_log
 
@@ -65,11 +65,8 @@ def test_replay_and_fuzzer_logs_validate(
     assert main(["validate", str(log)]) == 0
     assert "follow the spec" in capsys.readouterr().out
     fuzz_log = tmp_path / "fuzz.jsonl"
-    PipelineFuzzer.log_path = str(fuzz_log)
-    try:
-        run_state_machine_as_test(PipelineFuzzer, settings=fuzz_settings(examples=5, steps=60))
-    finally:
-        PipelineFuzzer.log_path = None
+    logged = configured(log_path=str(fuzz_log))
+    run_state_machine_as_test(logged, settings=fuzz_settings(examples=5, steps=60))
     assert fuzz_log.read_text().strip()
     assert main(["validate", str(fuzz_log)]) == 0
 

@@ -5,10 +5,9 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-import pytest
 from hypothesis.stateful import run_state_machine_as_test
 
-from stagefate.fuzz.machine import PipelineFuzzer
+from stagefate.fuzz.machine import configured
 from stagefate.runtime import RadixTree, SlotPool
 
 from .harness import fuzz_settings
@@ -29,10 +28,9 @@ class DelegatingTree:
         return value
 
 
-def test_the_fuzzer_drives_a_tree_through_the_adapter(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(PipelineFuzzer, "tree_factory", DelegatingTree)
+def test_the_fuzzer_drives_a_tree_through_the_adapter() -> None:
     run_state_machine_as_test(
-        PipelineFuzzer,
+        configured(tree_factory=DelegatingTree),
         settings=fuzz_settings(examples=10, steps=40),
     )
     for name in (

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..sim.policies import policies_for_all
+from ..registry import policies_for_all, policy_factories
 from ..sim.replay import ReplayOptions
 from ..sim.report import metric_rows, replay_policies
 from ..sim.trace import load_trace
@@ -22,8 +22,10 @@ def run(trace_path: str | None = None) -> Section:
     trace = load_trace(trace_path)
     options = ReplayOptions()
     policies, _left_out = policies_for_all()
-    replays = replay_policies(trace, policies, options)
-    plain = replay_policies(trace, ["live"], options.model_copy(update={"dedup_inflight": False}))
+    replays = replay_policies(trace, policy_factories(policies), options)
+    plain = replay_policies(
+        trace, policy_factories(["live"]), options.model_copy(update={"dedup_inflight": False})
+    )
     results = {
         "live": replays["live"].metrics,
         "live, no dedup": plain["live"].metrics,

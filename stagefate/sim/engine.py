@@ -57,7 +57,7 @@ from ..runtime import TokenKey
 from ..runtime.pools import SlotPool
 from ..runtime.prefix_tree import Node, PrefixTree, evict_for
 from .costs import CostModel
-from .policies import Policy
+from .policy import Policy
 from .trace import TraceRequest
 
 _EMPTY = torch.empty(0, dtype=torch.int64)

@@ -39,7 +39,7 @@ from ..runtime import Storage, TokenKey
 from ..statemachine.config import PipelineConfig
 from .costs import CostModel
 from .engine import Engine, EngineMetrics, EngineOptions, EngineRequest
-from .policies import POLICIES, PolicyInputs
+from .policy import PolicyFactory, PolicyInputs
 from .trace import TraceRequest
 
 DEFAULT_SPEED = 0.3
@@ -109,13 +109,11 @@ class Replay:
 
     def __init__(
         self,
-        policy: str,
+        policy: PolicyFactory,
         trace: list[TraceRequest],
         options: ReplayOptions | None = None,
         storage: Storage | None = None,
     ) -> None:
-        if policy not in POLICIES:
-            raise ValueError(f"unknown policy {policy!r}; choose one of {sorted(POLICIES)}")
         self.options = opts = options or ReplayOptions()
         page = opts.page_size
         longest = max(request.input_length + request.output_length for request in trace)
@@ -143,7 +141,7 @@ class Replay:
             storage=opts.storage,
         )
         inputs = PolicyInputs(config, storage, opts.tree, opts.engine.prefetch_policy)
-        self.policy = POLICIES[policy](inputs)
+        self.policy = policy(inputs)
         self.engine = Engine(
             self.policy.tree,
             self.policy.device_pool,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +13,8 @@ from rich.progress import Progress
 from rich.table import Table
 
 from ..statemachine.pipeline import Instrument
-from .policies import LivePolicy
+from .live import LivePolicy
+from .policy import PolicyFactory
 from .replay import Replay, ReplayMetrics, ReplayOptions
 from .trace import TraceRequest
 
@@ -36,18 +37,19 @@ REASONS = {
 
 def replay_policies(
     trace: list[TraceRequest],
-    policies: Sequence[str],
+    policies: Mapping[str, PolicyFactory],
     options: ReplayOptions,
     console: Console | None = None,
     live_instruments: Sequence[Instrument] = (),
 ) -> dict[str, Replay]:
-    """Each policy on a fresh engine over the same trace and seed, with a progress bar each;
-    ``live_instruments`` watch the live policy's pipeline (a transition log, metrics)."""
+    """Each policy (``{name: factory}``, :func:`stagefate.registry.policy_factories`) on a
+    fresh engine over the same trace and seed, with a progress bar each; ``live_instruments``
+    watch the live policy's pipeline (a transition log, metrics)."""
     replays: dict[str, Replay] = {}
     with Progress(console=console, transient=False, disable=console is None) as progress:
-        for name in policies:
+        for name, factory in policies.items():
             task = progress.add_task(f"replay {name} ×{options.speed:g}", total=len(trace))
-            replays[name] = replay = Replay(name, trace, options)
+            replays[name] = replay = Replay(factory, trace, options)
             if isinstance(replay.policy, LivePolicy):
                 replay.policy.pipe.instruments.extend(live_instruments)
             replay.run(on_request=functools.partial(progress.advance, task))

@@ -243,13 +243,13 @@ def run_target_campaign(
     """``stagefate fuzz --target sglang``: batches of programs over SGLang's pipeline."""
     from ...fuzz.campaign import run_batches
 
-    SGLangPipelineFuzzer.core = core
+    machine = type("SGLangPipelineFuzzer", (SGLangPipelineFuzzer,), {"core": core})
     OUTCOMES.clear()
     STATES.clear()
     # SGLang logs every L3 miss and fallback it handles; the campaign reports outcomes instead.
     logging.getLogger("sglang").setLevel(logging.CRITICAL)
     programs, seconds, failure = run_batches(
-        console, SGLangPipelineFuzzer, lambda: STATES["steps"], steps, budget_seconds, seed, profile
+        console, machine, lambda: STATES["steps"], steps, budget_seconds, seed, profile
     )
     return TargetCampaign(
         STATES["steps"], programs, seconds, failure, dict(sorted(OUTCOMES.items()))

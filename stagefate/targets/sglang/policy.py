@@ -52,7 +52,7 @@ from ...runtime.io import OpKind
 from ...runtime.pools import DevicePool, KVLayout
 from ...runtime.prefix_tree import PrefixMatch
 from ...runtime.tokens import TokenKey
-from ...sim.policies import MakeRoom, PolicyInputs, ReadBooks
+from ...sim.policy import MakeRoom, PolicyInputs, ReadBooks
 from .pipeline import SteppedSGLang
 from .tree import SGLangTree
 

@@ -1,0 +1,22 @@
+"""What the ``live`` and ``blind`` policies share: both run over a stagefate pipeline's tree,
+pools, copy engine and storage."""
+
+from __future__ import annotations
+
+import torch
+
+from ..runtime import TokenKey
+from ..statemachine.pipeline import BufferPipeline
+
+
+class OnPipeline:
+    """A policy over a stagefate :class:`BufferPipeline`'s tree, pools and storage."""
+
+    def __init__(self, pipe: BufferPipeline) -> None:
+        self.pipe, self.tree, self.device_pool = pipe, pipe.tree, pipe.device_pool
+
+    def write_through(self, key: TokenKey, device_indices: torch.Tensor) -> None:
+        self.pipe.write_through(key, device_indices)
+
+    def finish(self) -> None:
+        """Writes through are synchronous here: nothing is left in the background."""

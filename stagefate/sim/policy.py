@@ -1,0 +1,152 @@
+"""The interface between the replay's engine and a prefetch policy, and what every policy shares.
+
+The engine (:mod:`.engine`) and the replay (:mod:`.replay`) know a policy only through
+:class:`Policy`; the policies a replay can compare are registered at the public face
+(:mod:`stagefate.registry`), which is the one place that knows the targets (SGLang's pipeline).
+
+A policy hands the engine the tree it decides over, the device pool and the write-through, and
+the replay an ``io`` with ManualIO's face (``queued``, ``complete``, ``pending``).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+
+from ..runtime import Storage, TokenKey
+from ..runtime.io import OpKind
+from ..runtime.pools import SlotPool
+from ..runtime.prefix_tree import Node, PrefixMatch, PrefixTree
+from ..statemachine.config import PipelineConfig
+
+EMPTY = torch.empty(0, dtype=torch.int64)
+"""What ``admit`` returns when nothing was spliced."""
+
+
+MakeRoom = Callable[[int, Node], bool]
+"""The engine's evict-before-alloc: ``make_room(tokens, keep)`` frees LRU leaves (never
+``keep``'s path) until ``tokens`` slots are free; False when they cannot be."""
+
+
+READ_BOOKS = (
+    "l3_reads",
+    "l3_read_tokens",
+    "l3_reads_wasted",
+    "l3_read_tokens_wasted",
+    "tokens_spliced",
+    "tokens_trimmed",
+)
+"""The counters every policy keeps of its L3 reads (read tokens = spliced + wasted)."""
+
+
+class ReadBooks:
+    """A policy's books of its L3 reads: the :data:`READ_BOOKS` counters and the wasted reads
+    and tokens by reason (they add up to the two wasted totals)."""
+
+    def __init__(self) -> None:
+        self.counts: Counter[str] = Counter()
+        self._wasted: dict[str, tuple[int, int]] = {}
+
+    def read(self, tokens: int) -> None:
+        self.counts["l3_reads"] += 1
+        self.counts["l3_read_tokens"] += tokens
+
+    def waste(self, reason: str, reads: int, tokens: int) -> None:
+        if not reads and not tokens:
+            return
+        self.counts["l3_reads_wasted"] += reads
+        self.counts["l3_read_tokens_wasted"] += tokens
+        old_reads, old_tokens = self._wasted.get(reason, (0, 0))
+        self._wasted[reason] = (old_reads + reads, old_tokens + tokens)
+
+    def counters(self) -> dict[str, int]:
+        return {name: self.counts[name] for name in READ_BOOKS}
+
+    def wasted_by_reason(self) -> dict[str, tuple[int, int]]:
+        return dict(self._wasted)
+
+
+@dataclass(frozen=True)
+class PolicyInputs:
+    """What a replay builds every policy from."""
+
+    config: PipelineConfig
+    storage: Storage | None
+    tree: str
+    """``stagefate``, ``sglang-python`` or ``sglang-rust``."""
+    prefetch_policy: str
+    """The engine's ``best_effort`` / ``wait_complete`` / ``timeout``."""
+
+
+class ReplayIO(Protocol):
+    """The IO a replay completes on its clock (:class:`~stagefate.runtime.ManualIO`'s face)."""
+
+    def queued(self, kind: OpKind | None = None) -> list[int]: ...
+
+    def complete(self, op_id: int) -> None: ...
+
+    def pending(self) -> int:
+        """How many operations wait to be completed."""
+        ...
+
+
+class Policy(Protocol):
+    name: str
+
+    @property
+    def io(self) -> ReplayIO: ...
+
+    @property
+    def tree(self) -> PrefixTree:
+        """The tree the engine matches, inserts into and evicts from."""
+        ...
+
+    @property
+    def device_pool(self) -> SlotPool: ...
+
+    def write_through(self, key: TokenKey, device_indices: torch.Tensor) -> None:
+        """A finished request's prompt pages go to L3 (the producer side)."""
+        ...
+
+    def issue(self, request_id: str, key: TokenKey, matched_len: int) -> None: ...
+
+    def op_tokens(self, op_id: int) -> int:
+        """Tokens a queued IO operation moves (for the time model)."""
+        ...
+
+    def poll(self) -> None: ...
+
+    def pending(self, request_id: str) -> bool:
+        """A prefetch is still on its way (admission may wait for it)."""
+        ...
+
+    def terminate(self, request_id: str) -> None:
+        """The request is admitted without its prefetch: let go of it (a read in flight is
+        abandoned and its bounce freed when it lands)."""
+        ...
+
+    def admit(self, request_id: str, prefix: PrefixMatch, make_room: MakeRoom) -> torch.Tensor:
+        """Use what the prefetch staged; return the device slots spliced after ``prefix``."""
+        ...
+
+    def due_retries(self, waiting: Sequence[str]) -> list[str]: ...
+
+    def counters(self) -> dict[str, int]:
+        """``l3_reads`` … ``declined_device_covered`` for the replay's metrics."""
+        ...
+
+    def wasted_by_reason(self) -> dict[str, tuple[int, int]]:
+        """``{reason: (reads, tokens)}`` of wasted L3 reads; sums to the wasted totals."""
+        ...
+
+    def finish(self) -> None:
+        """The trace is done and the engine idle: let background work (write acks) land."""
+        ...
+
+
+PolicyFactory = Callable[[PolicyInputs], Policy]
+"""What a replay builds each policy with (the registry at the face maps names to these)."""

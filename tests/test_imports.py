@@ -1,0 +1,166 @@
+"""Imports go one way (docs/design.md, "Layout"): a walk of the package's import graph.
+
+Every ``import`` and ``from … import`` in the package's modules counts, the ones inside
+functions too (a lazy import is still a dependency), except those under ``TYPE_CHECKING``.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import stagefate
+
+ROOT = Path(stagefate.__file__).parent
+FACE = {"stagefate", "stagefate.__main__", "stagefate.cli", "stagefate.registry"}
+"""Modules of the public face (plus ``stagefate.bench``), the only ones that may import
+``stagefate.targets``."""
+LAYERS = {
+    "stagefate.spec": 0,
+    "stagefate.runtime": 0,
+    "stagefate.statemachine": 1,
+}
+"""Nothing imports a module of a higher layer than its own; the rest of the package is above."""
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _resolve(module: str, is_package: bool, node: ast.ImportFrom) -> str:
+    if not node.level:
+        return node.module or ""
+    base = module.split(".")
+    base = base if is_package else base[:-1]
+    base = base[: len(base) - (node.level - 1)]
+    return ".".join([*base, *([node.module] if node.module else [])])
+
+
+def _type_checking_lines(tree: ast.Module) -> set[int]:
+    lines: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            for inner in node.body:
+                lines.update(range(inner.lineno, (inner.end_lineno or inner.lineno) + 1))
+    return lines
+
+
+def import_graph() -> dict[str, set[str]]:
+    """``{module: modules of the package it imports}``, for every module of ``stagefate``."""
+    paths = sorted(ROOT.rglob("*.py"))
+    names = {_module_name(path) for path in paths}
+    graph: dict[str, set[str]] = {}
+    for path in paths:
+        module = _module_name(path)
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        skipped = _type_checking_lines(tree)
+        found: set[str] = set()
+        for node in ast.walk(tree):
+            if getattr(node, "lineno", 0) in skipped:
+                continue
+            targets: list[str] = []
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = _resolve(module, path.name == "__init__.py", node)
+                targets = [f"{base}.{alias.name}" for alias in node.names] + [base]
+            for target in targets:
+                while target and target not in names:
+                    target = target.rpartition(".")[0]
+                if target.startswith("stagefate") and target != module:
+                    found.add(target)
+        graph[module] = found
+    return graph
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle (as a path that closes on itself), or None. Package ``__init__``
+    modules importing their own submodules are the package's face, not a cycle."""
+    visiting: list[str] = []
+    done: set[str] = set()
+
+    def edges(module: str) -> set[str]:
+        return {t for t in graph[module] if not t.startswith(module + ".")}
+
+    def visit(module: str) -> list[str] | None:
+        if module in visiting:
+            return [*visiting[visiting.index(module) :], module]
+        if module in done:
+            return None
+        visiting.append(module)
+        for target in sorted(edges(module)):
+            found = visit(target)
+            if found:
+                return found
+        visiting.pop()
+        done.add(module)
+        return None
+
+    for module in sorted(graph):
+        found = visit(module)
+        if found:
+            return found
+    return None
+
+
+def _layer(module: str) -> int:
+    for prefix, layer in LAYERS.items():
+        if module == prefix or module.startswith(prefix + "."):
+            return layer
+    return 2
+
+
+def test_the_package_has_no_import_cycle() -> None:
+    assert _cycle(import_graph()) is None, " -> ".join(_cycle(import_graph()) or [])
+
+
+def test_only_the_face_imports_the_targets() -> None:
+    offenders = {
+        (module, target)
+        for module, targets in import_graph().items()
+        for target in targets
+        if target.startswith("stagefate.targets")
+        and not module.startswith(("stagefate.targets", "stagefate.bench"))
+        and module not in FACE
+    }
+    assert offenders == set(), f"below the face, these import targets: {sorted(offenders)}"
+
+
+def test_nothing_imports_a_layer_above_it() -> None:
+    offenders = {
+        (module, target)
+        for module, targets in import_graph().items()
+        for target in targets
+        if _layer(target) > _layer(module)
+    }
+    assert offenders == set(), sorted(offenders)
+
+
+def _reach(graph: dict[str, set[str]], start: str) -> set[str]:
+    seen, todo = set(), [start]
+    while todo:
+        for target in graph[todo.pop()] - seen:
+            seen.add(target)
+            todo.append(target)
+    return seen
+
+
+def test_the_engine_knows_only_the_policy_interface() -> None:
+    """The scheduler model loads neither the pipeline nor any policy nor a target."""
+    reached = _reach(import_graph(), "stagefate.sim.engine")
+    assert "stagefate.statemachine.pipeline" not in reached
+    assert not {t for t in reached if t.startswith(("stagefate.sim.", "stagefate.targets"))} - {
+        "stagefate.sim.costs",
+        "stagefate.sim.policy",
+        "stagefate.sim.trace",
+    }
+
+
+def test_the_walk_sees_a_planted_cycle() -> None:
+    graph = {
+        "stagefate.a": {"stagefate.b"},
+        "stagefate.b": {"stagefate.c"},
+        "stagefate.c": {"stagefate.a"},
+    }
+    assert _cycle(graph) == ["stagefate.a", "stagefate.b", "stagefate.c", "stagefate.a"]
