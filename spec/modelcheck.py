@@ -498,7 +498,10 @@ class ModelChecker:
         elif kind == "event":
             self._fire(draft, i, what, Args(), edges)
         elif kind == "live":
-            self._fire(draft, i, what, Args(prefix=draft.device), edges)
+            args = Args(prefix=draft.device)
+            if what == "consume":  # init_load_back: make room, then consume, in one call
+                self._fire(draft, i, "make_room", args, edges)
+            self._fire(draft, i, what, args, edges)
         else:
             event = {"exists": "hit", "read": "read_done", "load": "ack"}[kind]
             self._complete(draft, i, event, step, edges)
@@ -697,6 +700,7 @@ GUARDS: dict[str, Guard] = {
     "trim_positive": lambda mc, d, i, r, a: a.prefix > r.matched,
     "plan_stale": lambda mc, d, i, r, a: a.prefix != r.plan,
     "device_short": lambda mc, d, i, r, a: mc.bounds.device_pages - d.device < r.span_end - r.plan,
+    "device_fits": lambda mc, d, i, r, a: mc.bounds.device_pages - d.device >= r.span_end - r.plan,
 }
 
 
@@ -784,6 +788,9 @@ EFFECTS: dict[str, Effect] = {
     "stage_read": _stage_read,
     "free_bounce": _free_bounce,
     "record_plan": lambda mc, d, i, r, a: r._replace(plan=a.prefix),
+    # the line is the world's only content and its pages up to the plan are the request's live
+    # prefix (else plan_stale held): there is nothing else to evict
+    "evict_for_splice": lambda mc, d, i, r, a: r,
     "alloc_device": lambda mc, d, i, r, a: r,  # the device pool is `device`: insert_tail grows it
     "queue_h2d": lambda mc, d, i, r, a: r._replace(op="load"),
     "insert_tail": _insert_tail,

@@ -13,11 +13,16 @@ the exit hooks of the move (:meth:`_exits`: leaving ``parked`` leaves its FIFO, 
 owning states gives up the span's page keys) and, for a branch with a reason, ends the record
 (:meth:`_end`: settle the read's books, forget the record).
 
-Guards read the live tree: no stored node id is ever trusted. A guard may split a tree node or
-refresh its access time while matching (that changes no match result); it allocates and frees
-nothing. What a guard matched may serve the effects of the same firing (the anchor the lock
-pins, the node the splice hangs below), never a later event. Public commands validate their
-arguments first and raise before anything changes.
+Guards read; effects write. A guard reads the live tree (no stored node id is ever trusted)
+through the firing's :class:`Lookups`: each match a firing needs is made once, the first time a
+guard asks, and kept for the rest of that firing only, so the anchor the lock pins and the node
+the splice hangs below are the ones its guards saw. A match is a cache read: like SGLang's
+``match_prefix`` it refreshes the access time of what it passes and may split the node it ends
+inside (no match result changes), and it happens exactly once per firing whether or not the
+``transitions`` oracle runs in lockstep, so a checked run follows production's eviction order.
+No guard writes the record, allocates, frees or evicts: ``init_load_back`` makes room through the
+spec's ``make_room`` row (its ``evict_for_splice`` effect) before it consumes. Public commands
+validate their arguments first and raise before anything changes.
 
 IO completions carry an operation id. ``poll()`` drains them on the caller's thread; a
 completion whose record has ended, or whose id is not the record's current operation (a request
@@ -55,7 +60,7 @@ from ..runtime import (
     page_hashes,
 )
 from ..runtime.hashing import Namespace, aux_storage_key, chain_digests, storage_key
-from ..runtime.prefix_tree import Node, PrefixTree, TreeFactory, locked
+from ..runtime.prefix_tree import Node, PrefixMatch, PrefixTree, TreeFactory, locked
 from ..runtime.storage import open_storage
 from ..runtime.tokens import TOKEN_BYTES
 from ..spec import LifecycleSpec, load_spec
@@ -85,7 +90,6 @@ class Record:
     span_end: int = 0
     pinned_node: Node | None = None
     pinned_tokens: int = 0
-    anchor: Node | None = None
     op_id: int | None = None
     hit_tokens: int = 0
     host_indices: np.ndarray | None = None
@@ -95,8 +99,6 @@ class Record:
     """The read's aux (sliding-window) tokens: planned at the hit, held in the bounce from the
     IO commit (``host_aux_indices``)."""
     plan_prefix: int | None = None
-    splice_parent: Node | None = None
-    """The node the live match ends at, where the splice hangs (set by ``plan_stale``)."""
     device_indices: torch.Tensor | None = None
     """The spliced tail's device slots, handed to the caller (the tree keeps its own copy)."""
     device_slots: np.ndarray | None = None
@@ -111,8 +113,6 @@ class Record:
     """``span_digests`` as L3 object keys."""
     plan_tokens: int = 0
     """Tokens the read will bring: the hit within the span (set by ``record_hit``)."""
-    inflight_sibling: str | None = None
-    """The live record found fetching this record's whole span (set by ``span_inflight``)."""
     spliced_tokens: int = 0
     # arguments of the event being fired, read by its guards and effects
     arg_prefix_len: int = 0
@@ -122,6 +122,25 @@ class Record:
     @property
     def span_tokens(self) -> int:
         return self.span_end - self.matched_len
+
+
+@dataclass(slots=True)
+class Lookups:
+    """What the guards of the firing under way looked up in the live tree, for its effects.
+
+    Emptied when a firing starts; filled the first time a guard asks; never read by a later
+    firing (the tree may have changed by then)."""
+
+    anchor: PrefixMatch | None = None
+    """The live match of the request's ``tokens[:matched_len]`` (its anchor is ``last_node``)."""
+    span: PrefixMatch | None = None
+    """The live match of the request's whole tokens (the splice hangs below ``last_node``)."""
+    sibling: str | None = None
+    """The live record found reading this record's whole span (in-flight dedup)."""
+
+    def clear(self) -> None:
+        self.anchor = self.span = None
+        self.sibling = None
 
 
 @dataclass(frozen=True)
@@ -200,6 +219,7 @@ class BufferPipeline:
         self.cap = cfg.anchor_lock_cap
         self.pinned_tokens = 0
         self.records: dict[str, Record] = {}
+        self._look = Lookups()
         self._ops: dict[int, Record] = {}
         """Operation id -> the live record it is the current operation of (ends pop theirs)."""
         self._op_ids = itertools.count(1)
@@ -323,8 +343,7 @@ class BufferPipeline:
         if prefix_indices.dim() != 1 or not prefix_indices.is_cpu:
             prefix_indices = prefix_indices.reshape(-1).cpu()
         record.arg_prefix_indices = prefix_indices
-        if self._guard_device_short(record) and not self._guard_plan_stale(record):
-            self._make_room(record)
+        self._fire(record, "make_room")
         if self._fire(record, "consume").target != "consumed":
             return _EMPTY
         assert record.device_indices is not None
@@ -442,6 +461,7 @@ class BufferPipeline:
         transition = self._transitions.get((record.state, event))
         if transition is None:
             raise self.machine.refuse(record, event)
+        self._look.clear()
         if self._oracle is None:
             outcome = transition(record)
         else:
@@ -557,7 +577,7 @@ class BufferPipeline:
         self._ops[op_id] = record
         self.io.submit(IOOp(op_id, kind, run))
 
-    def _make_room(self, record: Record) -> None:
+    def _effect_evict_for_splice(self, record: Record) -> None:
         """Evict before allocating the tail, with the request's live prefix locked meanwhile."""
         assert record.plan_prefix is not None
         need = record.span_end - record.plan_prefix
@@ -588,7 +608,8 @@ class BufferPipeline:
         """
         page, namespace = self.config.page_size, record.namespace
         matched = record.matched_len
-        anchor = None if record.state == "anchor_lost" else record.anchor
+        match = self._look.anchor  # what the issue's lock, just fired, matched
+        anchor = None if match is None or record.state == "anchor_lost" else match.last_node
         if not matched:
             return page_hashes(record.tokens, page, namespace)
         seed = None if anchor is None else self.tree.cached_page_key(anchor)
@@ -644,10 +665,18 @@ class BufferPipeline:
 
     # ================================================================== guards
 
-    def _live_anchor_len(self, record: Record) -> int:
-        match = self.tree.match_prefix(record.tokens.prefix(record.matched_len), *record.namespace)
-        record.anchor = match.last_node
-        return match.length
+    def _anchor_match(self, record: Record) -> PrefixMatch:
+        look = self._look
+        if look.anchor is None:
+            prefix = record.tokens.prefix(record.matched_len)
+            look.anchor = self.tree.match_prefix(prefix, *record.namespace)
+        return look.anchor
+
+    def _span_match(self, record: Record) -> PrefixMatch:
+        look = self._look
+        if look.span is None:
+            look.span = self.tree.match_prefix(record.tokens, *record.namespace)
+        return look.span
 
     def _guard_below_threshold(self, record: Record) -> bool:
         return record.span_tokens < self.config.prefetch_threshold or record.span_tokens == 0
@@ -656,7 +685,7 @@ class BufferPipeline:
         return record.matched_len == 0
 
     def _guard_live_match_short(self, record: Record) -> bool:
-        return self._live_anchor_len(record) < record.matched_len
+        return self._anchor_match(record).length < record.matched_len
 
     def _guard_over_cap(self, record: Record) -> bool:
         return self.pinned_tokens + record.matched_len > self.cap
@@ -670,8 +699,7 @@ class BufferPipeline:
         return record.arg_completion.tokens < self.config.prefetch_threshold
 
     def _guard_device_covers_span(self, record: Record) -> bool:
-        match = self.tree.match_prefix(record.tokens, *record.namespace)
-        return match.length >= record.span_end
+        return self._span_match(record).length >= record.span_end
 
     def _read_digests(self, record: Record, tokens: int) -> Sequence[bytes]:
         return record.span_digests[: tokens // self.config.page_size]
@@ -685,7 +713,7 @@ class BufferPipeline:
         owners = self._owners
         for sibling in owners.get(digests[0], ()):
             if sibling != record.request_id and all(sibling in owners.get(d, ()) for d in digests):
-                record.inflight_sibling = sibling
+                self._look.sibling = sibling
                 return True
         return False
 
@@ -717,8 +745,7 @@ class BufferPipeline:
         given = record.arg_prefix_indices
         if planned is None or given.shape[0] != planned:
             return True
-        match = self.tree.match_prefix(record.tokens, *record.namespace)
-        record.splice_parent = match.last_node
+        match = self._span_match(record)
         if match.length != planned:
             return True
         live = match.device_indices
@@ -729,6 +756,9 @@ class BufferPipeline:
         if self.device_pool.available() < record.span_end - record.plan_prefix:
             return True
         return self.aux_pool is not None and self.aux_pool.available() < record.aux_tokens
+
+    def _guard_device_fits(self, record: Record) -> bool:
+        return not self._guard_device_short(record)
 
     # ================================================================== effects
 
@@ -744,15 +774,17 @@ class BufferPipeline:
         record.pinned_tokens = charged_tokens
 
     def _effect_pin_anchor(self, record: Record) -> None:
-        assert record.anchor is not None and record.pinned_node is None
-        self._pin(record, record.anchor, record.matched_len)
+        assert record.pinned_node is None
+        self._pin(record, self._anchor_match(record).last_node, record.matched_len)
 
     def _effect_pin_if_possible(self, record: Record) -> None:
+        """Only an unpinned, non-root anchor the commit's ``live_match_short`` found intact."""
         if record.pinned_node is not None or record.matched_len == 0:
             return
-        if record.anchor is None or self._guard_over_cap(record):
+        anchor = self._look.anchor
+        if anchor is None or self._guard_over_cap(record):
             return
-        self._pin(record, record.anchor, record.matched_len)
+        self._pin(record, anchor.last_node, record.matched_len)
 
     def _effect_unpin(self, record: Record) -> None:
         if record.pinned_node is None:
@@ -795,8 +827,9 @@ class BufferPipeline:
         self._submit(record, "read", self._read_op(record, tokens))
 
     def _effect_wait_for_sibling(self, record: Record) -> None:
-        assert record.inflight_sibling is not None
-        self._waiters.setdefault(record.inflight_sibling, []).append(record.request_id)
+        sibling = self._look.sibling
+        assert sibling is not None, "span_inflight found the sibling in this firing"
+        self._waiters.setdefault(sibling, []).append(record.request_id)
 
     def _disown(self, record: Record, keep_pages: int) -> None:
         """Give up the record's page keys past ``keep_pages``; its waiters' retries fall due.
@@ -870,8 +903,10 @@ class BufferPipeline:
 
     def _effect_insert_tail(self, record: Record) -> None:
         assert record.plan_prefix is not None and record.device_slots is not None
+        splice_parent = self._look.span
+        assert splice_parent is not None, "plan_stale matched the span in this firing"
         node = self.tree.insert_leaf(
-            record.splice_parent,
+            splice_parent.last_node,
             record.tokens,
             record.plan_prefix,
             torch.from_numpy(record.device_slots.copy()),  # the tree's own copy

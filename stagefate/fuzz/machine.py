@@ -161,7 +161,7 @@ def kv_value(tokens: torch.Tensor, salt: str | None) -> torch.Tensor:
 _L3: dict[int | None, tuple[list[str], list[torch.Tensor]]] = {}
 
 
-def _l3_contents(window: int | None) -> tuple[list[str], list[torch.Tensor]]:
+def l3_contents(window: int | None) -> tuple[list[str], list[torch.Tensor]]:
     """What L3 holds when a program starts (every page-aligned prefix of every sequence, in
     each namespace, with its aux window), written by a producer pipeline once per window and
     replayed into each program's storage (the same keys and bytes, without the producer)."""
@@ -232,7 +232,7 @@ class PipelineFuzzer(RuleBasedStateMachine):
         window = data.draw(st.sampled_from(type(self).windows), label="window")
         cfg = fuzz_config(window, type(self).device)
         self.storage = type(self).storage_factory(cfg)
-        keys, pages = _l3_contents(window)
+        keys, pages = l3_contents(window)
         self.storage.batch_set(keys, pages)
         self.pipe = BufferPipeline(cfg, storage=self.storage, tree_factory=type(self).tree_factory)
         self.pipe.instruments.append(_record_edge)
