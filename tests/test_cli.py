@@ -76,3 +76,74 @@ def test_bounds_too_small_to_reach_every_edge_are_a_finding(
     out = capsys.readouterr().out
     assert "static checks passed" in out and "invariants hold in every state" in out
     assert "finding: edge never reached: parked --commit [span_inflight]-->" in out
+
+
+@pytest.mark.parametrize(
+    ("argv", "named"),
+    [
+        (["fuzz", "--budget", "-3"], "argument --budget: must be greater than 0 (seconds to run)"),
+        (["fuzz", "--steps", "0"], "argument --steps: must be at least 1 (states to check)"),
+        (["check", "--pages", "0"], "argument --pages: must be at least 1"),
+        (["check", "--host-pages", "-1"], "argument --host-pages: must be at least 0"),
+        (["replay", "--page-size", "0"], "argument --page-size: must be at least 1 (tokens per"),
+        (["replay", "--speed", "0"], "argument --speed: must be greater than 0"),
+        (["replay", "--limit", "ten"], "argument --limit: takes a whole number"),
+    ],
+)
+def test_a_numeric_flag_out_of_range_is_refused_before_any_work(
+    argv: list[str], named: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert named in err and "http" not in err
+
+
+def test_check_refuses_more_requests_than_pages(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["check", "--pages", "2", "--requests", "3"]) == 2
+    assert "pass --pages 3 or more" in capsys.readouterr().out
+
+
+def test_a_validation_error_prints_the_field_without_pydantics_url(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A config pydantic refuses is reported as its field and message, never with a URL."""
+    from pydantic import BaseModel, ValidationError
+
+    from stagefate.cli import usage_message
+
+    class Options(BaseModel):
+        page_size: int
+
+    with pytest.raises(ValidationError) as refused:
+        Options(page_size="many")  # type: ignore[arg-type]
+    message = usage_message(refused.value)
+    assert message.startswith("invalid Options: page_size:") and "http" not in message
+
+
+def test_an_internal_error_prints_its_traceback_and_exits_1(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from stagefate.cli import validate
+    from stagefate.statemachine.errors import LifecycleError
+
+    def broken(_args: object) -> int:
+        raise LifecycleError("r", "staged", "hit")
+
+    monkeypatch.setattr(validate, "run", broken)  # add_parser binds run when main builds it
+    assert main(["validate", "whatever.jsonl"]) == 1
+    captured = capsys.readouterr()
+    assert "Traceback" in captured.err and "LifecycleError" in captured.err
+    assert "internal error" in captured.out
+
+
+def test_diagram_outside_a_checkout_names_out(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main(["diagram"]) == 2
+    assert "pass --out DIR" in capsys.readouterr().out
+    assert not (tmp_path / "docs").exists()
+    assert main(["diagram", "--out", str(tmp_path / "here")]) == 0
+    assert (tmp_path / "here" / "lifecycle.md").is_file()

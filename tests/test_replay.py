@@ -302,7 +302,6 @@ def test_cli_bad_input_is_a_clear_error_and_exit_2(
     cases = [
         (["--trace", str(tmp_path / "nope.jsonl")], "does not exist"),
         (["--limit", "5", "--device-tokens", "1024"], "--device-tokens"),
-        (["--limit", "5", "--speed", "0"], "--speed must be positive"),
         (["--limit", "5", "--sweep", "1,fast"], "--sweep takes speeds"),
         (["--limit", "5", "--costs", str(bad_costs)], "gpu_memory_gb"),
         (["--limit", "5", "--costs", str(tmp_path / "none.yaml")], "does not exist"),

@@ -1,0 +1,76 @@
+"""``stagefate bench``: the benchmarks, each section written to docs/benchmarks.md."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ..bench.report import Section
+from .common import console
+
+BENCHES = ("dispatch", "tree", "copy", "lifecycle", "replay", "storage")
+
+
+def add_parser(sub: Any) -> None:
+    bench = sub.add_parser("bench", help="run benchmarks, write docs/benchmarks.md")
+    bench.add_argument("which", nargs="?", default="all", choices=["all", *BENCHES])
+    bench.add_argument("--report", default="docs/benchmarks.md", help="report file")
+    bench.add_argument("--trace", help="trace for the replay bench (default: the embedded slice)")
+    bench.add_argument(
+        "--device",
+        choices=["auto", "cpu", "cuda"],
+        default="auto",
+        help="where copy and lifecycle run (auto: cuda when a GPU is visible)",
+    )
+    bench.add_argument(
+        "--peer",
+        choices=["sglang"],
+        help="tree: also run SGLang 0.5.23's trees on the §9.1 workload; lifecycle: also its "
+        "BufferModePipeline, alternated prefetch by prefetch (`make sglang`)",
+    )
+    bench.set_defaults(func=run)
+
+
+def _runners(
+    trace: str | None = None, device: str = "auto", peer: str | None = None
+) -> dict[str, Callable[[], list[Section]]]:
+    import torch
+
+    from ..bench import copy, dispatch, lifecycle, replay, storage, tree
+
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    return {
+        "dispatch": lambda: [dispatch.run()],
+        # today's shapes, then the §9.1 workload (side by side with a peer when asked)
+        "tree": lambda: [tree.run(), tree.run_side_by_side(peer)],
+        "copy": lambda: [copy.run(device)],
+        "lifecycle": lambda: (
+            [lifecycle.run(device)] + ([lifecycle.run_side_by_side(peer)] if peer else [])
+        ),
+        "replay": lambda: [replay.run(trace)],
+        "storage": lambda: [storage.run()],
+    }
+
+
+def run(args: argparse.Namespace) -> int:
+    import torch
+
+    from ..bench.report import write_section
+
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise ValueError("--device cuda: torch sees no GPU here; use --device cpu or auto")
+    runners = _runners(args.trace, args.device, args.peer)
+    assert set(runners) == set(BENCHES)
+    names = list(runners) if args.which == "all" else [args.which]
+    for name in names:
+        console.print(f"running bench {name} …")
+        for section in runners[name]():
+            command = "stagefate bench " + " ".join(shlex.quote(a) for a in args.argv)
+            write_section(section, command.strip(), Path(args.report))
+            console.print(section.body)
+    console.print(f"results written to {args.report}")
+    return 0

@@ -1,0 +1,49 @@
+"""What every command shares: the console, numeric flag types that refuse bad values before any
+work starts, and the report of spec edges never reached."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable, Sequence
+
+from rich.console import Console
+
+console = Console(highlight=False)
+
+
+def number(
+    kind: type[int] | type[float], low: float, meaning: str, strict: bool = False
+) -> Callable[[str], float]:
+    """An argparse type: a ``kind`` of at least ``low`` (above it, when ``strict``). A bad value
+    is refused before any work starts: argparse names the flag, exits 2, and this says why."""
+    noun = "a whole number" if kind is int else "a number"
+
+    def parse(text: str) -> float:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"takes {noun} ({meaning}); got {text!r}") from None
+        if value < low or (strict and value == low):
+            bound = f"greater than {low:g}" if strict else f"at least {low:g}"
+            raise argparse.ArgumentTypeError(f"must be {bound} ({meaning}); got {text}")
+        return value
+
+    return parse
+
+
+def positive_int(meaning: str) -> Callable[[str], float]:
+    return number(int, 1, meaning)
+
+
+def count(meaning: str) -> Callable[[str], float]:
+    """A whole number of at least 0."""
+    return number(int, 0, meaning)
+
+
+def positive(meaning: str) -> Callable[[str], float]:
+    return number(float, 0, meaning, strict=True)
+
+
+def report_unreached(edges: Sequence[tuple[str, str, str]]) -> None:
+    for state, event, guard in edges:
+        console.print(f"finding: edge never reached: {state} --{event} [{guard}]-->", markup=False)

@@ -1,0 +1,115 @@
+"""``stagefate fuzz``: a stateful fuzz campaign over stagefate's pipeline or SGLang's."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+from typing import Any
+
+from rich.table import Table
+
+from ..registry import TREES
+from .common import console, positive, positive_int, report_unreached
+
+
+def add_parser(sub: Any) -> None:
+    fuzz = sub.add_parser("fuzz", help="stateful fuzz campaign over the real pipeline")
+    fuzz.add_argument(
+        "--steps", type=positive_int("states to check"), help="states to check (default 20,000)"
+    )
+    fuzz.add_argument(
+        "--budget",
+        type=positive("seconds to run"),
+        help="seconds to run instead of a step count",
+    )
+    fuzz.add_argument("--seed", type=int, default=0)
+    fuzz.add_argument("--faults", action=argparse.BooleanOptionalAction, default=True)
+    fuzz.add_argument("--profile", default="fuzz", choices=["ci", "dev", "fuzz", "repro"])
+    fuzz.add_argument(
+        "--log", help="write each program's transition log here (the failing one's on a failure)"
+    )
+    fuzz.add_argument(
+        "--tree",
+        choices=TREES,
+        default="stagefate",
+        help="the radix tree under test (sglang-*: SGLang 0.5.23's, after `make sglang`)",
+    )
+    fuzz.add_argument(
+        "--target",
+        choices=["stagefate", "sglang"],
+        default="stagefate",
+        help="the pipeline under test: stagefate's, or SGLang 0.5.23's BufferModePipeline "
+        "(its tree core from --tree sglang-python|sglang-rust; python by default)",
+    )
+    fuzz.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..fuzz.campaign import DATABASE, edge_table, run_campaign
+    from ..fuzz.machine import PAGE, configured
+    from ..registry import tree_factory
+
+    if args.steps is None and args.budget is None:
+        args.steps = 20_000
+    if args.target == "sglang":
+        return _fuzz_sglang(args, DATABASE)
+    machine = configured(
+        faults=args.faults,
+        tree_factory=tree_factory(args.tree),
+        # SGLang's trees are built with the FULL component only: no sliding-window variant.
+        windows=(None, 2 * PAGE) if args.tree == "stagefate" else (None,),
+        log_path=args.log,
+    )
+    result = run_campaign(console, machine, args.steps, args.budget, args.seed, args.profile)
+    console.print(edge_table())
+    console.print(
+        f"{result.states:,} states checked in {result.examples:,} programs, "
+        f"{result.seconds:.0f} s, "
+        f"tree {args.tree}, seed {args.seed}, "
+        f"PYTHONHASHSEED {os.environ.get('PYTHONHASHSEED', 'random')}, "
+        f"faults {'on' if args.faults else 'off'}"
+    )
+    report_unreached(result.unreached)
+    if args.log:
+        console.print(f"wrote {args.log}: the transition log of the last program run")
+    if result.failure is not None:
+        console.print(
+            f"[red]VIOLATION[/red] {type(result.failure).__name__}: {result.failure}\n"
+            f"The minimal failing program is printed above; the example is saved in {DATABASE}, "
+            "so the next run replays it first."
+        )
+        return 1
+    return 0
+
+
+def _fuzz_sglang(args: argparse.Namespace, database: Path) -> int:
+    from ..targets.sglang import require
+
+    if args.log:
+        raise ValueError(
+            "--log writes stagefate's transition log; SGLang's pipeline has none (the report "
+            "counts its decisions instead): drop --log with --target sglang"
+        )
+    require()
+    from ..targets.sglang.machine import run_target_campaign
+
+    core = "rust" if args.tree == "sglang-rust" else "python"
+    result = run_target_campaign(console, args.steps, args.budget, args.seed, core, args.profile)
+    table = Table(title="SGLang's decisions reached")
+    table.add_column("outcome")
+    table.add_column("count", justify="right")
+    for name, count in result.outcomes.items():
+        table.add_row(name, f"{count:,}" if count else "[red]0[/red]")
+    console.print(table)
+    console.print(
+        f"{result.states:,} states checked in {result.programs:,} programs over SGLang 0.5.23's "
+        f"BufferModePipeline ({core} tree core), {result.seconds:.0f} s, seed {args.seed}"
+    )
+    if result.failure is not None:
+        console.print(
+            f"[red]VIOLATION[/red] {type(result.failure).__name__}: {result.failure}\n"
+            f"The minimal failing program is printed above; the example is saved in {database}."
+        )
+        return 1
+    return 0

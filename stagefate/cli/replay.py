@@ -1,0 +1,214 @@
+"""``stagefate replay``: a trace through the continuous-batching engine, one run per policy."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from ..registry import TREES, policy_factories
+from ..sim.costs import DEFAULT_PRESET, PRESETS, load_costs
+from ..sim.replay import DEFAULT_SPEED, ReplayOptions
+from ..transition_log import TransitionLog
+from .common import console, count, positive, positive_int
+
+Payload = TypeVar("Payload")
+
+
+def add_parser(sub: Any) -> None:
+    replay = sub.add_parser(
+        "replay", help="replay a Mooncake trace through the pipeline: live tree vs blind gamble"
+    )
+    replay.add_argument("--trace", help="Mooncake-format .jsonl (default: the embedded slice)")
+    replay.add_argument(
+        "--limit", type=positive_int("requests to replay"), help="replay only the first N requests"
+    )
+    replay.add_argument(
+        "--policy",
+        choices=["live", "blind", "sglang", "all"],
+        default="all",
+        help="all: live, blind, and sglang where SGLang 0.5.23 is installed (make sglang)",
+    )
+    replay.add_argument(
+        "--speed",
+        type=positive("arrival speed; 2 = arrivals twice as fast"),
+        default=DEFAULT_SPEED,
+        help=f"arrival speed (timestamps divided by it; default {DEFAULT_SPEED}: one H200 "
+        "carries about a third of the trace's rate, docs/replay.md)",
+    )
+    replay.add_argument("--sweep", help="run every policy at each speed, e.g. 0.5,1,2,4")
+    replay.add_argument("--model", choices=sorted(PRESETS), default=DEFAULT_PRESET)
+    replay.add_argument("--costs", help="YAML/JSON file of cost-model fields to override")
+    replay.add_argument(
+        "--device-tokens",
+        type=positive_int("device KV pool in tokens"),
+        help="device KV pool (default: what the GPU holds)",
+    )
+    replay.add_argument(
+        "--host-tokens",
+        type=positive_int("host bounce buffer in tokens"),
+        default=256 * 1024,
+        help="bounce buffer",
+    )
+    replay.add_argument(
+        "--page-size", type=positive_int("tokens per page"), default=64, help="tokens per page"
+    )
+    replay.add_argument(
+        "--prefetch-policy",
+        choices=["timeout", "best_effort", "wait_complete"],
+        default="timeout",
+        help="when admission stops waiting for a prefetch (SGLang's default: timeout)",
+    )
+    replay.add_argument("--schedule", choices=["fcfs", "lpm"], default="fcfs")
+    replay.add_argument(
+        "--max-prefill-tokens", type=positive_int("prefill tokens per step"), default=16384
+    )
+    replay.add_argument(
+        "--chunked-prefill-size", type=positive_int("tokens per prefill chunk"), default=8192
+    )
+    replay.add_argument(
+        "--seed",
+        type=count("the IO-time jitter's seed"),
+        default=0,
+        help="seeds the IO-time jitter",
+    )
+    replay.add_argument(
+        "--storage",
+        default="memory",
+        help="L3: memory (default), file:PATH or mooncake://HOST:PORT[?metrics_port=Q]",
+    )
+    replay.add_argument(
+        "--no-dedup", action="store_true", help="live: read spans a sibling is already reading"
+    )
+    replay.add_argument("--json", help="write {policy: metrics} to this file")
+    replay.add_argument("--log", help="write the live run's transition log (JSON lines) here")
+    replay.add_argument(
+        "--tree",
+        choices=TREES,
+        default="stagefate",
+        help="the radix tree both policies run on (sglang-*: SGLang 0.5.23's, `make sglang`)",
+    )
+    replay.add_argument("--plot", help="write a PNG comparing the policies (needs matplotlib)")
+    replay.set_defaults(func=run)
+
+
+def _replay_options(args: argparse.Namespace, speed: float) -> ReplayOptions:
+    from ..sim.engine import EngineOptions
+
+    engine = EngineOptions(
+        schedule=args.schedule,
+        prefetch_policy=args.prefetch_policy,
+        max_prefill_tokens=args.max_prefill_tokens,
+        chunked_prefill_size=args.chunked_prefill_size,
+    )
+    return ReplayOptions(
+        page_size=args.page_size,
+        device_tokens=args.device_tokens,
+        host_tokens=args.host_tokens,
+        speed=speed,
+        seed=args.seed,
+        dedup_inflight=not args.no_dedup,
+        storage=args.storage,
+        tree=args.tree,
+        costs=load_costs(args.model, args.costs),
+        engine=engine,
+    )
+
+
+def _parse_speeds(text: str) -> list[float]:
+    try:
+        speeds = [float(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise ValueError(f"--sweep takes speeds like 0.5,1,2,4; got {text!r}") from None
+    if not speeds or any(speed <= 0 for speed in speeds):
+        raise ValueError(f"--sweep takes positive speeds like 0.5,1,2,4; got {text!r}")
+    return sorted(set(speeds))
+
+
+def _policies(choice: str, storage: str) -> list[str]:
+    """``--policy``: one, or all: ``sglang`` too where SGLang is installed (else a hint)."""
+    if choice != "all":
+        return [choice]
+    from ..registry import policies_for_all
+
+    policies, left_out = policies_for_all(storage)
+    if left_out is not None:
+        console.print(f"--policy all: live and blind only ({left_out})")
+    return policies
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..sim.report import (
+        metrics_table,
+        replay_policies,
+        story,
+        sweep_table,
+        wasted_table,
+        write_json,
+        write_plot,
+        write_sweep_json,
+        write_sweep_plot,
+    )
+    from ..sim.trace import load_trace
+
+    speeds = _parse_speeds(args.sweep) if args.sweep else None
+    trace = load_trace(args.trace, args.limit)
+    policies = _policies(args.policy, args.storage)
+    if "sglang" in policies:  # its per-request warnings are its operational log; figures here
+        logging.getLogger("sglang").setLevel(logging.ERROR)
+    source = args.trace or "the embedded Mooncake slice"
+    first = _replay_options(args, speeds[0] if speeds else args.speed)
+    costs = first.costs
+    console.print(
+        f"replaying {len(trace):,} requests of {source} on {costs.model}, {costs.gpu} "
+        f"({first.device_tokens or costs.device_kv_tokens():,} device KV tokens), "
+        f"prefetch policy {first.engine.prefetch_policy}, {first.engine.schedule}"
+    )
+    arrival_ms = trace[-1].timestamp_ms - trace[0].timestamp_ms
+    if args.log and (speeds or "live" not in policies):
+        raise ValueError(
+            "--log records the live pipeline's transitions in one run: use it without --sweep, "
+            "with --policy live or all"
+        )
+    if speeds:
+        sweep = {}
+        for speed in speeds:
+            replays = replay_policies(
+                trace, policy_factories(policies), _replay_options(args, speed), console
+            )
+            sweep[speed] = {name: replay.metrics for name, replay in replays.items()}
+        console.print(sweep_table(sweep))
+        _save(args, sweep, write_sweep_json, write_sweep_plot)
+        return 0
+    log = TransitionLog.open(args.log) if args.log else None
+    try:
+        replays = replay_policies(
+            trace, policy_factories(policies), first, console, [log] if log else []
+        )
+    finally:
+        if log is not None:
+            log.close()
+            console.print(f"wrote {args.log} ({log.seq:,} transitions; `stagefate validate` it)")
+    results = {name: replay.metrics for name, replay in replays.items()}
+    console.print(metrics_table(results))
+    if any(m.wasted_by_reason for m in results.values()):
+        console.print(wasted_table(results))
+    for line in story(replays, arrival_ms / 1e3 / args.speed):
+        console.print(line, markup=False)
+    _save(args, results, write_json, write_plot)
+    return 0
+
+
+def _save(
+    args: argparse.Namespace,
+    payload: Payload,
+    write_json: Callable[[Payload, Path], None],
+    write_plot: Callable[[Payload, Path], None],
+) -> None:
+    """``--json`` and ``--plot``, when given."""
+    for path, write in ((args.json, write_json), (args.plot, write_plot)):
+        if path:
+            write(payload, Path(path))
+            console.print(f"wrote {path}")

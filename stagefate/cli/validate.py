@@ -1,0 +1,44 @@
+"""``stagefate validate``: a transition log checked against the spec, line by line."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from ..spec import load_spec
+from ..spec.load import DEFAULT_SPEC_PATH
+from .common import console
+
+
+def add_parser(sub: Any) -> None:
+    validate = sub.add_parser(
+        "validate", help="check a transition log (JSON lines) against the lifecycle spec"
+    )
+    validate.add_argument("log", help="the log: one transition a line (stagefate replay --log)")
+    validate.add_argument("--spec", help="spec file (default: the shipped lifecycle.yaml)")
+    validate.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..transition_log import validate_log
+
+    spec = load_spec(Path(args.spec) if args.spec else DEFAULT_SPEC_PATH)
+    path = Path(args.log)
+    if not path.is_file():
+        raise ValueError(f"transition log {path} does not exist; write one with --log FILE")
+    with path.open(encoding="utf-8") as lines:
+        summary = validate_log(lines, spec)
+    if summary.violation is not None:
+        console.print(f"[red]INVALID[/red] {path}:{summary.violation}", soft_wrap=True)
+        return 1
+    ended = ", ".join(f"{reason} {n:,}" for reason, n in summary.ended.most_common()) or "none"
+    live = ", ".join(f"{state} {n:,}" for state, n in summary.live.most_common()) or "none"
+    console.print(
+        f"{path}: {summary.lines:,} transitions of {summary.records:,} records follow the spec; "
+        f"{len(summary.edges)} of {len(spec.edges())} edges taken; ended: {ended}; "
+        f"still live: {live}",
+        markup=False,
+        soft_wrap=True,
+    )
+    return 0
