@@ -1,7 +1,8 @@
 """Hypothesis profiles shared by the test suite and ``stagefate fuzz``.
 
-``ci``: derandomized, short and without an example database (``make test``: every run the same); ``dev``: more examples, random; ``fuzz``: long
-campaigns; ``repro``: one example, printing the blob that replays a failure.
+``ci``: derandomized, short and without an example database (``make test``: every run the
+same); ``dev``: more examples, random; ``fuzz``: long campaigns; ``repro``: one example,
+printing the blob that replays a failure.
 """
 
 from __future__ import annotations
