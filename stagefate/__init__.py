@@ -21,7 +21,8 @@ from .runtime.prefix_tree import PrefixTree
 from .runtime.storage import open_storage
 from .statemachine.config import PipelineConfig
 from .statemachine.errors import LifecycleError
-from .statemachine.pipeline import BufferPipeline, Record, TransitionEvent
+from .statemachine.pipeline import BufferPipeline
+from .statemachine.record import Record, TransitionEvent
 from .statemachine.stats import Stats
 
 __all__ = [

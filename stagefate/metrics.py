@@ -35,7 +35,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .spec import LifecycleSpec
-from .statemachine.pipeline import BufferPipeline, TransitionEvent
+from .statemachine.pipeline import BufferPipeline
+from .statemachine.record import TransitionEvent
 
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric

@@ -29,7 +29,8 @@ from .fuzz.machine import PipelineFuzzer, configured
 from .runtime import ManualIO, MemoryStorage
 from .runtime.prefix_tree import PrefixTree
 from .statemachine.config import PipelineConfig
-from .statemachine.pipeline import BufferPipeline, TransitionEvent
+from .statemachine.pipeline import BufferPipeline
+from .statemachine.record import TransitionEvent
 
 __all__ = [
     "Pair",

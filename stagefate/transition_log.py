@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import IO
 
 from .spec.schema import BranchSpec, LifecycleSpec
-from .statemachine.pipeline import TransitionEvent
+from .statemachine.record import TransitionEvent
 
 FIELDS = ("seq", "request", "source", "event", "guard", "target", "reason")
 

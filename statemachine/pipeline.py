@@ -27,6 +27,13 @@ validate their arguments first and raise before anything changes.
 IO completions carry an operation id. ``poll()`` drains them on the caller's thread; a
 completion whose record has ended, or whose id is not the record's current operation (a request
 id may be reused), is dropped and counted in ``stale_completions``.
+
+This module is the binding: the scheduler's commands, the firing, the guards and the effects.
+What they use lives beside it, one concept a module: :mod:`.record` (a prefetch's record and the
+firing's lookups), :mod:`.books` (every L3 read settled as spliced or wasted, and why; the
+replay's other policies keep the same books), :mod:`.dedup` (who owns which page keys, who waits
+on whom), :mod:`.retry` (paced retries), :mod:`.io_ops` (the IO operations effects submit, and
+the span's page keys).
 """
 
 from __future__ import annotations
@@ -34,10 +41,8 @@ from __future__ import annotations
 import itertools
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import ClassVar, Literal
 
-import numpy as np
 import torch
 
 from ..runtime import (
@@ -48,7 +53,6 @@ from ..runtime import (
     HostPool,
     IOExecutor,
     IOOp,
-    IOResult,
     KVLayout,
     ManualIO,
     RadixTree,
@@ -59,15 +63,18 @@ from ..runtime import (
     namespace_of,
     page_hashes,
 )
-from ..runtime.hashing import Namespace, aux_storage_key, chain_digests, storage_key
+from ..runtime.hashing import aux_storage_key, storage_key
 from ..runtime.prefix_tree import Node, PrefixMatch, PrefixTree, TreeFactory, locked
 from ..runtime.storage import open_storage
-from ..runtime.tokens import TOKEN_BYTES
 from ..spec import LifecycleSpec, load_spec
+from .books import ReadBooks
 from .config import PipelineConfig
+from .dedup import DedupBook
 from .errors import LifecycleError
+from .io_ops import IOOperations, Run, span_digests
 from .machine import CompiledMachine, Outcome
 from .oracle import OracleMachine, OracleModel
+from .record import Instrument, Lookups, Record, TransitionEvent
 from .retry import RetryBook
 from .stats import Stats
 
@@ -75,83 +82,6 @@ LockOutcome = Literal["locked", "no_anchor", "cap_skip", "anchor_lost"]
 _EMPTY = torch.empty(0, dtype=torch.int64)
 _COMPLETION_EVENTS = {"exists": "hit", "read": "read_done", "load": "ack"}
 """The event each kind of IO completion fires."""
-
-
-@dataclass(eq=False, slots=True)
-class Record:
-    """One prefetch: what was asked, what it holds, and the arguments of the event being fired."""
-
-    request_id: str
-    tokens: TokenKey
-    """The request's tokens, cut to whole pages: the span ends at ``len(tokens)``."""
-    matched_len: int
-    namespace: Namespace
-    state: str = "issued"
-    span_end: int = 0
-    pinned_node: Node | None = None
-    pinned_tokens: int = 0
-    op_id: int | None = None
-    hit_tokens: int = 0
-    host_indices: np.ndarray | None = None
-    """Bounce slots: a NumPy array, since no tensor op needs them (slices, copies, frees)."""
-    host_aux_indices: np.ndarray | None = None
-    aux_tokens: int = 0
-    """The read's aux (sliding-window) tokens: planned at the hit, held in the bounce from the
-    IO commit (``host_aux_indices``)."""
-    plan_prefix: int | None = None
-    device_indices: torch.Tensor | None = None
-    """The spliced tail's device slots, handed to the caller (the tree keeps its own copy)."""
-    device_slots: np.ndarray | None = None
-    """The same slots as NumPy (the H2D copy's destination)."""
-    spliced_node: Node | None = None
-    aux_device_indices: torch.Tensor | None = None
-    read_tokens: int = 0
-    """Tokens the L3 read asked for (0: no read was launched)."""
-    span_digests: Sequence[bytes] = ()
-    """Page keys of the span's pages (set once the issue's lock decided; see ``_hash_span``)."""
-    span_keys: Sequence[str] = ()
-    """``span_digests`` as L3 object keys."""
-    plan_tokens: int = 0
-    """Tokens the read will bring: the hit within the span (set by ``record_hit``)."""
-    spliced_tokens: int = 0
-    # arguments of the event being fired, read by its guards and effects
-    arg_prefix_len: int = 0
-    arg_prefix_indices: torch.Tensor = _EMPTY
-    arg_completion: Completion | None = None
-
-    @property
-    def span_tokens(self) -> int:
-        return self.span_end - self.matched_len
-
-
-@dataclass(slots=True)
-class Lookups:
-    """What the guards of the firing under way looked up in the live tree, for its effects.
-
-    Emptied when a firing starts; filled the first time a guard asks; never read by a later
-    firing (the tree may have changed by then)."""
-
-    anchor: PrefixMatch | None = None
-    """The live match of the request's ``tokens[:matched_len]`` (its anchor is ``last_node``)."""
-    span: PrefixMatch | None = None
-    """The live match of the request's whole tokens (the splice hangs below ``last_node``)."""
-    sibling: str | None = None
-    """The live record found reading this record's whole span (in-flight dedup)."""
-
-    def clear(self) -> None:
-        self.anchor = self.span = None
-        self.sibling = None
-
-
-@dataclass(frozen=True)
-class TransitionEvent:
-    """What instruments receive after every transition."""
-
-    request_id: str
-    outcome: Outcome
-
-
-Instrument = Callable[[TransitionEvent], None]
 
 
 class BufferPipeline:
@@ -196,6 +126,15 @@ class BufferPipeline:
             else (ManualIO() if cfg.io == "manual" else ThreadedIO(cfg.io_workers))
         )
         self.copy = CopyEngine(self.device_pool.device)
+        self.ops = IOOperations(
+            self.storage,
+            self.copy,
+            self.host_pool,
+            self.host_aux_pool,
+            self.device_pool,
+            self.aux_pool,
+            cfg.page_size,
+        )
         self.spec = spec or load_spec()
         self._counts: dict[str, int] = dict.fromkeys(Stats.model_fields, 0)
         self._hold_states, self._pending_states, self._owning_states = (
@@ -225,11 +164,9 @@ class BufferPipeline:
         self._op_ids = itertools.count(1)
         self._hits: OrderedDict[str, None] = OrderedDict()
         self._parked: OrderedDict[str, None] = OrderedDict()
-        self._wasted: dict[str, list[int]] = {}
+        self.books = ReadBooks(self._counts)
         self.retries = RetryBook(cfg.retry_interval, cfg.retry_max_attempts)
-        # in-flight dedup: page key -> records owning it (insertion order), and who waits on whom
-        self._owners: dict[bytes, dict[str, None]] = {}
-        self._waiters: dict[str, list[str]] = {}
+        self.dedup = DedupBook()
         self.polls = 0
         self.instruments: list[Instrument] = []
 
@@ -279,9 +216,13 @@ class BufferPipeline:
             self._oracle_models[req_id] = self._oracle.add(record)
         self._fire(record, "lock")
         if record.state != "released":
-            record.span_digests = digests = self._hash_span(record)
+            match = self._look.anchor  # what the lock that just fired matched
+            anchor = None if match is None or record.state == "anchor_lost" else match.last_node
+            record.span_digests = digests = span_digests(
+                self.tree, record.tokens, matched_len, namespace, page, anchor
+            )
             record.span_keys = list(map(storage_key, digests))
-            self._submit(record, "exists", self._exists_op(record))
+            self._submit(record, "exists", self.ops.exists(record.span_keys))
         return record.state
 
     def try_lock_anchor(self, req_id: str) -> LockOutcome:
@@ -420,9 +361,7 @@ class BufferPipeline:
         record = self.records.get(req_id)
         if record is not None:
             return record.state in self._pending_states
-        return self.retries.pending(req_id) and any(
-            req_id in waiters for waiters in self._waiters.values()
-        )
+        return self.retries.pending(req_id) and self.dedup.is_waiting(req_id)
 
     @property
     def stats(self) -> Stats:
@@ -447,7 +386,7 @@ class BufferPipeline:
         ``short_read`` (the tail L3 did not return), with 0 reads. The reads and tokens add up
         to ``l3_reads_wasted`` and ``l3_read_tokens_wasted``.
         """
-        return {reason: (reads, tokens) for reason, (reads, tokens) in self._wasted.items()}
+        return self.books.wasted_by_reason()
 
     def is_idle(self) -> bool:
         """No live record and no IO in flight."""
@@ -504,7 +443,8 @@ class BufferPipeline:
     def _end(self, record: Record, reason: str) -> None:
         self._counts[reason] += 1
         if record.read_tokens:  # every read is settled here: spliced from, or wasted
-            self._settle_read(record, reason)
+            trimmed = 0 if record.plan_prefix is None else record.plan_prefix - record.matched_len
+            self.books.settle(reason, record.read_tokens, record.spliced_tokens, trimmed)
         request_id = record.request_id
         del self.records[request_id]
         self._hits.pop(request_id, None)
@@ -515,25 +455,6 @@ class BufferPipeline:
             self._oracle.remove(self._oracle_models.pop(request_id))
         if reason == "filled":
             self.retries.forget(request_id)
-
-    def _settle_read(self, record: Record, reason: str) -> None:
-        unspliced = record.read_tokens - record.spliced_tokens
-        self._counts["l3_read_tokens_wasted"] += unspliced
-        if not record.spliced_tokens:
-            self._counts["l3_reads_wasted"] += 1
-            self._waste(reason, 1, unspliced)
-            return
-        assert record.plan_prefix is not None
-        trimmed = record.plan_prefix - record.matched_len
-        if trimmed:
-            self._waste("trimmed", 0, trimmed)
-        if unspliced > trimmed:
-            self._waste("short_read", 0, unspliced - trimmed)
-
-    def _waste(self, reason: str, reads: int, tokens: int) -> None:
-        books = self._wasted.setdefault(reason, [0, 0])
-        books[0] += reads
-        books[1] += tokens
 
     def _live(self, req_id: str, event: str) -> Record:
         self._check_request_id(req_id)
@@ -570,98 +491,12 @@ class BufferPipeline:
         self,
         record: Record,
         kind: Literal["exists", "read", "load"],
-        run: Callable[[int | None], IOResult],
+        run: Run,
     ) -> None:
         op_id = next(self._op_ids)
         record.op_id = op_id
         self._ops[op_id] = record
         self.io.submit(IOOp(op_id, kind, run))
-
-    def _effect_evict_for_splice(self, record: Record) -> None:
-        """Evict before allocating the tail, with the request's live prefix locked meanwhile."""
-        assert record.plan_prefix is not None
-        need = record.span_end - record.plan_prefix
-        short = need - self.device_pool.available()
-        aux_short = 0
-        if self.aux_pool is not None:
-            aux_short = record.aux_tokens - self.aux_pool.available()
-        if short <= 0 and aux_short <= 0:
-            return
-        prefix = self.tree.match_prefix(
-            record.tokens.prefix(record.plan_prefix), *record.namespace
-        ).last_node
-        with locked(self.tree, prefix):
-            self.tree.evict(max(short, aux_short, 0))
-            if self.aux_pool is not None:
-                while self.aux_pool.available() < record.aux_tokens and self.tree.evict(1):
-                    pass
-
-    # ================================================================== IO operations
-
-    def _hash_span(self, record: Record) -> list[bytes]:
-        """The span's page keys, hashed once per request.
-
-        The chain continues from the page key the tree remembers at the anchor (a write-through
-        or an earlier prefetch left it there), so only the span's pages are hashed; a cold
-        prefix is hashed whole once and offered to the tree for the next one. An anchor the
-        lock found short (``anchor_lost``) ends before ``matched_len``: it seeds nothing.
-        """
-        page, namespace = self.config.page_size, record.namespace
-        matched = record.matched_len
-        match = self._look.anchor  # what the issue's lock, just fired, matched
-        anchor = None if match is None or record.state == "anchor_lost" else match.last_node
-        if not matched:
-            return page_hashes(record.tokens, page, namespace)
-        seed = None if anchor is None else self.tree.cached_page_key(anchor)
-        if seed is not None:
-            span = record.tokens.data[matched * TOKEN_BYTES :]
-            return chain_digests(span, page * TOKEN_BYTES, seed)
-        chain = page_hashes(record.tokens, page, namespace)
-        first = matched // page
-        if anchor is not None:
-            self.tree.remember_page_keys(record.tokens.prefix(matched), chain[:first], *namespace)
-        return chain[first:]
-
-    def _exists_op(self, record: Record) -> Callable[[int | None], IOResult]:
-        keys = record.span_keys
-        storage, page = self.storage, self.config.page_size
-
-        def run(_limit: int | None) -> IOResult:
-            return IOResult(tokens=storage.batch_exists(keys) * page)
-
-        return run
-
-    def _read_op(self, record: Record, tokens: int) -> Callable[[int | None], IOResult]:
-        page = self.config.page_size
-        end_page = tokens // page
-        keys = record.span_keys[:end_page]
-        host_indices = record.host_indices
-        aux_indices = record.host_aux_indices
-        aux_pages = record.aux_tokens // page
-        aux_keys = (
-            [aux_storage_key(d) for d in record.span_digests[end_page - aux_pages : end_page]]
-            if aux_pages
-            else ()
-        )
-        storage, copy, host_pool, host_aux_pool = (
-            self.storage,
-            self.copy,
-            self.host_pool,
-            self.host_aux_pool,
-        )
-        assert host_indices is not None
-
-        def run(limit: int | None) -> IOResult:
-            wanted = keys if limit is None else keys[: max(0, limit) // page]
-            read = copy.read_into_host(storage, wanted, host_pool, host_indices, page)
-            if not aux_keys:
-                return IOResult(tokens=read)
-            if read < tokens or host_aux_pool is None or aux_indices is None:
-                return IOResult(tokens=read, aux_complete=False)
-            aux_read = copy.read_into_host(storage, aux_keys, host_aux_pool, aux_indices, page)
-            return IOResult(tokens=read, aux_complete=aux_read == len(aux_keys) * page)
-
-        return run
 
     # ================================================================== guards
 
@@ -708,14 +543,8 @@ class BufferPipeline:
         if not self.config.dedup_inflight:
             return False
         digests = self._read_digests(record, record.plan_tokens)
-        if not digests:
-            return False
-        owners = self._owners
-        for sibling in owners.get(digests[0], ()):
-            if sibling != record.request_id and all(sibling in owners.get(d, ()) for d in digests):
-                self._look.sibling = sibling
-                return True
-        return False
+        self._look.sibling = sibling = self.dedup.sibling_owning(record.request_id, digests)
+        return sibling is not None
 
     def _guard_host_short(self, record: Record) -> bool:
         if self.host_pool.available() < record.plan_tokens:
@@ -818,18 +647,23 @@ class BufferPipeline:
 
     def _effect_launch_read(self, record: Record) -> None:
         record.read_tokens = tokens = record.plan_tokens
-        counts = self._counts
-        counts["l3_reads"] += 1
-        counts["l3_read_tokens"] += tokens
-        owners, request_id = self._owners, record.request_id
-        for digest in self._read_digests(record, tokens):
-            owners.setdefault(digest, {})[request_id] = None
-        self._submit(record, "read", self._read_op(record, tokens))
+        self.books.read(tokens)
+        self.dedup.own(record.request_id, self._read_digests(record, tokens))
+        assert record.host_indices is not None
+        read = self.ops.read(
+            record.span_keys,
+            record.span_digests,
+            tokens,
+            record.host_indices,
+            record.aux_tokens,
+            record.host_aux_indices,
+        )
+        self._submit(record, "read", read)
 
     def _effect_wait_for_sibling(self, record: Record) -> None:
         sibling = self._look.sibling
         assert sibling is not None, "span_inflight found the sibling in this firing"
-        self._waiters.setdefault(sibling, []).append(record.request_id)
+        self.dedup.wait(record.request_id, sibling)
 
     def _disown(self, record: Record, keep_pages: int) -> None:
         """Give up the record's page keys past ``keep_pages``; its waiters' retries fall due.
@@ -837,14 +671,8 @@ class BufferPipeline:
         Waiters are woken whenever the record's ownership shrinks: each re-issue decides again
         (a device hit after ``filled``, its own read after an abort, or waiting once more).
         """
-        owners_of, request_id = self._owners, record.request_id
-        for digest in record.span_digests[keep_pages : record.read_tokens // self.config.page_size]:
-            owners = owners_of.get(digest)
-            if owners is not None:
-                owners.pop(request_id, None)
-                if not owners:
-                    del owners_of[digest]
-        for waiter in self._waiters.pop(request_id, ()):
+        owned = record.span_digests[keep_pages : record.read_tokens // self.config.page_size]
+        for waiter in self.dedup.disown(record.request_id, owned):
             self.retries.make_due(waiter, self.polls)
 
     def _effect_stage_read(self, record: Record) -> None:
@@ -889,17 +717,7 @@ class BufferPipeline:
             aux_target = self.aux_pool.alloc(len(aux_source))
             assert aux_target is not None
         record.aux_device_indices = aux_target
-        copy, host, device = self.copy, self.host_pool, self.device_pool
-        host_aux, aux_pool = self.host_aux_pool, self.aux_pool
-
-        def run(_limit: int | None) -> IOResult:
-            handle = copy.h2d(host, source, device, target)
-            if aux_target is not None and host_aux is not None and aux_pool is not None:
-                assert aux_source is not None
-                handle = copy.h2d(host_aux, aux_source, aux_pool, aux_target)
-            return IOResult(handle=handle)
-
-        self._submit(record, "load", run)
+        self._submit(record, "load", self.ops.h2d(source, target, aux_source, aux_target))
 
     def _effect_insert_tail(self, record: Record) -> None:
         assert record.plan_prefix is not None and record.device_slots is not None
@@ -916,8 +734,7 @@ class BufferPipeline:
             self.tree.attach_aux(node, record.aux_device_indices)
         record.spliced_node = node
         record.spliced_tokens = record.span_end - record.plan_prefix
-        self._counts["spliced_tokens"] += record.spliced_tokens
-        self._counts["trimmed_tokens"] += record.plan_prefix - record.matched_len
+        self.books.spliced(record.spliced_tokens, record.plan_prefix - record.matched_len)
 
     def _effect_move_pin(self, record: Record) -> None:
         node = record.spliced_node
@@ -927,6 +744,25 @@ class BufferPipeline:
             return
         self.tree.move_lock_ref(record.pinned_node, node)  # the leaf hangs below the anchor
         self._hold_pin(record, node, 0)
+
+    def _effect_evict_for_splice(self, record: Record) -> None:
+        """Evict before allocating the tail, with the request's live prefix locked meanwhile."""
+        assert record.plan_prefix is not None
+        need = record.span_end - record.plan_prefix
+        short = need - self.device_pool.available()
+        aux_short = 0
+        if self.aux_pool is not None:
+            aux_short = record.aux_tokens - self.aux_pool.available()
+        if short <= 0 and aux_short <= 0:
+            return
+        prefix = self.tree.match_prefix(
+            record.tokens.prefix(record.plan_prefix), *record.namespace
+        ).last_node
+        with locked(self.tree, prefix):
+            self.tree.evict(max(short, aux_short, 0))
+            if self.aux_pool is not None:
+                while self.aux_pool.available() < record.aux_tokens and self.tree.evict(1):
+                    pass
 
     # ================================================================== argument checks
 

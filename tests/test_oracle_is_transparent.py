@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from stagefate import BufferPipeline, MemoryStorage
-from stagefate.fuzz.machine import PAGE, SALTS, SEQUENCES, fuzz_config, kv_value, l3_contents
+from stagefate.fuzz.world import NAMESPACES, PAGE, SEQUENCES, fuzz_config, l3_contents, mark
 from stagefate.runtime.prefix_tree import alloc_evicting
 from stagefate.testing import manual_io, tree_snapshot
 
@@ -36,7 +36,7 @@ def _publish(pipe: BufferPipeline, tokens: list[int], salt: str | None) -> None:
     )
     if slots is None:
         return
-    values = kv_value(torch.tensor(tokens[present.length :]), salt)
+    values = mark(tokens[present.length :], salt)
     pipe.device_pool.kv[:, :, slots] = values[None, None, :, None, None]
     pipe.tree.insert(tokens, torch.cat([present.device_indices, slots]), cache_salt=salt)
 
@@ -52,7 +52,7 @@ def _step(
     if move == 0:
         request = rng.choice(REQUESTS)
         tokens = SEQUENCES[rng.randrange(len(SEQUENCES))][: rng.randint(1, 8) * PAGE]
-        salt = rng.choice(SALTS)
+        salt = rng.choice(NAMESPACES)
         if request not in pipe.records:  # a live request keeps its prompt
             asked[request] = (tokens, salt)
         tokens, salt = asked[request]
@@ -85,7 +85,7 @@ def _step(
         pipe.release_aborted_request(rng.choice(REQUESTS))
     elif move == 5:
         sequence = SEQUENCES[rng.randrange(len(SEQUENCES))]
-        _publish(pipe, sequence[: rng.randint(1, 8) * PAGE], rng.choice(SALTS))
+        _publish(pipe, sequence[: rng.randint(1, 8) * PAGE], rng.choice(NAMESPACES))
     elif move == 6:
         pipe.tree.evict(rng.randint(0, 24))
     elif move == 7:

@@ -12,11 +12,13 @@ import pytest
 import yaml
 from hypothesis.stateful import run_state_machine_as_test
 
-from stagefate.fuzz.machine import configured, violated_invariant
+from stagefate.fuzz.invariants import violated_invariant
+from stagefate.fuzz.machine import configured
 from stagefate.spec import modelcheck
 from stagefate.spec.load import DEFAULT_SPEC_PATH, parse_spec
 from stagefate.spec.modelcheck import Bounds, ModelChecker
-from stagefate.statemachine.pipeline import BufferPipeline, Record
+from stagefate.statemachine.pipeline import BufferPipeline
+from stagefate.statemachine.record import Record
 
 from .harness import fuzz_settings
 

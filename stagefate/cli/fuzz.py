@@ -47,7 +47,8 @@ def add_parser(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..fuzz.campaign import DATABASE, edge_table, run_campaign
-    from ..fuzz.machine import PAGE, configured
+    from ..fuzz.machine import configured
+    from ..fuzz.world import PAGE
     from ..registry import tree_factory
 
     if args.steps is None and args.budget is None:

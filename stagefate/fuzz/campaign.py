@@ -17,8 +17,9 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from ..spec import load_spec
-from .machine import TALLY, Edge, PipelineFuzzer
+from .machine import PipelineFuzzer
 from .profiles import register_profiles
+from .tally import TALLY, Edge
 
 STEPS_PER_EXAMPLE = 100
 BATCH_EXAMPLES = 20

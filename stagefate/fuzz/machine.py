@@ -2,26 +2,21 @@
 
 Theory of operation
 -------------------
-Three token sequences share heads (so anchors collide and nodes split), in two namespaces. A
-producer writes all of them through to one L3 first, with KV whose every value is the token id
-plus 1000 per namespace: any device slot the consumer's tree maps can then be checked against the
-tokens it claims to hold, which catches a splice at the wrong offset, an untrimmed head or a
-cross-namespace reuse as a byte mismatch.
+Programs run in the world of :mod:`.world`: three sequences sharing heads in two namespaces,
+all of them written through to L3 first with page-marked KV, so every device slot the tree maps
+can be checked against the tokens it claims to hold.
 
 Rules play both the scheduler (issue, poll, plan with the live or a stale prefix, consume,
 abort, release, retries) and the world (IO completing in any order, short or failing reads,
 sibling publishes that split nodes, eviction, pages dropped from L3). The ``transitions`` oracle
 runs in lockstep (``check_oracle``); every spec invariant the stateful fuzzer is listed for is an
-``@invariant`` of the same name (:func:`spec_invariant`). Every fired
-transition is counted in :data:`TALLY` so a campaign can report which spec edges it reached.
+``@invariant`` of the same name (:func:`~.invariants.spec_invariant`). Every fired transition is
+counted in :data:`~.tally.TALLY` so a campaign can report which spec edges it reached.
 """
 
 from __future__ import annotations
 
-import functools
-from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 import torch
@@ -31,85 +26,28 @@ from hypothesis.stateful import (
     Bundle,
     RuleBasedStateMachine,
     initialize,
-    invariant,
     precondition,
     rule,
 )
 
 from ..runtime import MemoryStorage, RadixTree, Storage, page_hashes
 from ..runtime.hashing import namespace_of, storage_key
-from ..runtime.pools import PoolError
 from ..runtime.prefix_tree import Node, TreeFactory, alloc_evicting
 from ..spec import load_spec
 from ..statemachine.config import PipelineConfig
 from ..statemachine.errors import LifecycleError
-from ..statemachine.pipeline import BufferPipeline, TransitionEvent
+from ..statemachine.pipeline import BufferPipeline
 from ..transition_log import TransitionLog
+from .invariants import spec_invariant
+from .tally import TALLY, record_edge
+from .world import NAMESPACES, PAGE, SEQUENCES, expected_mark, fuzz_config, l3_contents, mark
 
-PAGE = 2
-_HEAD = list(range(1, 17))
-SEQUENCES = (_HEAD, _HEAD[:6] + list(range(100, 110)), _HEAD[:10] + list(range(200, 206)))
-SALTS = (None, "tenant-b")
 REQUEST_IDS = tuple(f"r{i}" for i in range(5))
 SPEC = load_spec()
 _HOLDS = tuple(sorted(SPEC.group("hold")))
 _LOCKABLE = tuple(sorted(SPEC.group("lockable")))
 _NO_CONSUME = tuple(sorted(SPEC.group("pending")))
 """States in which ``init_load_back`` must be refused: the prefetch has staged nothing yet."""
-
-
-class InvariantViolated(AssertionError):
-    """A spec invariant failed; ``invariant`` is its id in spec/lifecycle.yaml."""
-
-    def __init__(self, invariant: str, message: str) -> None:
-        self.invariant = invariant
-        super().__init__(f"{invariant}: {message}")
-
-
-def spec_invariant(check: Callable[[PipelineFuzzer], None]) -> Callable[[PipelineFuzzer], None]:
-    """An ``@invariant`` named by a spec invariant id; its failure says which invariant broke."""
-
-    @functools.wraps(check)
-    def checked(self: PipelineFuzzer) -> None:
-        try:
-            check(self)
-        except AssertionError as failed:
-            if isinstance(failed, InvariantViolated):
-                raise
-            raise InvariantViolated(check.__name__, str(failed) or "failed") from failed
-
-    return invariant()(checked)
-
-
-def violated_invariant(failure: BaseException) -> str | None:
-    """The spec invariant a fuzz failure shows broken: an ``@invariant``'s id, or
-    ``hold_release`` for a slot freed twice or by a stranger (the pool raises before anything
-    changes, as the invariant demands); None for anything else (a bug in a rule, a typo)."""
-    if isinstance(failure, InvariantViolated):
-        return failure.invariant
-    if isinstance(failure, PoolError):
-        return "hold_release"
-    return None
-
-
-Edge = tuple[str, str, str]
-
-
-@dataclass
-class Tally:
-    """What every fuzz run adds to; a campaign resets it and reports it."""
-
-    edges: Counter[Edge] = field(default_factory=Counter)
-    """``(state, event, guard or 'else')`` of every transition fired."""
-    states: int = 0
-    """States whose invariants were checked (one per executed step, plus setups)."""
-
-    def reset(self) -> None:
-        self.edges.clear()
-        self.states = 0
-
-
-TALLY = Tally()
 
 
 class _TorchRandom:
@@ -133,74 +71,11 @@ _TORCH_RANDOM = _TorchRandom()  # Hypothesis keeps only a weak reference
 register_random(_TORCH_RANDOM)
 
 
-def fuzz_config(window: int | None = None, device: str = "cpu") -> PipelineConfig:
-    return PipelineConfig(
-        page_size=PAGE,
-        sliding_window=window,
-        layers=1,
-        kv_heads=1,
-        head_dim=1,
-        dtype=torch.float32,
-        device_tokens=24,
-        host_tokens=12,
-        device=device,
-        io="manual",
-        prefetch_threshold=2 * PAGE,
-        anchor_lock_cap_fraction=0.25,
-        max_context_len=16,
-        retry_interval=2,
-        retry_max_attempts=4,
-        check_oracle=True,
-    )
-
-
-def kv_value(tokens: torch.Tensor, salt: str | None) -> torch.Tensor:
-    return tokens.to(torch.float32) + 1000 * SALTS.index(salt)
-
-
-_L3: dict[int | None, tuple[list[str], list[torch.Tensor]]] = {}
-
-
-def l3_contents(window: int | None) -> tuple[list[str], list[torch.Tensor]]:
-    """What L3 holds when a program starts (every page-aligned prefix of every sequence, in
-    each namespace, with its aux window), written by a producer pipeline once per window and
-    replayed into each program's storage (the same keys and bytes, without the producer)."""
-    found = _L3.get(window)
-    if found is None:
-        storage = MemoryStorage()
-        producer = BufferPipeline(fuzz_config(window), storage=storage)
-        for salt in SALTS:
-            for sequence in SEQUENCES:
-                for end in range(PAGE, len(sequence) + 1, PAGE):
-                    PipelineFuzzer.write_through(producer, sequence[:end], salt, window)
-        objects = storage.snapshot()
-        keys = sorted(objects)
-        found = _L3[window] = (keys, [objects[key] for key in keys])
-    return found
-
-
-_EXPECTED: dict[tuple[str | None, tuple[int, ...]], torch.Tensor] = {}
-
-
-def _expected_kv(salt: str | None, tokens: list[int]) -> torch.Tensor:
-    """``kv_value`` of a node's tokens, remembered (the fuzzer's sequences are few and fixed)."""
-    key = (salt, tuple(tokens))
-    found = _EXPECTED.get(key)
-    if found is None:
-        found = _EXPECTED[key] = kv_value(torch.tensor(tokens, dtype=torch.int64), salt)
-    return found
-
-
 def _in(slots: torch.Tensor, chosen: set[int]) -> torch.Tensor:
     """A mask of ``slots`` that are in ``chosen``."""
     if not chosen:
         return torch.zeros(slots.numel(), dtype=torch.bool)
     return torch.isin(slots, torch.tensor(sorted(chosen), dtype=torch.int64))
-
-
-def _record_edge(event: TransitionEvent) -> None:
-    outcome = event.outcome
-    TALLY.edges[(outcome.source, outcome.event, outcome.guard or "else")] += 1
 
 
 class PipelineFuzzer(RuleBasedStateMachine):
@@ -235,7 +110,7 @@ class PipelineFuzzer(RuleBasedStateMachine):
         keys, pages = l3_contents(window)
         self.storage.batch_set(keys, pages)
         self.pipe = BufferPipeline(cfg, storage=self.storage, tree_factory=type(self).tree_factory)
-        self.pipe.instruments.append(_record_edge)
+        self.pipe.instruments.append(record_edge)
         self.log = None if self.log_path is None else TransitionLog.open(self.log_path)
         if self.log is not None:
             self.pipe.instruments.append(self.log)
@@ -243,26 +118,6 @@ class PipelineFuzzer(RuleBasedStateMachine):
         self.asked: dict[str, tuple[list[int], str | None]] = {}
         self.running: list[Node] = []
         """Nodes the engine's running requests lock (their KV must stay while they compute)."""
-
-    @staticmethod
-    def write_through(
-        producer: BufferPipeline, tokens: list[int], salt: str | None, window: int | None
-    ) -> None:
-        """The producer computes ``tokens`` (KV = :func:`kv_value`) and writes them to L3."""
-        slots = producer.device_pool.alloc(len(tokens))
-        assert slots is not None
-        values = kv_value(torch.tensor(tokens), salt)[None, None, :, None, None]
-        values = values.to(producer.device_pool.device)
-        producer.device_pool.kv[:, :, slots] = values
-        aux = None
-        if window is not None and producer.aux_pool is not None:
-            aux = producer.aux_pool.alloc(min(window, len(tokens)))
-            assert aux is not None
-            producer.aux_pool.kv[:, :, aux] = values[:, :, len(tokens) - aux.numel() :]
-        producer.write_through(tokens, slots, cache_salt=salt, aux_indices=aux)
-        producer.device_pool.free(slots)
-        if aux is not None and producer.aux_pool is not None:
-            producer.aux_pool.free(aux)
 
     # ------------------------------------------------------------------ scheduler
 
@@ -283,7 +138,7 @@ class PipelineFuzzer(RuleBasedStateMachine):
         request_id=st.sampled_from(REQUEST_IDS),
         sequence=st.integers(0, len(SEQUENCES) - 1),
         pages=st.integers(1, 8),
-        salt=st.sampled_from(SALTS),
+        salt=st.sampled_from(NAMESPACES),
         stale=st.booleans(),
     )
     def issue(
@@ -300,7 +155,7 @@ class PipelineFuzzer(RuleBasedStateMachine):
         second=st.sampled_from(REQUEST_IDS),
         sequence=st.integers(0, len(SEQUENCES) - 1),
         pages=st.integers(1, 8),
-        salt=st.sampled_from(SALTS),
+        salt=st.sampled_from(NAMESPACES),
     )
     def siblings_arrive_together(
         self, first: str, second: str, sequence: int, pages: int, salt: str | None
@@ -421,7 +276,7 @@ class PipelineFuzzer(RuleBasedStateMachine):
     @rule(
         sequence=st.integers(0, len(SEQUENCES) - 1),
         pages=st.integers(1, 8),
-        salt=st.sampled_from(SALTS),
+        salt=st.sampled_from(NAMESPACES),
     )
     def sibling_publish(self, sequence: int, pages: int, salt: str | None) -> None:
         """Another request computes ``pages`` of a sequence into the tree (splits nodes)."""
@@ -458,7 +313,7 @@ class PipelineFuzzer(RuleBasedStateMachine):
     @rule(
         sequence=st.integers(0, len(SEQUENCES) - 1),
         pages=st.integers(1, 8),
-        salt=st.sampled_from(SALTS),
+        salt=st.sampled_from(NAMESPACES),
     )
     def a_request_starts_running(self, sequence: int, pages: int, salt: str | None) -> None:
         """A request computes a prefix and keeps it locked while it runs (device pressure)."""
@@ -482,7 +337,7 @@ class PipelineFuzzer(RuleBasedStateMachine):
         slots = alloc_evicting(tree, pool, len(tokens) - present.length, present.last_node)
         if slots is None:
             return
-        values = kv_value(torch.tensor(tokens[present.length :]), salt)
+        values = mark(torch.tensor(tokens[present.length :]), salt)
         pool.kv[:, :, slots] = values[None, None, :, None, None].to(pool.device)
         tree.insert(tokens, torch.cat([present.device_indices, slots]), cache_salt=salt)
 
@@ -494,7 +349,7 @@ class PipelineFuzzer(RuleBasedStateMachine):
     @rule(
         sequence=st.integers(0, len(SEQUENCES) - 1),
         from_page=st.integers(0, 7),
-        salt=st.sampled_from(SALTS),
+        salt=st.sampled_from(NAMESPACES),
     )
     def l3_drop(self, sequence: int, from_page: int, salt: str | None) -> None:
         digests = page_hashes(SEQUENCES[sequence], PAGE, namespace_of(None, salt))
@@ -573,14 +428,14 @@ class PipelineFuzzer(RuleBasedStateMachine):
         in_flight = self._slots_in_flight()
         # one gather and one comparison for the whole tree; a node is named only on a mismatch
         slots = torch.cat([node.value for node in nodes])
-        expected = torch.cat([_expected_kv(node.namespace[1], node.tokens()) for node in nodes])
+        expected = torch.cat([expected_mark(node.namespace[1], node.tokens()) for node in nodes])
         actual = pipe.device_pool.kv[0, 0, slots, 0, 0].cpu()
         settled = (actual == expected) | _in(slots, in_flight)
         if not bool(settled.all()):
             for node in nodes:
                 mine = _in(node.value, in_flight) | (
                     pipe.device_pool.kv[0, 0, node.value, 0, 0].cpu()
-                    == _expected_kv(node.namespace[1], node.tokens())
+                    == expected_mark(node.namespace[1], node.tokens())
                 )
                 assert bool(mine.all()), f"wrong KV under {node!r}"
 
@@ -616,7 +471,7 @@ class PipelineFuzzer(RuleBasedStateMachine):
             values = pipe.device_pool.kv[0, 0, node.value, 0, 0].cpu()
             settled = ~_in(node.value, in_flight)
             owner = torch.div(values[settled], 1000, rounding_mode="floor")
-            assert bool((owner == SALTS.index(node.namespace[1])).all()), (
+            assert bool((owner == NAMESPACES.index(node.namespace[1])).all()), (
                 f"KV of another namespace under {node!r}"
             )
 
@@ -643,7 +498,7 @@ class PipelineFuzzer(RuleBasedStateMachine):
     @spec_invariant
     def dedup_waiters(self) -> None:
         pipe = self.pipe
-        for sibling in pipe._waiters:
+        for sibling in pipe.dedup.waited_on():
             record = pipe.records.get(sibling)
             assert record is not None and record.state in self.groups["owning"], (
                 f"requests wait on {sibling}, which owns no span"

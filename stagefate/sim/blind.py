@@ -19,9 +19,10 @@ from ..runtime import IOOp, IOResult, ManualIO, TokenKey, page_hashes
 from ..runtime.hashing import ROOT_NAMESPACE, storage_key
 from ..runtime.io import OpKind
 from ..runtime.prefix_tree import Node, PrefixMatch
+from ..statemachine.books import ReadBooks
 from ..statemachine.pipeline import BufferPipeline
 from .on_pipeline import OnPipeline
-from .policy import EMPTY, MakeRoom, ReadBooks
+from .policy import EMPTY, MakeRoom
 
 
 @dataclass(eq=False)
@@ -164,7 +165,7 @@ class BlindPolicy(OnPipeline):
         pipe.copy.h2d(pipe.host_pool, fetch.host, pipe.device_pool, slots).wait()
         present = pipe.tree.insert(fetch.key.prefix(end), torch.cat([prefix.device_indices, slots]))
         assert present == prefix.length, "the match and the insert run back to back"
-        self.books.counts["tokens_spliced"] += tokens
+        self.books.spliced(tokens, 0)
         self._drop(fetch, "filled", spliced=tokens)
         return slots
 
@@ -172,7 +173,8 @@ class BlindPolicy(OnPipeline):
         return []  # the old path had no paced retry
 
     def counters(self) -> dict[str, int]:
-        return {**self.books.counters(), "declined_anchor_lost": 0, "declined_device_covered": 0}
+        books = self.books.replay_counters()
+        return {**books, "declined_anchor_lost": 0, "declined_device_covered": 0}
 
     def wasted_by_reason(self) -> dict[str, tuple[int, int]]:
         return self.books.wasted_by_reason()

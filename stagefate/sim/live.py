@@ -59,12 +59,7 @@ class LivePolicy(OnPipeline):
     def counters(self) -> dict[str, int]:
         stats = self.pipe.stats
         return {
-            "l3_reads": stats.l3_reads,
-            "l3_read_tokens": stats.l3_read_tokens,
-            "l3_reads_wasted": stats.l3_reads_wasted,
-            "l3_read_tokens_wasted": stats.l3_read_tokens_wasted,
-            "tokens_spliced": stats.spliced_tokens,
-            "tokens_trimmed": stats.trimmed_tokens,
+            **self.pipe.books.replay_counters(),
             "declined_anchor_lost": stats.declined_anchor_lost,
             "declined_device_covered": stats.declined_device_covered,
         }

@@ -10,7 +10,6 @@ the replay an ``io`` with ManualIO's face (``queued``, ``complete``, ``pending``
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -30,44 +29,6 @@ EMPTY = torch.empty(0, dtype=torch.int64)
 MakeRoom = Callable[[int, Node], bool]
 """The engine's evict-before-alloc: ``make_room(tokens, keep)`` frees LRU leaves (never
 ``keep``'s path) until ``tokens`` slots are free; False when they cannot be."""
-
-
-READ_BOOKS = (
-    "l3_reads",
-    "l3_read_tokens",
-    "l3_reads_wasted",
-    "l3_read_tokens_wasted",
-    "tokens_spliced",
-    "tokens_trimmed",
-)
-"""The counters every policy keeps of its L3 reads (read tokens = spliced + wasted)."""
-
-
-class ReadBooks:
-    """A policy's books of its L3 reads: the :data:`READ_BOOKS` counters and the wasted reads
-    and tokens by reason (they add up to the two wasted totals)."""
-
-    def __init__(self) -> None:
-        self.counts: Counter[str] = Counter()
-        self._wasted: dict[str, tuple[int, int]] = {}
-
-    def read(self, tokens: int) -> None:
-        self.counts["l3_reads"] += 1
-        self.counts["l3_read_tokens"] += tokens
-
-    def waste(self, reason: str, reads: int, tokens: int) -> None:
-        if not reads and not tokens:
-            return
-        self.counts["l3_reads_wasted"] += reads
-        self.counts["l3_read_tokens_wasted"] += tokens
-        old_reads, old_tokens = self._wasted.get(reason, (0, 0))
-        self._wasted[reason] = (old_reads + reads, old_tokens + tokens)
-
-    def counters(self) -> dict[str, int]:
-        return {name: self.counts[name] for name in READ_BOOKS}
-
-    def wasted_by_reason(self) -> dict[str, tuple[int, int]]:
-        return dict(self._wasted)
 
 
 @dataclass(frozen=True)

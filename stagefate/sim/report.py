@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-from ..statemachine.pipeline import Instrument
+from ..statemachine.record import Instrument
 from .live import LivePolicy
 from .policy import PolicyFactory
 from .replay import Replay, ReplayMetrics, ReplayOptions

@@ -36,15 +36,12 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 from rich.console import Console
 
-from .pipeline import NAMESPACES, SteppedSGLang
+from ...fuzz.world import NAMESPACES, sequences
+from .pipeline import SteppedSGLang
 
 PAGE = 4
-_HEAD = list(range(1, 33))
-SEQUENCES: tuple[list[int], ...] = (
-    _HEAD,  # 8 pages
-    _HEAD[:16] + list(range(200, 216)),  # shares 4 pages with the first
-    _HEAD[:8] + list(range(300, 324)),  # shares 2
-)
+SEQUENCES = sequences(PAGE, shared_pages=(4, 2), tails=(200, 300))
+"""The fuzz world's sequences at SGLang's page size: 8 pages each, sharing 4 and 2 pages."""
 OUTCOMES: Counter[str] = Counter()
 """SGLang's decisions seen over a campaign: ``lock:<outcome>`` and its prefetch counters."""
 STATES = Counter[str]()

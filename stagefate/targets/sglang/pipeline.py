@@ -25,9 +25,10 @@ issue re-anchors on the deepest device node and calls ``prefetch_from_storage``;
 ``init_load_back`` with the request's prefix locked, then ``ready_to_load_host_cache``; a later
 tick finishes the load. The ``Req`` admission needs is SGLang's own class.
 
-Every KV value written is a *mark*: token id plus 1000 per namespace (exact in float16 below
-2048), by the producer and by a sibling publishing on the consumer, so any device slot can be
-checked against the tokens the tree says it holds.
+Every KV value written is a *mark* (the fuzz world's :func:`~stagefate.fuzz.world.mark`: token
+id plus 1000 per namespace, exact in float16 below 2048), by the producer and by a sibling
+publishing on the consumer, so any device slot can be checked against the tokens the tree says
+it holds.
 """
 
 from __future__ import annotations
@@ -46,19 +47,16 @@ from typing import Any
 
 import torch
 
+from ...fuzz.world import mark
 from ...runtime.pools import SlotPool
 from . import require, shim
 from .cache import pool_bridge_class, tiny_kv_pool
 
-NAMESPACES: tuple[str | None, ...] = (None, "tenant-b")
-"""The two namespaces (SGLang's ``extra_key``) requests are issued under."""
-MARK_STRIDE = 1000
 
-
-def mark(tokens: Sequence[int], namespace: str | None) -> torch.Tensor:
-    """The KV every slot of ``tokens`` must hold under ``namespace``."""
-    offset = MARK_STRIDE * NAMESPACES.index(namespace)
-    return torch.tensor([t + offset for t in tokens], dtype=torch.float16)
+def _mark(tokens: Sequence[int], namespace: str | None) -> torch.Tensor:
+    """The KV every slot of ``tokens`` holds under ``namespace``: the fuzz world's mark, in
+    the float16 of SGLang's tiny KV pool."""
+    return mark(tokens, namespace, torch.float16)
 
 
 class _SetWhenEmpty:
@@ -274,7 +272,7 @@ class SteppedSGLang:
         slots = side.allocator.alloc(len(tokens))
         if slots is None:
             return None
-        side.kv[slots] = mark(tokens, namespace).reshape(-1, 1, 1)
+        side.kv[slots] = _mark(tokens, namespace).reshape(-1, 1, 1)
         side.cache.insert(InsertParams(key=self._key(tokens, namespace), value=slots))
         return self._match(side, tokens, namespace).last_device_node
 
@@ -445,7 +443,7 @@ class SteppedSGLang:
             return 0, True
         slots = self.consumer.cache.path_device_indices(match.last_device_node)[:length]
         held = self.consumer.kv[slots].reshape(-1)
-        return length, bool(torch.equal(held, mark(tokens[:length], namespace)))
+        return length, bool(torch.equal(held, _mark(tokens[:length], namespace)))
 
     def device_books(self) -> tuple[int, int, int]:
         """``(free device slots, tokens in the consumer's tree, pool size)``."""

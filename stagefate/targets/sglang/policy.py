@@ -52,7 +52,8 @@ from ...runtime.io import OpKind
 from ...runtime.pools import DevicePool, KVLayout
 from ...runtime.prefix_tree import PrefixMatch
 from ...runtime.tokens import TokenKey
-from ...sim.policy import MakeRoom, PolicyInputs, ReadBooks
+from ...sim.policy import MakeRoom, PolicyInputs
+from ...statemachine.books import ReadBooks
 from .pipeline import SteppedSGLang
 from .tree import SGLangTree
 
@@ -212,8 +213,7 @@ class SGLangPolicy:
         reads = self._unsettled.pop(rid, [])
         if spliced:
             last = reads.pop()
-            self.books.counts["tokens_spliced"] += spliced
-            self.books.counts["tokens_trimmed"] += last - spliced
+            self.books.spliced(spliced, last - spliced)
             self.books.waste("trimmed", 0, last - spliced)
         for tokens in reads:
             self.books.waste(reason, 1, tokens)
@@ -275,7 +275,7 @@ class SGLangPolicy:
     def counters(self) -> dict[str, int]:
         stats = self.cache._prefetch_outcome_stats
         return {
-            **self.books.counters(),
+            **self.books.replay_counters(),
             "declined_anchor_lost": int(stats["declined_anchor_lost"]),
             "declined_device_covered": int(stats["declined_device_covered"]),
         }
