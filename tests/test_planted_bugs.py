@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import yaml
+from hypothesis import Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
 
 from stagefate.fuzz.invariants import violated_invariant
@@ -161,3 +162,22 @@ def test_fuzzer_catches(bug: str, monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.mark.slow
 def test_fuzzer_passes_the_clean_pipeline_at_the_same_budget() -> None:
     run_state_machine_as_test(configured(faults=True), settings=FUZZ)
+
+
+@pytest.mark.slow
+def test_the_minimal_failing_program_prints_as_calls_that_replay_the_failure(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Hypothesis's report of a caught bug is a program one can paste: plain calls with named
+    arguments (no ``data(...)`` draws), which raise the same invariant when run again."""
+    _planted_pipeline_bug("anchor_pin_never_taken", monkeypatch)
+    machine = configured(faults=True)
+    shrinking = settings(FUZZ, phases=[Phase.explicit, Phase.generate, Phase.shrink])
+    with pytest.raises(Exception) as caught:
+        run_state_machine_as_test(machine, settings=shrinking)
+    notes = "\n".join(getattr(caught.value, "__notes__", []))
+    program = [line for line in notes.splitlines() if line.startswith(("state", "requests_"))]
+    assert program[0] == "state = PipelineFuzzer()" and "data(" not in notes
+    with pytest.raises(Exception) as replayed:  # which one: asserted below
+        exec("\n".join(program), {"PipelineFuzzer": machine})  # the report, pasted
+    assert violated_invariant(replayed.value) == violated_invariant(caught.value) == "pin_safety"

@@ -43,10 +43,16 @@ from .tally import TALLY, record_edge
 from .world import NAMESPACES, PAGE, SEQUENCES, expected_mark, fuzz_config, l3_contents, mark
 
 REQUEST_IDS = tuple(f"r{i}" for i in range(5))
+WINDOWS: tuple[int | None, ...] = (None, 2 * PAGE)
+"""Sliding windows a program may run with (a tree without aux support takes ``(None,)``)."""
+REQUEST = st.sampled_from(REQUEST_IDS)
+"""A rule's request: it acts on it, or on the next request id in the state the rule needs
+(:meth:`PipelineFuzzer._pick`), so the minimal failing program prints as plain calls."""
 SPEC = load_spec()
 _HOLDS = tuple(sorted(SPEC.group("hold")))
 _LOCKABLE = tuple(sorted(SPEC.group("lockable")))
 _NO_CONSUME = tuple(sorted(SPEC.group("pending")))
+_LIVE = tuple(sorted(name for name, state in SPEC.states.items() if not state.terminal))
 """States in which ``init_load_back`` must be refused: the prefetch has staged nothing yet."""
 
 
@@ -93,18 +99,17 @@ class PipelineFuzzer(RuleBasedStateMachine):
     """The radix tree under test: any :class:`~stagefate.runtime.prefix_tree.PrefixTree`."""
     device: ClassVar[str] = "cpu"
     """Where the device and aux pools live (``cuda``: real H2D copies on a side stream)."""
-    windows: ClassVar[tuple[int | None, ...]] = (None, 2 * PAGE)
-    """Sliding windows a program may run with (a tree without aux support takes ``(None,)``)."""
     log_path: ClassVar[str | None] = None
     """Write each program's transition log here (rewritten per program: after a failure it
     holds the minimal failing program's, which ``stagefate validate`` can check)."""
 
     requests = Bundle("requests")
 
-    @initialize(data=st.data())
-    def setup(self, data: st.DataObject) -> None:
-        """L3 holds every page-aligned prefix of every sequence, with its aux window if any."""
-        window = data.draw(st.sampled_from(type(self).windows), label="window")
+    @initialize(window=st.sampled_from(WINDOWS))
+    def setup(self, window: int | None) -> None:
+        """L3 holds every page-aligned prefix of every sequence, with its aux window if any
+        (``window``: the sliding window the program runs with; :func:`configured` may narrow
+        the choice)."""
         cfg = fuzz_config(window, type(self).device)
         self.storage = type(self).storage_factory(cfg)
         keys, pages = l3_contents(window)
@@ -167,11 +172,10 @@ class PipelineFuzzer(RuleBasedStateMachine):
                 self._issue(request_id, *self.asked[request_id])
 
     @precondition(lambda self: self._in_states(_LOCKABLE))
-    @rule(data=st.data())
-    def lock_again(self, data: st.DataObject) -> None:
+    @rule(request_id=REQUEST)
+    def lock_again(self, request_id: str) -> None:
         """The scheduler calls try_lock_anchor again (it is idempotent when locked)."""
-        request_id = data.draw(st.sampled_from(self._in_states(_LOCKABLE)), label="request")
-        self.pipe.try_lock_anchor(request_id)
+        self.pipe.try_lock_anchor(self._pick(request_id, _LOCKABLE))
 
     @rule()
     def poll(self) -> None:
@@ -194,25 +198,34 @@ class PipelineFuzzer(RuleBasedStateMachine):
             and (planned is None or (record.plan_prefix is not None) == planned)
         ]
 
+    def _pick(self, request_id: str, states: tuple[str, ...], planned: bool | None = None) -> str:
+        """``request_id`` if it is in one of ``states``, else the next request id that is (in
+        :data:`REQUEST_IDS` order, wrapping): every draw acts, and a printed program replays."""
+        chosen = set(self._in_states(states, planned))
+        start = REQUEST_IDS.index(request_id)
+        for candidate in REQUEST_IDS[start:] + REQUEST_IDS[:start]:
+            if candidate in chosen:
+                return candidate
+        raise AssertionError(f"the precondition promised a request in {states}")
+
     @precondition(lambda self: self._in_states(_HOLDS))
-    @rule(data=st.data(), stale_pages=st.integers(0, 3))
-    def plan(self, data: st.DataObject, stale_pages: int) -> None:
-        request_id = data.draw(st.sampled_from(self._in_states(_HOLDS)), label="request")
+    @rule(request_id=REQUEST, stale_pages=st.integers(0, 3))
+    def plan(self, request_id: str, stale_pages: int) -> None:
+        request_id = self._pick(request_id, _HOLDS)
         length = self._live_prefix(request_id).numel()
         self.pipe.plan_staged_splice(request_id, max(0, length - stale_pages * PAGE))
 
     @precondition(lambda self: self._in_states(_HOLDS, planned=True))
-    @rule(data=st.data())
-    def consume(self, data: st.DataObject) -> None:
-        planned = self._in_states(_HOLDS, planned=True)
-        request_id = data.draw(st.sampled_from(planned), label="request")
+    @rule(request_id=REQUEST)
+    def consume(self, request_id: str) -> None:
+        request_id = self._pick(request_id, _HOLDS, planned=True)
         self.pipe.init_load_back(request_id, self._live_prefix(request_id))
 
     @precondition(lambda self: self._in_states(_HOLDS))
-    @rule(data=st.data())
-    def admit(self, data: st.DataObject) -> None:
+    @rule(request_id=REQUEST)
+    def admit(self, request_id: str) -> None:
         """Admission in one step, as a scheduler does it: plan, then consume what was charged."""
-        self._admit(data.draw(st.sampled_from(self._in_states(_HOLDS)), label="request"))
+        self._admit(self._pick(request_id, _HOLDS))
 
     def _admit(self, request_id: str) -> None:
         prefix = self._live_prefix(request_id)
@@ -232,15 +245,14 @@ class PipelineFuzzer(RuleBasedStateMachine):
         self.pipe.release_aborted_request(request_id)
 
     @precondition(lambda self: self._in_states(_HOLDS))
-    @rule(data=st.data())
-    def release_hold(self, data: st.DataObject) -> None:
-        request_id = data.draw(st.sampled_from(self._in_states(_HOLDS)), label="request")
-        self.pipe.release_staged_hold(request_id)
+    @rule(request_id=REQUEST)
+    def release_hold(self, request_id: str) -> None:
+        self.pipe.release_staged_hold(self._pick(request_id, _HOLDS))
 
     @precondition(lambda self: self._in_states(_NO_CONSUME))
-    @rule(data=st.data())
-    def illegal_consume_changes_nothing(self, data: st.DataObject) -> None:
-        request_id = data.draw(st.sampled_from(self._in_states(_NO_CONSUME)), label="request")
+    @rule(request_id=REQUEST)
+    def illegal_consume_changes_nothing(self, request_id: str) -> None:
+        request_id = self._pick(request_id, _NO_CONSUME)
         record = self.pipe.records[request_id]
         before = (record.state, record.pinned_tokens, self.pipe.host_pool.available())
         try:
@@ -254,23 +266,29 @@ class PipelineFuzzer(RuleBasedStateMachine):
     # ------------------------------------------------------------------ the world
 
     @precondition(lambda self: self.pipe.io.pending() > 0)
-    @rule(data=st.data())
-    def complete_io(self, data: st.DataObject) -> None:
+    @rule(
+        which=st.integers(0, 15),
+        mode=st.sampled_from(["full", "short", "fail"]),
+        pages=st.integers(0, 8),
+        poll_now=st.booleans(),
+    )
+    def complete_io(self, which: int, mode: str, pages: int, poll_now: bool) -> None:
+        """The queued operation ``which`` (modulo the queue, oldest first) completes: fully,
+        ``short`` with ``pages`` pages, or ``fail``; then, if ``poll_now``, the scheduler polls.
+        Only storage operations fail or come back short (and only with faults on): an H2D copy
+        (``load``) fails only with a CUDA error, which ends the process."""
         io = self.pipe.io
         queued = io.queued()  # type: ignore[attr-defined]
-        op_id = data.draw(st.sampled_from(queued), label="op")
-        # Storage operations may fail or come back short; an H2D copy (``load``) does not fail
-        # short of a CUDA error, which ends the process, so it is only ever completed.
-        faulty = self.faults and queued and op_id not in io.queued("load")  # type: ignore[attr-defined]
-        modes = ["full", "short", "fail"] if faulty else ["full"]
-        mode = data.draw(st.sampled_from(modes), label="mode")
+        op_id = queued[which % len(queued)]
+        if not self.faults or op_id in io.queued("load"):  # type: ignore[attr-defined]
+            mode = "full"
         if mode == "fail":
             io.fail(op_id)  # type: ignore[attr-defined]
         elif mode == "short":
-            io.complete_short(op_id, data.draw(st.integers(0, 8), label="tokens") * PAGE)  # type: ignore[attr-defined]
+            io.complete_short(op_id, pages * PAGE)  # type: ignore[attr-defined]
         else:
             io.complete(op_id)  # type: ignore[attr-defined]
-        if data.draw(st.booleans(), label="poll now"):
+        if poll_now:
             self.pipe.poll()  # as the scheduler's next pass would; `poll` also runs on its own
 
     @rule(
@@ -283,24 +301,28 @@ class PipelineFuzzer(RuleBasedStateMachine):
         self._publish(self._tokens(sequence, pages), salt)
 
     @precondition(lambda self: self.pipe.records)
-    @rule(data=st.data(), extent=st.sampled_from(["head", "half", "exact"]))
-    def sibling_publish_over_a_span(self, data: st.DataObject, extent: str) -> None:
+    @rule(request_id=REQUEST, extent=st.sampled_from(["head", "half", "exact"]))
+    def sibling_publish_over_a_span(self, request_id: str, extent: str) -> None:
         """A sibling publishes part of a live record's span: its first page, half, or all."""
-        request_id = data.draw(st.sampled_from(sorted(self.pipe.records)), label="request")
-        self._publish_over(request_id, extent)
+        self._publish_over(self._pick(request_id, _LIVE), extent)
 
     @precondition(lambda self: self._in_states(_HOLDS))
-    @rule(data=st.data(), extent=st.sampled_from(["head", "half"]), then_admit=st.booleans())
+    @rule(
+        request_id=REQUEST,
+        extent=st.sampled_from(["head", "half"]),
+        then_admit=st.booleans(),
+        copies_complete=st.booleans(),
+    )
     def sibling_publishes_the_head_of_a_hold(
-        self, data: st.DataObject, extent: str, then_admit: bool
+        self, request_id: str, extent: str, then_admit: bool, copies_complete: bool
     ) -> None:
         """The case trims exist for: a staged span whose head a sibling computes meanwhile
         (and, often, the request is admitted right after and its copy runs)."""
-        request_id = data.draw(st.sampled_from(self._in_states(_HOLDS)), label="request")
+        request_id = self._pick(request_id, _HOLDS)
         self._publish_over(request_id, extent)
         if then_admit and self.pipe.state(request_id) in _HOLDS:
             self._admit(request_id)
-            if data.draw(st.booleans(), label="copies complete"):
+            if copies_complete:
                 self.complete_all_io()
 
     def _publish_over(self, request_id: str, extent: str) -> None:
@@ -325,9 +347,10 @@ class PipelineFuzzer(RuleBasedStateMachine):
             self.running.append(match.last_node)
 
     @precondition(lambda self: self.running)
-    @rule(data=st.data())
-    def a_request_finishes(self, data: st.DataObject) -> None:
-        node = data.draw(st.sampled_from(self.running), label="running")
+    @rule(which=st.integers(0, 7))
+    def a_request_finishes(self, which: int) -> None:
+        """The running request ``which`` (modulo how many run, in start order) finishes."""
+        node = self.running[which % len(self.running)]
         self.running.remove(node)
         self.pipe.tree.dec_lock_ref(node)
 
@@ -509,7 +532,7 @@ def configured(
     *,
     faults: bool = True,
     tree_factory: TreeFactory = RadixTree,
-    windows: tuple[int | None, ...] = (None, 2 * PAGE),
+    windows: tuple[int | None, ...] = WINDOWS,
     device: str = "cpu",
     storage_factory: Callable[[PipelineConfig], Storage] | None = None,
     log_path: str | None = None,
@@ -519,11 +542,22 @@ def configured(
     settings: dict[str, object] = {
         "faults": faults,
         "tree_factory": staticmethod(tree_factory),
-        "windows": windows,
         "device": device,
         "log_path": log_path,
         "__module__": __name__,
     }
     if storage_factory is not None:
         settings["storage_factory"] = staticmethod(storage_factory)
+    if windows != WINDOWS:
+        settings["setup"] = _setup_drawing(windows)
     return type("PipelineFuzzer", (PipelineFuzzer,), settings)
+
+
+def _setup_drawing(windows: tuple[int | None, ...]) -> Callable[[PipelineFuzzer, int | None], None]:
+    """:meth:`PipelineFuzzer.setup`, drawing its window from ``windows``."""
+
+    @initialize(window=st.sampled_from(windows))
+    def setup(self: PipelineFuzzer, window: int | None) -> None:
+        PipelineFuzzer.setup(self, window)
+
+    return setup
