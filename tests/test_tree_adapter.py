@@ -31,7 +31,7 @@ class DelegatingTree:
 def test_the_fuzzer_drives_a_tree_through_the_adapter() -> None:
     run_state_machine_as_test(
         configured(tree_factory=DelegatingTree),
-        settings=fuzz_settings(examples=10, steps=40),
+        settings=fuzz_settings(examples=40, steps=40),
     )
     for name in (
         "match_prefix",
