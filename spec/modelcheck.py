@@ -24,11 +24,11 @@ branches are listed as not modelled).
 Actions are the scheduler's (issue with the live match or a stale one, lock, the IO commit, plan
 and consume against the live prefix, abort, release a hold) and the world's (an IO operation
 completes; evict a page; a sibling publishes a page). After every new state the invariants of
-DESIGN §4 that the abstraction can state are checked, including the resources each state must
-hold per the spec. BFS makes the first counterexample a shortest one; it is printed as numbered
-steps. Every state and edge of the spec must also be reached ("sometimes" checks).
+docs/design.md §4 that the abstraction can state are checked, including the resources each
+state must hold per the spec. BFS makes the first counterexample a shortest one; it is printed
+as numbered steps. Every state and edge of the spec must also be reached ("sometimes" checks).
 
-What keeps the bounds of DESIGN §7 (5 pages × 3 requests × 2 issues each) under a minute:
+What keeps the bounds of docs/design.md §7 (5 pages × 3 requests × 2 issues each) under a minute:
 
 * **Dead fields are cleared** before a state is stored (the hit once the read is sized; all but
   the bounce of an abandoned read), so states differing only there are one. Exact: no later
@@ -79,7 +79,7 @@ NOT_MODELLED_GUARDS = frozenset({"aux_cut"})
 
 @dataclass(frozen=True, slots=True)
 class Bounds:
-    """The size of the abstract world; the defaults are the bounds CI checks (DESIGN §7)."""
+    """The size of the abstract world; the defaults are the bounds CI checks (docs/design.md §7)."""
 
     pages: int = 5
     requests: int = 3

@@ -1,4 +1,4 @@
-"""DESIGN §3 scenarios end to end, asserting the whole relevant state after each step.
+"""docs/design.md §3 scenarios end to end, asserting the whole relevant state after each step.
 
 Run over page_size ∈ {1, 4, 16} × sliding_window ∈ {None, 4 pages}; sequences are counted in
 pages, so ``seq`` is five pages and "one token" of the seed's tests is one page here.

@@ -1,5 +1,5 @@
 """SGLang 0.5.23's BufferModePipeline as a target: stepped on the caller's thread, fuzzed with
-DESIGN §10's invariants, and four bugs planted into SGLang that the campaign must catch.
+docs/design.md §10's invariants, and four bugs planted into SGLang that the campaign must catch.
 
 These run when `make sglang` has installed the target (CI does); without it they skip and say so.
 """

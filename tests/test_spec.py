@@ -1,4 +1,5 @@
-"""The spec loads, has DESIGN §3's states, passes every static check, and each check has teeth."""
+"""The spec loads, has the states of docs/design.md §3, passes every static check, and each check
+has teeth."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ from stagefate.spec.diagram import drawn_phases, overview_edges, phase_edges
 from stagefate.spec.load import DEFAULT_SPEC_PATH
 from stagefate.statemachine.bindings import implemented_names
 
-DESIGN_STATES = {
+SECTION_3_STATES = {
     "issued",
     "locked",
     "no_anchor",
@@ -55,7 +56,7 @@ def row(doc: dict[str, Any], source: str, event: str) -> dict[str, Any]:
 
 def test_spec_has_every_design_state_and_one_terminal() -> None:
     spec = load_spec()
-    assert set(spec.states) == DESIGN_STATES
+    assert set(spec.states) == SECTION_3_STATES
     assert spec.terminal_states == ("released",)
     assert spec.initial == "issued"
 

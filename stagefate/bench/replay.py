@@ -2,9 +2,9 @@
 blind and (where ``make sglang`` installed it) SGLang's own pipeline, in one run, on the embedded
 slice or (``--trace``) another trace (a section of its own).
 
-Targets (DESIGN §8.1, issue "Replay on a continuous-batching engine"): ``make demo`` (live and
-blind on the embedded slice) under 30 s on 2 cores; the full synthetic trace with both policies
-under 2 minutes.
+Targets (docs/design.md §8.1, issue "Replay on a continuous-batching engine"): ``make demo``
+(live and blind on the embedded slice) under 30 s on 2 cores; the full synthetic trace with both
+policies under 2 minutes.
 """
 
 from __future__ import annotations

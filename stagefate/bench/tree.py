@@ -1,8 +1,8 @@
 """``stagefate bench tree``: match / insert / lock / evict cost vs prefix length and tree size.
 
-Shapes follow DESIGN §9 (SGLang's own trees measured there): trees of 1k and 100k nodes, a main
-path of 32k tokens in 64-token nodes (512 nodes), prefixes of 1k and 32k tokens, page sizes 1 and
-64. Figures are medians of single calls, in microseconds.
+Shapes follow docs/design.md §9 (SGLang's own trees measured there): trees of 1k and 100k nodes,
+a main path of 32k tokens in 64-token nodes (512 nodes), prefixes of 1k and 32k tokens, page
+sizes 1 and 64. Figures are medians of single calls, in microseconds.
 """
 
 from __future__ import annotations
@@ -133,9 +133,9 @@ def _workload_slots(page: int, nodes: int) -> int:
 
 
 def run_side_by_side(peer: str | None = None, nodes: int = 100_000, repeats: int = 50) -> Section:
-    """DESIGN §9.1: the same workload through stagefate's tree and (``peer="sglang"``) SGLang's
-    unified cache with its Rust and Python cores and its legacy ``RadixCache``, one after the
-    other in this process."""
+    """docs/design.md §9.1: the same workload through stagefate's tree and (``peer="sglang"``)
+    SGLang's unified cache with its Rust and Python cores and its legacy ``RadixCache``, one
+    after the other in this process."""
     names = ["stagefate"] + (["rust", "python", "radix"] if peer == "sglang" else [])
     if peer not in (None, "sglang"):
         raise ValueError(f"unknown --peer {peer!r}; the peer this bench knows is sglang")
@@ -167,7 +167,7 @@ def run_side_by_side(peer: str | None = None, nodes: int = 100_000, repeats: int
         rows.append(row)
     body = table(headers, rows)
     body += (
-        f"\n\nWorkload (DESIGN §9.1, `stagefate/bench/tree_workload.py`): two 33,280-token "
+        f"\n\nWorkload (docs/design.md §9.1, `stagefate/bench/tree_workload.py`): two 33,280-token "
         f"documents with a 256-token branch every 512 tokens, filler families (a 512-token "
         f"prefix, 9 branches of 64–512 tokens) up to ~{nodes:,} nodes; median µs of "
         f"{repeats} calls (bulk eviction: one call, ms). Keys are built once outside the timed "
@@ -199,11 +199,12 @@ def run(sizes: tuple[int, ...] = (1_000, 100_000), repeats: int = 100) -> Sectio
         "row says `list[int]`: encoding a 32k list costs about as much as the walk itself. "
         "`match_prefix` returns the device indices lazily; the `+ device_indices` row includes "
         "concatenating them. The lock row times one inc and one dec together.\n\n"
-        "Targets (DESIGN §9): match and insert at or below SGLang's Rust core (match 1k: 6, "
-        "32k: 66/80; insert: 271/300 µs) and independent of tree size; lock+unlock of a 32k path "
-        "≤ 10 µs each; evict of one leaf ≤ 50 µs at 100k nodes. Independence of tree size and "
-        "the evict target hold; 1k matches are at the Rust figure; 32k matches, inserts and locks "
-        "walk the 512 nodes of this path at about 0.3 µs a node, which CPython does not go "
-        "below: this shape (one node per 64 tokens) is the worst case for a node-per-step walk."
+        "Targets (docs/design.md §9): match and insert at or below SGLang's Rust core "
+        "(match 1k: 6, 32k: 66/80; insert: 271/300 µs) and independent of tree size; "
+        "lock+unlock of a 32k path ≤ 10 µs each; evict of one leaf ≤ 50 µs at 100k nodes. "
+        "Independence of tree size and the evict target hold; 1k matches are at the Rust "
+        "figure; 32k matches, inserts and locks walk the 512 nodes of this path at about "
+        "0.3 µs a node, which CPython does not go below: this shape (one node per 64 tokens) "
+        "is the worst case for a node-per-step walk."
     )
     return Section("tree", "Radix tree: cost vs prefix length and tree size", body)

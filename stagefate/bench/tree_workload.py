@@ -1,4 +1,4 @@
-"""The side-by-side radix-tree workload of DESIGN §9.1, for any tree.
+"""The side-by-side radix-tree workload of docs/design.md §9.1, for any tree.
 
 Two 33,280-token documents, each with a 256-token branch every 512 tokens (a 32k prefix then
 walks about 64 nodes), plus filler families (a 512-token shared prefix and 9 branches of 64 to

@@ -1,9 +1,9 @@
 """SGLang as the peer of stagefate's benchmarks.
 
 * :class:`SGLangDriver`: its ``UnifiedRadixCache`` (Python and Rust cores) driven directly on the
-  §9.1 workload. Tree cost only, as DESIGN §9.1 measured it: keys are SGLang ``RadixKey``s built
-  once, values are fresh slot numbers, and the allocator only counts what the tree frees
-  (stagefate's tree, beside it, frees into its real pool).
+  docs/design.md §9.1 workload. Tree cost only, as measured there: keys are SGLang
+  ``RadixKey``s built once, values are fresh slot numbers, and the allocator only counts what
+  the tree frees (stagefate's tree, beside it, frees into its real pool).
 * :class:`SGLangPrefetcher`: one prefetch after another through its ``BufferModePipeline``
   (:mod:`.pipeline`), for ``bench lifecycle --peer sglang``.
 """

@@ -1,4 +1,5 @@
-"""A Hypothesis state machine over SGLang's buffer-mode pipeline, with DESIGN §10's invariants.
+"""A Hypothesis state machine over SGLang's buffer-mode pipeline, with the invariants of
+docs/design.md §10.
 
 The world is the one stagefate's own fuzzer plays (:mod:`stagefate.fuzz.machine`), on SGLang's
 code through :class:`~.pipeline.SteppedSGLang`: three token sequences sharing heads (anchors
