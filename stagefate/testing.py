@@ -10,7 +10,8 @@ a test decides exactly when each storage read, existence query and H2D copy comp
   whose every slot carries a mark, so a test reads back which producer's bytes were spliced;
 * :func:`assert_quiescent`: nothing live, no pin, no hold, every slot back, the books closed;
 * :func:`tree_snapshot`: a tree's whole shape, slots, locks and LRU order, to compare two runs;
-* the fuzz world (:mod:`stagefate.fuzz.world`: its sequences, namespaces and page-marked KV) and
+* the fuzz world (:data:`SEQUENCES` sharing heads, :data:`NAMESPACES`, :func:`mark` and
+  :func:`write_marked` for KV that names its token and namespace) and
   :func:`~stagefate.fuzz.machine.configured`, to run stagefate's stateful fuzzer over your own
   tree or storage.
 
@@ -26,6 +27,7 @@ from typing import Literal
 import torch
 
 from .fuzz.machine import PipelineFuzzer, configured
+from .fuzz.world import NAMESPACES, SEQUENCES, mark, write_marked
 from .runtime import ManualIO, MemoryStorage
 from .runtime.prefix_tree import PrefixTree
 from .statemachine.config import PipelineConfig
@@ -33,6 +35,8 @@ from .statemachine.pipeline import BufferPipeline
 from .statemachine.record import TransitionEvent
 
 __all__ = [
+    "NAMESPACES",
+    "SEQUENCES",
     "Pair",
     "PipelineFuzzer",
     "assert_quiescent",
@@ -40,9 +44,11 @@ __all__ = [
     "kv_marks",
     "make_pair",
     "manual_io",
+    "mark",
     "settle",
     "step_io",
     "tree_snapshot",
+    "write_marked",
 ]
 
 
