@@ -400,7 +400,9 @@ class BufferPipeline:
         transition = self._transitions.get((record.state, event))
         if transition is None:
             raise self.machine.refuse(record, event)
-        self._look.clear()
+        look = self._look  # a new firing looks the tree up afresh (inline: the hottest path)
+        look.anchor = look.span = None
+        look.sibling = None
         if self._oracle is None:
             outcome = transition(record)
         else:

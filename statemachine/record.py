@@ -83,10 +83,6 @@ class Lookups:
     sibling: str | None = None
     """The live record found reading this record's whole span (in-flight dedup)."""
 
-    def clear(self) -> None:
-        self.anchor = self.span = None
-        self.sibling = None
-
 
 @dataclass(frozen=True)
 class TransitionEvent:
