@@ -40,7 +40,16 @@ from ..statemachine.pipeline import BufferPipeline
 from ..transition_log import TransitionLog
 from .invariants import spec_invariant
 from .tally import TALLY, record_edge
-from .world import NAMESPACES, PAGE, SEQUENCES, expected_mark, fuzz_config, l3_contents, mark
+from .world import (
+    MARK_STRIDE,
+    NAMESPACES,
+    PAGE,
+    SEQUENCES,
+    expected_mark,
+    fuzz_config,
+    l3_contents,
+    mark,
+)
 
 REQUEST_IDS = tuple(f"r{i}" for i in range(5))
 WINDOWS: tuple[int | None, ...] = (None, 2 * PAGE)
@@ -486,17 +495,28 @@ class PipelineFuzzer(RuleBasedStateMachine):
 
     @spec_invariant
     def namespace_isolation(self) -> None:
-        """A node's KV carries its namespace (the ``1000 ×`` part of :func:`kv_value`): a slot
-        whose bytes name another namespace was spliced across namespaces."""
+        """A node's KV carries its namespace (the :data:`~.world.MARK_STRIDE` part of its
+        :func:`~.world.mark`): a slot whose bytes name another namespace was spliced across
+        namespaces. One gather for the whole tree; a node is named only on a mismatch."""
         pipe = self.pipe
-        in_flight = self._slots_in_flight()
-        for node in pipe.tree.nodes():
-            values = pipe.device_pool.kv[0, 0, node.value, 0, 0].cpu()
-            settled = ~_in(node.value, in_flight)
-            owner = torch.div(values[settled], 1000, rounding_mode="floor")
-            assert bool((owner == NAMESPACES.index(node.namespace[1])).all()), (
-                f"KV of another namespace under {node!r}"
-            )
+        nodes = pipe.tree.nodes()
+        if not nodes:
+            return
+        slots = torch.cat([node.value for node in nodes])
+        owners = torch.cat(
+            [
+                torch.full((node.value.numel(),), NAMESPACES.index(node.namespace[1]))
+                for node in nodes
+            ]
+        )
+        held = torch.div(
+            pipe.device_pool.kv[0, 0, slots, 0, 0].cpu(), MARK_STRIDE, rounding_mode="floor"
+        )
+        crossed = (held != owners) & ~_in(slots, self._slots_in_flight())
+        if bool(crossed.any()):
+            slot = int(slots[crossed][0])
+            node = next(n for n in nodes if slot in n.value.tolist())
+            raise AssertionError(f"KV of another namespace under {node!r} (slot {slot})")
 
     @spec_invariant
     def aux_and_ownership(self) -> None:
