@@ -98,6 +98,7 @@ def test_delete_under_a_read_lease_is_forced(master: LocalMaster) -> None:
         store.close()
 
 
+@pytest.mark.slow
 def test_a_full_store_skips_and_counts_the_writes() -> None:
     big = KVLayout(layers=16, kv_heads=8, head_dim=64)  # 1 MiB pages of 32 tokens
     with LocalMaster() as own:
@@ -112,6 +113,7 @@ def test_a_full_store_skips_and_counts_the_writes() -> None:
             store.close()
 
 
+@pytest.mark.slow
 def test_a_master_restart_turns_reads_into_misses() -> None:
     with LocalMaster() as own:
         store = storage_on(own.config)
@@ -173,6 +175,7 @@ def _consumer(master: LocalMaster) -> BufferPipeline:
     return BufferPipeline(cfg)
 
 
+@pytest.mark.slow
 def test_two_processes_share_pages_through_the_store(master: LocalMaster) -> None:
     producer = _producer(master)
     consumer = _consumer(master)
@@ -194,6 +197,7 @@ def test_two_processes_share_pages_through_the_store(master: LocalMaster) -> Non
         consumer.storage.close()  # type: ignore[attr-defined]
 
 
+@pytest.mark.slow
 def test_a_dead_data_holder_ends_the_read_with_nothing_leaked(master: LocalMaster) -> None:
     producer = _producer(master)
     consumer = _consumer(master)
@@ -217,6 +221,7 @@ def test_replay_runs_against_the_store(master: LocalMaster) -> None:
     assert main(argv) == 0
 
 
+@pytest.mark.slow
 def test_the_fuzzer_runs_against_the_store(master: LocalMaster) -> None:
     on_the_store = configured(
         storage_factory=lambda cfg: MooncakeStorage(
