@@ -53,7 +53,8 @@ class Record:
     read_tokens: int = 0
     """Tokens the L3 read asked for (0: no read was launched)."""
     span_digests: Sequence[bytes] = ()
-    """Page keys of the span's pages (set once the issue's lock decided; see ``_hash_span``)."""
+    """Page keys of the span's pages (set once the issue's lock decided;
+    :func:`.io_ops.span_digests`)."""
     span_keys: Sequence[str] = ()
     """``span_digests`` as L3 object keys."""
     plan_tokens: int = 0
