@@ -8,14 +8,18 @@ this rule (tests/test_imports.py).
 
 from __future__ import annotations
 
+import multiprocessing
+import os
 from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
+from typing import Any
 
 from .runtime import RadixTree, Storage
 from .runtime.prefix_tree import TreeFactory
 from .sim.blind import BlindPolicy
 from .sim.live import LivePolicy
 from .sim.policy import Policy, PolicyFactory, PolicyInputs
-from .sim.replay import Replay, ReplayOptions
+from .sim.replay import Replay, ReplayMetrics, ReplayOptions
 from .sim.trace import TraceRequest
 from .statemachine.pipeline import BufferPipeline
 from .targets import TargetUnavailable
@@ -84,3 +88,35 @@ def policies_for_all(storage: str = "memory") -> tuple[list[str], str | None]:
     if storage != "memory":
         return ["live", "blind"], "sglang reads its own L3, not --storage"
     return ["live", "blind", "sglang"], None
+
+
+def _replay_one(policy: str, trace: list[TraceRequest], options: ReplayOptions) -> dict[str, Any]:
+    """One replay in a worker process (module level, so a process pool can pickle it)."""
+    return make_replay(policy, trace, options).run().model_dump()
+
+
+def replay_over_seeds(
+    trace: list[TraceRequest],
+    policies: Sequence[str],
+    options: ReplayOptions,
+    seeds: Sequence[int],
+    jobs: int | None = None,
+) -> dict[str, list[ReplayMetrics]]:
+    """Each policy replayed once per IO-jitter seed, in ``jobs`` processes (default: the
+    cores); ``{policy: [metrics of each seed, in seed order]}``."""
+    policy_factories(policies)  # an unknown name is refused before any process starts
+    tasks = [(name, seed) for name in policies for seed in seeds]
+    workers = max(1, min(jobs or os.cpu_count() or 1, len(tasks)))
+    # spawn, not fork: a child forked after torch ran a parallel op can hang in OpenMP
+    spawn = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=workers, mp_context=spawn) as pool:
+        futures = {
+            (name, seed): pool.submit(
+                _replay_one, name, trace, options.model_copy(update={"seed": seed})
+            )
+            for name, seed in tasks
+        }
+        return {
+            name: [ReplayMetrics.model_validate(futures[(name, seed)].result()) for seed in seeds]
+            for name in policies
+        }

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -11,6 +12,7 @@ from typing import Any, TypeVar
 from ..registry import TREES, policy_factories
 from ..sim.costs import DEFAULT_PRESET, PRESETS, load_costs
 from ..sim.replay import DEFAULT_SPEED, ReplayOptions
+from ..sim.trace import TraceRequest
 from ..transition_log import TransitionLog
 from .common import console, count, positive, positive_int
 
@@ -73,6 +75,16 @@ def add_parser(sub: Any) -> None:
         type=count("the IO-time jitter's seed"),
         default=0,
         help="seeds the IO-time jitter",
+    )
+    replay.add_argument(
+        "--seeds",
+        help="replay each policy once per IO-jitter seed and report median [min–max]: a count N "
+        "(seeds --seed … --seed+N-1) or a list like 0,1,2",
+    )
+    replay.add_argument(
+        "--jobs",
+        type=positive_int("processes for --seeds"),
+        help="processes --seeds runs its replays in (default: the cores)",
     )
     replay.add_argument(
         "--storage",
@@ -154,6 +166,15 @@ def run(args: argparse.Namespace) -> int:
     from ..sim.trace import load_trace
 
     speeds = _parse_speeds(args.sweep) if args.sweep else None
+    seeds = [args.seed] if args.seeds is None else parse_seeds(args.seeds, args.seed)
+    if len(seeds) > 1 and args.log:
+        raise ValueError("--log records one run's transitions: drop --seeds or --log")
+    if len(seeds) > 1 and args.plot and not speeds:
+        raise ValueError(
+            "--plot with --seeds draws the sweep's median lines and bands: add --sweep, or drop "
+            "--plot (the table shows median [min–max])"
+        )
+    args.seed = seeds[0]  # one seed is today's single run under that seed
     trace = load_trace(args.trace, args.limit)
     policies = _policies(args.policy, args.storage)
     if "sglang" in policies:  # its per-request warnings are its operational log; figures here
@@ -172,6 +193,8 @@ def run(args: argparse.Namespace) -> int:
             "--log records the live pipeline's transitions in one run: use it without --sweep, "
             "with --policy live or all"
         )
+    if len(seeds) > 1:
+        return _over_seeds(args, trace, policies, speeds or [args.speed], seeds, bool(speeds))
     if speeds:
         sweep = {}
         for speed in speeds:
@@ -198,6 +221,70 @@ def run(args: argparse.Namespace) -> int:
     for line in story(replays, arrival_ms / 1e3 / args.speed):
         console.print(line, markup=False)
     _save(args, results, write_json, write_plot)
+    return 0
+
+
+def parse_seeds(text: str, first: int) -> list[int]:
+    """``--seeds``: a count N (``first`` … ``first + N - 1``) or a list of distinct seeds."""
+    fix = "pass a count of at least 1 (--seeds 3) or distinct seeds (--seeds 0,1,2)"
+    parts = [part.strip() for part in text.split(",")]
+    try:
+        numbers = [int(part) for part in parts]
+    except ValueError:
+        raise ValueError(f"--seeds {text!r} is not a count or a list of seeds: {fix}") from None
+    if len(numbers) == 1:
+        if numbers[0] < 1:
+            raise ValueError(f"--seeds {text}: a count must be at least 1; {fix}")
+        return list(range(first, first + numbers[0]))
+    if any(n < 0 for n in numbers) or len(set(numbers)) != len(numbers):
+        raise ValueError(f"--seeds {text!r}: seeds are distinct and not negative; {fix}")
+    return numbers
+
+
+def _over_seeds(
+    args: argparse.Namespace,
+    trace: list[TraceRequest],
+    policies: list[str],
+    speeds: list[float],
+    seeds: list[int],
+    sweeping: bool,
+) -> int:
+    """Every policy once per seed (and speed), in processes; figures as median [min–max]."""
+    from ..registry import replay_over_seeds
+    from ..sim.report import (
+        spread_story,
+        spread_sweep_table,
+        spread_table,
+        write_spread_json,
+        write_spread_sweep_json,
+        write_spread_sweep_plot,
+    )
+
+    console.print(
+        f"{len(policies)} policies × {len(seeds)} seeds"
+        + (f" × {len(speeds)} speeds" if sweeping else "")
+        + f", in up to {args.jobs or os.cpu_count()} processes"
+    )
+    sweep = {
+        speed: replay_over_seeds(trace, policies, _replay_options(args, speed), seeds, args.jobs)
+        for speed in speeds
+    }
+    if sweeping:
+        console.print(spread_sweep_table(sweep, seeds))
+        if args.json:
+            write_spread_sweep_json(sweep, seeds, Path(args.json))
+            console.print(f"wrote {args.json}")
+        if args.plot:
+            write_spread_sweep_plot(sweep, Path(args.plot))
+            console.print(f"wrote {args.plot}")
+        return 0
+    runs = sweep[speeds[0]]
+    console.print(spread_table(runs, seeds))
+    for line in spread_story(runs, seeds):
+        console.print(line, markup=False)
+    if args.json:
+        write_spread_json(runs, seeds, Path(args.json))
+        console.print(f"wrote {args.json}")
     return 0
 
 

@@ -16,6 +16,7 @@ from ..statemachine.record import Instrument
 from .live import LivePolicy
 from .policy import PolicyFactory
 from .replay import Replay, ReplayMetrics, ReplayOptions
+from .spread import Spread, compare, summary, summary_json
 from .trace import TraceRequest
 
 REASONS = {
@@ -312,6 +313,137 @@ def write_sweep_plot(sweep: dict[float, dict[str, ReplayMetrics]], path: Path) -
         axis.set_xticks(speeds, [f"{s:g}" for s in speeds])
         axis.legend()
     figure.suptitle("stagefate replay: load sweep")
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
+# ---------------------------------------------------------------------- several seeds
+
+SeedRuns = dict[str, list[ReplayMetrics]]
+"""``{policy: [metrics of each seed]}``."""
+
+
+def spread_table(runs: SeedRuns, seeds: Sequence[int]) -> Table:
+    """Every figure of every policy as ``median [min–max]`` over the seeds."""
+    spreads = {name: summary(policy_runs) for name, policy_runs in runs.items()}
+    table = Table(title=f"stagefate replay: median [min–max] over seeds {_seed_list(seeds)}")
+    table.add_column("metric")
+    for name in runs:
+        table.add_column(name, justify="right")
+    keys = sorted({key for s in spreads.values() for key in s}, key=_figure_order)
+    for key in keys:
+        rate = key.endswith("rate")
+        cells = [s[key].show(rate) if key in s else "-" for s in spreads.values()]
+        table.add_row(key, *cells)
+    return table
+
+
+def _figure_order(key: str) -> tuple[int, int, str]:
+    """The replay's own field order first, then the engine block, then wasted reasons."""
+    fields = list(ReplayMetrics.model_fields)
+    head = key.split(".")[0]
+    return (0 if "." not in key else 1 if head == "engine" else 2, fields.index(head), key)
+
+
+def _seed_list(seeds: Sequence[int]) -> str:
+    return ", ".join(map(str, seeds))
+
+
+def spread_story(runs: SeedRuns, seeds: Sequence[int]) -> list[str]:
+    """What the comparison shows over the seeds: each policy's medians, then every pair with
+    live compared on a figure only where their ranges do not overlap."""
+    spreads = {name: summary(policy_runs) for name, policy_runs in runs.items()}
+    lines = [f"over {len(seeds)} IO-jitter seeds ({_seed_list(seeds)}): median [min–max]"]
+    for name, s in spreads.items():
+        lines.append(
+            f"{name}: {s['l3_reads'].show()} L3 reads, {s['l3_reads_wasted'].show()} wasted, "
+            f"hit rate {s['hit_rate'].show(rate=True)}"
+        )
+    if "live" in spreads:
+        for other in spreads:
+            if other != "live":
+                lines += [
+                    f"live vs {other}: {line}"
+                    for line in compare("live", spreads["live"], other, spreads[other])
+                ]
+    return lines
+
+
+def write_spread_json(runs: SeedRuns, seeds: Sequence[int], path: Path) -> None:
+    """``{policy: {"seeds": {seed: metrics}, "summary": {figure: {median, min, max}}}}``."""
+    path.write_text(json.dumps(_dump_spread(runs, seeds), indent=2) + "\n")
+
+
+def _dump_spread(runs: SeedRuns, seeds: Sequence[int]) -> dict[str, Any]:
+    return {
+        name: {
+            "seeds": {
+                str(seed): m.model_dump() for seed, m in zip(seeds, policy_runs, strict=True)
+            },
+            "summary": summary_json(summary(policy_runs)),
+        }
+        for name, policy_runs in runs.items()
+    }
+
+
+def write_spread_sweep_json(sweep: dict[float, SeedRuns], seeds: Sequence[int], path: Path) -> None:
+    """``{speed: {policy: {"seeds": …, "summary": …}}}``."""
+    payload = {f"{speed:g}": _dump_spread(runs, seeds) for speed, runs in sweep.items()}
+    path.write_text(json.dumps(payload, indent=2) + "\n")
+
+
+_SWEEP_FIGURES: tuple[tuple[str, str, Callable[[ReplayMetrics], float]], ...] = (
+    ("L3 reads", "l3_reads", lambda m: m.l3_reads),
+    ("wasted reads", "l3_reads_wasted", lambda m: m.l3_reads_wasted),
+    ("wasted tokens", "l3_read_tokens_wasted", lambda m: m.l3_read_tokens_wasted),
+    ("hit rate", "hit_rate", lambda m: m.hit_rate),
+    ("engine s", "engine.simulated_seconds", lambda m: m.engine.simulated_seconds),
+)
+
+
+def spread_sweep_table(sweep: dict[float, SeedRuns], seeds: Sequence[int]) -> Table:
+    table = Table(title=f"load sweep: median [min–max] over seeds {_seed_list(seeds)}")
+    for column in ("speed", "policy", *(title for title, _key, _value in _SWEEP_FIGURES)):
+        table.add_column(column, justify="right")
+    for speed, runs in sweep.items():
+        for name, policy_runs in runs.items():
+            cells = [
+                Spread.of([value(m) for m in policy_runs]).show(rate=key == "hit_rate")
+                for _title, key, value in _SWEEP_FIGURES
+            ]
+            table.add_row(f"{speed:g}", name, *cells)
+    return table
+
+
+def write_spread_sweep_plot(sweep: dict[float, SeedRuns], path: Path) -> None:
+    """The sweep plot with each policy's median line and its min–max band."""
+    plt = _pyplot()
+    speeds = list(sweep)
+    policies = list(next(iter(sweep.values())))
+    figure, axes = plt.subplots(1, 3, figsize=(13, 4))
+    panels: tuple[tuple[str, Callable[[ReplayMetrics], float]], ...] = (
+        ("wasted L3 reads", lambda m: m.l3_reads_wasted),
+        ("wasted L3 tokens (millions)", lambda m: m.l3_read_tokens_wasted / 1e6),
+        ("hit rate", lambda m: m.hit_rate),
+    )
+    for axis, (title, value) in zip(axes, panels, strict=True):
+        for name in policies:
+            spreads = [Spread.of([value(m) for m in sweep[s][name]]) for s in speeds]
+            (line,) = axis.plot(speeds, [p.median for p in spreads], marker="o", label=name)
+            axis.fill_between(
+                speeds,
+                [p.low for p in spreads],
+                [p.high for p in spreads],
+                color=line.get_color(),
+                alpha=0.2,
+            )
+        axis.set_title(title)
+        axis.set_xlabel("load (arrival speed ×)")
+        axis.set_xscale("log", base=2)
+        axis.set_xticks(speeds, [f"{s:g}" for s in speeds])
+        axis.legend()
+    figure.suptitle("stagefate replay: load sweep (median, band: min–max over the seeds)")
     figure.tight_layout()
     figure.savefig(path, dpi=110)
     plt.close(figure)
