@@ -324,18 +324,24 @@ SeedRuns = dict[str, list[ReplayMetrics]]
 """``{policy: [metrics of each seed]}``."""
 
 
+def spread_rows(runs: SeedRuns) -> list[list[str]]:
+    """``[figure, median [min–max] per policy…]`` for every figure of any policy."""
+    spreads = {name: summary(policy_runs) for name, policy_runs in runs.items()}
+    keys = sorted({key for s in spreads.values() for key in s}, key=_figure_order)
+    return [
+        [key, *(s[key].show(key.endswith("rate")) if key in s else "-" for s in spreads.values())]
+        for key in keys
+    ]
+
+
 def spread_table(runs: SeedRuns, seeds: Sequence[int]) -> Table:
     """Every figure of every policy as ``median [min–max]`` over the seeds."""
-    spreads = {name: summary(policy_runs) for name, policy_runs in runs.items()}
     table = Table(title=f"stagefate replay: median [min–max] over seeds {_seed_list(seeds)}")
     table.add_column("metric")
     for name in runs:
         table.add_column(name, justify="right")
-    keys = sorted({key for s in spreads.values() for key in s}, key=_figure_order)
-    for key in keys:
-        rate = key.endswith("rate")
-        cells = [s[key].show(rate) if key in s else "-" for s in spreads.values()]
-        table.add_row(key, *cells)
+    for row in spread_rows(runs):
+        table.add_row(*row)
     return table
 
 
