@@ -295,27 +295,8 @@ def sweep_table(sweep: dict[float, dict[str, ReplayMetrics]]) -> Table:
 
 def write_sweep_plot(sweep: dict[float, dict[str, ReplayMetrics]], path: Path) -> None:
     """Wasted reads, wasted tokens and hit rate against load, one line per policy."""
-    plt = _pyplot()
-    speeds = list(sweep)
-    policies = list(next(iter(sweep.values())))
-    figure, axes = plt.subplots(1, 3, figsize=(13, 4))
-    panels: tuple[tuple[str, Callable[[ReplayMetrics], float]], ...] = (
-        ("wasted L3 reads", lambda m: m.l3_reads_wasted),
-        ("wasted L3 tokens (millions)", lambda m: m.l3_read_tokens_wasted / 1e6),
-        ("hit rate", lambda m: m.hit_rate),
-    )
-    for axis, (title, value) in zip(axes, panels, strict=True):
-        for name in policies:
-            axis.plot(speeds, [value(sweep[s][name]) for s in speeds], marker="o", label=name)
-        axis.set_title(title)
-        axis.set_xlabel("load (arrival speed ×)")
-        axis.set_xscale("log", base=2)
-        axis.set_xticks(speeds, [f"{s:g}" for s in speeds])
-        axis.legend()
-    figure.suptitle("stagefate replay: load sweep")
-    figure.tight_layout()
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
+    runs = {speed: {name: [m] for name, m in results.items()} for speed, results in sweep.items()}
+    _sweep_plot(runs, path, "stagefate replay: load sweep")
 
 
 # ---------------------------------------------------------------------- several seeds
@@ -424,6 +405,12 @@ def spread_sweep_table(sweep: dict[float, SeedRuns], seeds: Sequence[int]) -> Ta
 
 def write_spread_sweep_plot(sweep: dict[float, SeedRuns], path: Path) -> None:
     """The sweep plot with each policy's median line and its min–max band."""
+    _sweep_plot(sweep, path, "stagefate replay: load sweep (median, band: min–max over the seeds)")
+
+
+def _sweep_plot(sweep: dict[float, SeedRuns], path: Path, title: str) -> None:
+    """Wasted reads, wasted tokens and hit rate against load: a median line per policy, and a
+    min–max band where its runs differ."""
     plt = _pyplot()
     speeds = list(sweep)
     policies = list(next(iter(sweep.values())))
@@ -437,19 +424,20 @@ def write_spread_sweep_plot(sweep: dict[float, SeedRuns], path: Path) -> None:
         for name in policies:
             spreads = [Spread.of([value(m) for m in sweep[s][name]]) for s in speeds]
             (line,) = axis.plot(speeds, [p.median for p in spreads], marker="o", label=name)
-            axis.fill_between(
-                speeds,
-                [p.low for p in spreads],
-                [p.high for p in spreads],
-                color=line.get_color(),
-                alpha=0.2,
-            )
+            if any(p.low != p.high for p in spreads):
+                axis.fill_between(
+                    speeds,
+                    [p.low for p in spreads],
+                    [p.high for p in spreads],
+                    color=line.get_color(),
+                    alpha=0.2,
+                )
         axis.set_title(title)
         axis.set_xlabel("load (arrival speed ×)")
         axis.set_xscale("log", base=2)
         axis.set_xticks(speeds, [f"{s:g}" for s in speeds])
         axis.legend()
-    figure.suptitle("stagefate replay: load sweep (median, band: min–max over the seeds)")
+    figure.suptitle(title)
     figure.tight_layout()
     figure.savefig(path, dpi=110)
     plt.close(figure)
