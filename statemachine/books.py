@@ -13,16 +13,6 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import MutableMapping
 
-BOOK_COUNTERS = (
-    "l3_reads",
-    "l3_read_tokens",
-    "l3_reads_wasted",
-    "l3_read_tokens_wasted",
-    "spliced_tokens",
-    "trimmed_tokens",
-)
-"""The counters the books keep (names of the spec's ``counters``)."""
-
 
 class ReadBooks:
     """Counts into ``counts`` (a pipeline passes its own counters, so :attr:`Stats` shows the

@@ -16,7 +16,7 @@ counted in :data:`~.tally.TALLY` so a campaign can report which spec edges it re
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import ClassVar
 
 import torch
@@ -84,6 +84,11 @@ class _TorchRandom:
 
 _TORCH_RANDOM = _TorchRandom()  # Hypothesis keeps only a weak reference
 register_random(_TORCH_RANDOM)
+
+
+def _owner(nodes: Sequence[Node], slot: int) -> Node:
+    """The node that maps device slot ``slot``."""
+    return next(node for node in nodes if slot in node.value.tolist())
 
 
 def _in(slots: torch.Tensor, chosen: set[int]) -> torch.Tensor:
@@ -450,26 +455,29 @@ class PipelineFuzzer(RuleBasedStateMachine):
         ended = sum(getattr(stats, reason) for reason in self.pipe.spec.reasons)
         assert stats.issued + stats.declined_too_short == ended + len(self.pipe.records)
 
-    @spec_invariant
-    def splice_correctness(self) -> None:
-        """Every tree node's KV is its own tokens' (in its namespace); in-flight copies excepted."""
+    def _tree_kv(self) -> tuple[Sequence[Node], torch.Tensor, torch.Tensor, torch.Tensor] | None:
+        """``(nodes, their slots, the KV each slot holds, a mask of slots whose H2D copy has
+        not run yet)``: one gather for the whole tree; None for an empty tree."""
         pipe = self.pipe
         nodes = pipe.tree.nodes()
         if not nodes:
-            return
-        in_flight = self._slots_in_flight()
-        # one gather and one comparison for the whole tree; a node is named only on a mismatch
+            return None
         slots = torch.cat([node.value for node in nodes])
+        held = pipe.device_pool.kv[0, 0, slots, 0, 0].cpu()
+        return nodes, slots, held, _in(slots, self._slots_in_flight())
+
+    @spec_invariant
+    def splice_correctness(self) -> None:
+        """Every tree node's KV is its own tokens' (in its namespace); in-flight copies excepted.
+        One comparison for the whole tree; a node is named only on a mismatch."""
+        found = self._tree_kv()
+        if found is None:
+            return
+        nodes, slots, held, in_flight = found
         expected = torch.cat([expected_mark(node.namespace[1], node.tokens()) for node in nodes])
-        actual = pipe.device_pool.kv[0, 0, slots, 0, 0].cpu()
-        settled = (actual == expected) | _in(slots, in_flight)
-        if not bool(settled.all()):
-            for node in nodes:
-                mine = _in(node.value, in_flight) | (
-                    pipe.device_pool.kv[0, 0, node.value, 0, 0].cpu()
-                    == expected_mark(node.namespace[1], node.tokens())
-                )
-                assert bool(mine.all()), f"wrong KV under {node!r}"
+        wrong = (held != expected) & ~in_flight
+        if bool(wrong.any()):
+            raise AssertionError(f"wrong KV under {_owner(nodes, int(slots[wrong][0]))!r}")
 
     def _slots_in_flight(self) -> set[int]:
         """Device slots whose H2D copy has not run yet (a copy that ran is checked)."""
@@ -497,26 +505,23 @@ class PipelineFuzzer(RuleBasedStateMachine):
     def namespace_isolation(self) -> None:
         """A node's KV carries its namespace (the :data:`~.world.MARK_STRIDE` part of its
         :func:`~.world.mark`): a slot whose bytes name another namespace was spliced across
-        namespaces. One gather for the whole tree; a node is named only on a mismatch."""
-        pipe = self.pipe
-        nodes = pipe.tree.nodes()
-        if not nodes:
+        namespaces."""
+        found = self._tree_kv()
+        if found is None:
             return
-        slots = torch.cat([node.value for node in nodes])
+        nodes, slots, held, in_flight = found
         owners = torch.cat(
             [
                 torch.full((node.value.numel(),), NAMESPACES.index(node.namespace[1]))
                 for node in nodes
             ]
         )
-        held = torch.div(
-            pipe.device_pool.kv[0, 0, slots, 0, 0].cpu(), MARK_STRIDE, rounding_mode="floor"
-        )
-        crossed = (held != owners) & ~_in(slots, self._slots_in_flight())
+        crossed = (torch.div(held, MARK_STRIDE, rounding_mode="floor") != owners) & ~in_flight
         if bool(crossed.any()):
             slot = int(slots[crossed][0])
-            node = next(n for n in nodes if slot in n.value.tolist())
-            raise AssertionError(f"KV of another namespace under {node!r} (slot {slot})")
+            raise AssertionError(
+                f"KV of another namespace under {_owner(nodes, slot)!r} (slot {slot})"
+            )
 
     @spec_invariant
     def aux_and_ownership(self) -> None:

@@ -380,25 +380,24 @@ def write_spread_sweep_json(sweep: dict[float, SeedRuns], seeds: Sequence[int], 
     path.write_text(json.dumps(payload, indent=2) + "\n")
 
 
-_SWEEP_FIGURES: tuple[tuple[str, str, Callable[[ReplayMetrics], float]], ...] = (
-    ("L3 reads", "l3_reads", lambda m: m.l3_reads),
-    ("wasted reads", "l3_reads_wasted", lambda m: m.l3_reads_wasted),
-    ("wasted tokens", "l3_read_tokens_wasted", lambda m: m.l3_read_tokens_wasted),
-    ("hit rate", "hit_rate", lambda m: m.hit_rate),
-    ("engine s", "engine.simulated_seconds", lambda m: m.engine.simulated_seconds),
+_SWEEP_FIGURES = (
+    ("L3 reads", "l3_reads"),
+    ("wasted reads", "l3_reads_wasted"),
+    ("wasted tokens", "l3_read_tokens_wasted"),
+    ("hit rate", "hit_rate"),
+    ("engine s", "engine.simulated_seconds"),
 )
+"""The sweep table's columns: (title, figure of :func:`~.spread.summary`)."""
 
 
 def spread_sweep_table(sweep: dict[float, SeedRuns], seeds: Sequence[int]) -> Table:
     table = Table(title=f"load sweep: median [min–max] over seeds {_seed_list(seeds)}")
-    for column in ("speed", "policy", *(title for title, _key, _value in _SWEEP_FIGURES)):
+    for column in ("speed", "policy", *(title for title, _key in _SWEEP_FIGURES)):
         table.add_column(column, justify="right")
     for speed, runs in sweep.items():
         for name, policy_runs in runs.items():
-            cells = [
-                Spread.of([value(m) for m in policy_runs]).show(rate=key == "hit_rate")
-                for _title, key, value in _SWEEP_FIGURES
-            ]
+            spreads = summary(policy_runs)
+            cells = [spreads[key].show(rate=key == "hit_rate") for _title, key in _SWEEP_FIGURES]
             table.add_row(f"{speed:g}", name, *cells)
     return table
 
