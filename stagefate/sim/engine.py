@@ -61,9 +61,12 @@ from .policy import Policy
 from .trace import TraceRequest
 
 _EMPTY = torch.empty(0, dtype=torch.int64)
-OUTPUT_TOKEN_BASE = 1 << 50
+OUTPUT_TOKEN_BASE = 1 << 31
 """Output token ids start here (prompt ids are block id x 512 + offset, far below), so outputs
-never match another request's prompt."""
+never match another request's prompt. Request ``i``'s outputs are ``BASE + i``, ``BASE + i +
+1``, …: its first output token is its own, so no two requests share a path past their prompts,
+and every id fits the unsigned 32 bits a tokenizer's vocabulary does (SGLang 0.5.19's page
+hashes refuse wider ids)."""
 CLIP_MAX_NEW_TOKENS = 4096
 """SGLang's ``SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION``: reservations clip the output at this."""
 LPM_QUEUE_LIMIT = 128
@@ -138,7 +141,7 @@ class EngineRequest:
 
     def sequence_key(self) -> TokenKey:
         """Prompt and output so far (output ids are unique to the request)."""
-        start = OUTPUT_TOKEN_BASE + self.trace.index * (1 << 20)
+        start = OUTPUT_TOKEN_BASE + self.trace.index
         output = torch.arange(start, start + self.generated, dtype=torch.int64)
         return TokenKey.of(torch.cat([self.prompt, output]))
 
