@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .runtime import RadixTree, Storage
 from .runtime.prefix_tree import TreeFactory
@@ -22,21 +22,41 @@ from .sim.policy import Policy, PolicyFactory, PolicyInputs
 from .sim.replay import Replay, ReplayMetrics, ReplayOptions
 from .sim.trace import TraceRequest
 from .statemachine.pipeline import BufferPipeline
-from .targets import TargetUnavailable
+
+if TYPE_CHECKING:
+    from .targets.sglang.environments import Installed
 
 TREES = ("stagefate", "sglang-python", "sglang-rust")
-"""Tree names ``--tree`` accepts: stagefate's own, or SGLang's with either tree core."""
+"""Tree names ``--tree`` accepts: stagefate's own, or SGLang's with either tree core. SGLang's
+take a release (``sglang-rust==0.5.21``); without one, the newest installed."""
+SGLANG_NAMES = ("sglang", "sglang-python", "sglang-rust")
+"""The names that are SGLang's, and so may carry a release."""
+
+
+def split(name: str, choices: Sequence[str], kind: str) -> tuple[str, str | None]:
+    """``name`` as ``(base, release)``: the base one of ``choices``, the release (SGLang's
+    names only) checked against the releases stagefate drives."""
+    from .targets.sglang.releases import split_name
+
+    base = name.partition("==")[0]
+    if base not in choices:
+        raise ValueError(f"unknown {kind} {name!r}; choose one of {', '.join(choices)}")
+    if base not in SGLANG_NAMES:
+        if base != name:
+            raise ValueError(f"{kind} {base!r} is stagefate's own and takes no release: {base}")
+        return base, None
+    return split_name(name, (base,))
 
 
 def tree_factory(name: str) -> TreeFactory:
-    """The tree ``name`` as a factory the pipeline, the replay and the fuzzer take."""
-    if name == "stagefate":
+    """The tree ``name`` as a factory the pipeline, the replay and the fuzzer take (an SGLang
+    tree of the release this interpreter imports)."""
+    base, _ = split(name, TREES, "tree")
+    if base == "stagefate":
         return RadixTree
-    if name in ("sglang-python", "sglang-rust"):
-        from .targets.sglang.tree import sglang_tree_factory
+    from .targets.sglang.tree import sglang_tree_factory
 
-        return sglang_tree_factory(name.removeprefix("sglang-"))
-    raise ValueError(f"unknown tree {name!r}; choose one of {', '.join(TREES)}")
+    return sglang_tree_factory(base.removeprefix("sglang-"))
 
 
 def _pipeline(inputs: PolicyInputs) -> BufferPipeline:
@@ -60,11 +80,48 @@ POLICIES: dict[str, PolicyFactory] = {
 
 
 def policy_factories(names: Sequence[str]) -> dict[str, PolicyFactory]:
-    """``{name: factory}`` for ``names``; an unknown name is refused with the choices."""
-    unknown = [name for name in names if name not in POLICIES]
-    if unknown:
-        raise ValueError(f"unknown policy {unknown[0]!r}; choose one of {sorted(POLICIES)}")
-    return {name: POLICIES[name] for name in names}
+    """``{name: factory}`` for ``names`` (``sglang==V``: the release this interpreter
+    imports); an unknown name is refused with the choices."""
+    return {name: POLICIES[split(name, list(POLICIES), "policy")[0]] for name in names}
+
+
+def target_for(policy: str | None, tree: str) -> Installed | None:
+    """Where a run of ``policy`` (None: stagefate's pipeline) on ``tree`` runs: the SGLang
+    release it imports (this interpreter's, or another environment's), or None when it
+    imports none. The two names may not ask for different releases: one interpreter holds one
+    sglang."""
+    from .targets.sglang.environments import resolve
+
+    policy_base, policy_release = (
+        ("live", None) if policy is None else split(policy, list(POLICIES), "policy")
+    )
+    tree_base, tree_release = split(tree, TREES, "tree")
+    if policy_release and tree_release and policy_release != tree_release:
+        raise ValueError(
+            f"--policy {policy} and --tree {tree} name two SGLang releases; one process holds "
+            "one sglang: name the same release, or one of them"
+        )
+    if policy_base not in SGLANG_NAMES and tree_base not in SGLANG_NAMES:
+        return None
+    return resolve(policy_release or tree_release)
+
+
+def run_replay(
+    policy: str,
+    trace: list[TraceRequest],
+    options: ReplayOptions,
+    sglang_env: Mapping[str, str] | None = None,
+) -> ReplayMetrics:
+    """One replay of ``policy``, in the process of the SGLang release it needs (this one when
+    it needs none or this interpreter's), with ``sglang_env`` set there."""
+    from .targets.sglang.worker import call_in, environment_set
+
+    target = target_for(policy, options.tree)
+    if target is None:
+        with environment_set(sglang_env or {}):
+            return make_replay(policy, trace, options).run()
+    dumped = call_in(target, _replay_one, policy, trace, options, sglang_env=sglang_env)
+    return ReplayMetrics.model_validate(dumped)
 
 
 def make_replay(
@@ -77,22 +134,43 @@ def make_replay(
     return Replay(policy_factories([policy])[policy], trace, options, storage)
 
 
-def policies_for_all(storage: str = "memory") -> tuple[list[str], str | None]:
-    """What ``--policy all`` runs here, and why ``sglang`` is left out (None when it is not)."""
-    from .targets.sglang import require
+def policies_for_all(
+    storage: str = "memory", releases: Sequence[str] = ()
+) -> tuple[list[str], str | None]:
+    """What ``--policy all`` runs here (with ``releases``: ``sglang==V`` for each, all of
+    them installed), and why SGLang is left out (None when it is not)."""
+    from .targets.sglang.environments import installed, resolve
+    from .targets.sglang.releases import release
 
-    try:
-        require()
-    except TargetUnavailable as missing:
-        return ["live", "blind"], f"{missing} to add sglang"
+    if releases:
+        for version in releases:
+            resolve(release(version).version)  # refused, naming the install, if it is not here
+        if storage != "memory":
+            raise ValueError("SGLang's releases read their own L3, not --storage: drop one")
+        return ["live", "blind", *(f"sglang=={version}" for version in releases)], None
+    if not installed():
+        return [
+            "live",
+            "blind",
+        ], "no SGLang release is installed here; run `make sglang` to add sglang"
     if storage != "memory":
         return ["live", "blind"], "sglang reads its own L3, not --storage"
     return ["live", "blind", "sglang"], None
 
 
 def _replay_one(policy: str, trace: list[TraceRequest], options: ReplayOptions) -> dict[str, Any]:
-    """One replay in a worker process (module level, so a process pool can pickle it)."""
+    """One replay, here (module level, so a process pool or a release's worker can call it)."""
     return make_replay(policy, trace, options).run().model_dump()
+
+
+def _replay_task(
+    policy: str,
+    trace: list[TraceRequest],
+    options: ReplayOptions,
+    sglang_env: Mapping[str, str] | None,
+) -> dict[str, Any]:
+    """One replay of a process pool, in the process its release needs."""
+    return run_replay(policy, trace, options, sglang_env).model_dump()
 
 
 def replay_over_seeds(
@@ -101,10 +179,12 @@ def replay_over_seeds(
     options: ReplayOptions,
     seeds: Sequence[int],
     jobs: int | None = None,
+    sglang_env: Mapping[str, str] | None = None,
 ) -> dict[str, list[ReplayMetrics]]:
     """Each policy replayed once per IO-jitter seed, in ``jobs`` processes (default: the
     cores); ``{policy: [metrics of each seed, in seed order]}``."""
-    policy_factories(policies)  # an unknown name is refused before any process starts
+    for name in policies:  # an unknown or uninstalled one is refused before any process starts
+        target_for(name, options.tree)
     tasks = [(name, seed) for name in policies for seed in seeds]
     workers = max(1, min(jobs or os.cpu_count() or 1, len(tasks)))
     # spawn, not fork: a child forked after torch ran a parallel op can hang in OpenMP
@@ -112,7 +192,7 @@ def replay_over_seeds(
     with ProcessPoolExecutor(max_workers=workers, mp_context=spawn) as pool:
         futures = {
             (name, seed): pool.submit(
-                _replay_one, name, trace, options.model_copy(update={"seed": seed})
+                _replay_task, name, trace, options.model_copy(update={"seed": seed}), sglang_env
             )
             for name, seed in tasks
         }

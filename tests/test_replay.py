@@ -241,6 +241,7 @@ def test_cli_all_without_sglang_runs_live_and_blind_and_names_the_fix(
         raise importlib.metadata.PackageNotFoundError(name)
 
     monkeypatch.setattr(importlib.metadata, "version", not_installed)
+    monkeypatch.setenv("STAGEFATE_TARGETS", "/nonexistent")  # no release environments either
     out = tmp_path / "all.json"
     assert main(["replay", "--limit", "20", "--json", str(out)]) == 0
     assert list(json.loads(out.read_text())) == ["live", "blind"]

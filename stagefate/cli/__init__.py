@@ -17,10 +17,10 @@ from pydantic import ValidationError
 
 from ..runtime.mooncake import MooncakeUnavailable
 from ..targets import TargetUnavailable
-from . import bench, check, diagram, fuzz, replay, validate
+from . import bench, check, diagram, fuzz, replay, targets, validate
 from .common import console
 
-COMMANDS = (replay, fuzz, check, validate, diagram, bench)
+COMMANDS = (replay, fuzz, check, validate, diagram, bench, targets)
 
 USAGE_ERRORS = (ValueError, OSError, TargetUnavailable, MooncakeUnavailable)
 """What bad input raises (a SpecError and a TraceError are ValueErrors): exit 2, no traceback."""

@@ -9,7 +9,7 @@ from typing import Any
 
 from rich.table import Table
 
-from ..registry import TREES
+from ..registry import TREES, split
 from .common import console, positive, positive_int, report_unreached
 
 
@@ -31,16 +31,24 @@ def add_parser(sub: Any) -> None:
     )
     fuzz.add_argument(
         "--tree",
-        choices=TREES,
         default="stagefate",
-        help="the radix tree under test (sglang-*: SGLang 0.5.23's, after `make sglang`)",
+        help=f"the radix tree under test: {', '.join(TREES)} (SGLang's take a release, e.g. "
+        "sglang-rust==0.5.21; without one, the newest installed)",
     )
     fuzz.add_argument(
         "--target",
-        choices=["stagefate", "sglang"],
         default="stagefate",
-        help="the pipeline under test: stagefate's, or SGLang 0.5.23's BufferModePipeline "
-        "(its tree core from --tree sglang-python|sglang-rust; python by default)",
+        help="the pipeline under test: stagefate, or sglang / sglang==V: that release's "
+        "BufferModePipeline (`stagefate targets`; its tree core from --tree "
+        "sglang-python|sglang-rust, python by default)",
+    )
+    fuzz.add_argument(
+        "--sglang-env",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="--target sglang: set one of SGLang's own knobs (repeatable), e.g. "
+        "SGLANG_ENABLE_HICACHE_BUFFER_ANCHOR_LOCK=1",
     )
     fuzz.set_defaults(func=run)
 
@@ -49,12 +57,20 @@ def run(args: argparse.Namespace) -> int:
     from ..fuzz.campaign import DATABASE, edge_table, run_campaign
     from ..fuzz.machine import configured
     from ..fuzz.world import PAGE
-    from ..registry import tree_factory
+    from ..registry import target_for, tree_factory
 
     if args.steps is None and args.budget is None:
         args.steps = 20_000
-    if args.target == "sglang":
+    target = split(args.target, ("stagefate", "sglang"), "target")[0]
+    if target == "sglang":
         return _fuzz_sglang(args, DATABASE)
+    if args.sglang_env:
+        raise ValueError("--sglang-env sets SGLang's knobs: use it with --target sglang")
+    from ..targets.sglang.worker import command_in
+
+    found = target_for(None, args.tree)  # an SGLang tree of another release runs there
+    if found is not None and not found.here:
+        return command_in(found, ["fuzz", *args.argv], {})
     machine = configured(
         faults=args.faults,
         tree_factory=tree_factory(args.tree),
@@ -85,18 +101,33 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _fuzz_sglang(args: argparse.Namespace, database: Path) -> int:
-    from ..targets.sglang import require
+    """The campaign in the process of the release ``--target`` names (this one, or its own
+    environment's: the same command runs there, the release named)."""
+    from ..registry import target_for
+    from ..targets.sglang.worker import command_in, environment_set
+    from .replay import parse_sglang_env
 
     if args.log:
         raise ValueError(
             "--log writes stagefate's transition log; SGLang's pipeline has none (the report "
             "counts its decisions instead): drop --log with --target sglang"
         )
-    require()
+    if args.tree == "stagefate":
+        args.tree = "sglang-python"  # SGLang's pipeline runs on its own tree
+    sglang_env = parse_sglang_env(args.sglang_env)
+    found = target_for(args.target, args.tree)
+    assert found is not None
+    if not found.here:
+        return command_in(
+            found, ["fuzz", *args.argv, "--target", f"sglang=={found.version}"], {**sglang_env}
+        )
     from ..targets.sglang.machine import run_target_campaign
 
-    core = "rust" if args.tree == "sglang-rust" else "python"
-    result = run_target_campaign(console, args.steps, args.budget, args.seed, core, args.profile)
+    core = split(args.tree, TREES, "tree")[0].removeprefix("sglang-")
+    with environment_set(sglang_env):
+        result = run_target_campaign(
+            console, args.steps, args.budget, args.seed, core, args.profile
+        )
     table = Table(title="SGLang's decisions reached")
     table.add_column("outcome")
     table.add_column("count", justify="right")
@@ -104,8 +135,9 @@ def _fuzz_sglang(args: argparse.Namespace, database: Path) -> int:
         table.add_row(name, f"{count:,}" if count else "[red]0[/red]")
     console.print(table)
     console.print(
-        f"{result.states:,} states checked in {result.programs:,} programs over SGLang 0.5.23's "
-        f"BufferModePipeline ({core} tree core), {result.seconds:.0f} s, seed {args.seed}"
+        f"{result.states:,} states checked in {result.programs:,} programs over SGLang "
+        f"{found.version}'s BufferModePipeline ({core} tree core), {result.seconds:.0f} s, "
+        f"seed {args.seed}" + "".join(f", {key}={value}" for key, value in sglang_env.items())
     )
     if result.failure is not None:
         console.print(

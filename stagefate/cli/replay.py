@@ -5,13 +5,15 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
 from ..registry import TREES, policy_factories
 from ..sim.costs import DEFAULT_PRESET, PRESETS, load_costs
-from ..sim.replay import DEFAULT_SPEED, ReplayOptions
+from ..sim.live import LivePolicy
+from ..sim.replay import DEFAULT_SPEED, ReplayMetrics, ReplayOptions
 from ..sim.trace import TraceRequest
 from ..transition_log import TransitionLog
 from .common import console, count, positive, positive_int
@@ -29,9 +31,22 @@ def add_parser(sub: Any) -> None:
     )
     replay.add_argument(
         "--policy",
-        choices=["live", "blind", "sglang", "all"],
         default="all",
-        help="all: live, blind, and sglang where SGLang 0.5.23 is installed (make sglang)",
+        help="comma-separated: live, blind, sglang (the newest SGLang installed) or sglang==V "
+        "(one release, `stagefate targets`); all (default): live, blind, and sglang where one "
+        "is installed (with --releases: each of them)",
+    )
+    replay.add_argument(
+        "--releases",
+        help="--policy all: SGLang's releases to run beside live and blind, e.g. 0.5.19,0.5.23",
+    )
+    replay.add_argument(
+        "--sglang-env",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="set one of SGLang's own knobs for its runs (repeatable), e.g. "
+        "SGLANG_ENABLE_HICACHE_BUFFER_ANCHOR_LOCK=1",
     )
     replay.add_argument(
         "--speed",
@@ -98,9 +113,9 @@ def add_parser(sub: Any) -> None:
     replay.add_argument("--log", help="write the live run's transition log (JSON lines) here")
     replay.add_argument(
         "--tree",
-        choices=TREES,
         default="stagefate",
-        help="the radix tree both policies run on (sglang-*: SGLang 0.5.23's, `make sglang`)",
+        help=f"the radix tree the policies run on: {', '.join(TREES)} (SGLang's take a "
+        "release, e.g. sglang-rust==0.5.21; without one, the newest installed)",
     )
     replay.add_argument("--plot", help="write a PNG comparing the policies (needs matplotlib)")
     replay.set_defaults(func=run)
@@ -139,22 +154,92 @@ def _parse_speeds(text: str) -> list[float]:
     return sorted(set(speeds))
 
 
-def _policies(choice: str, storage: str) -> list[str]:
-    """``--policy``: one, or all: ``sglang`` too where SGLang is installed (else a hint)."""
-    if choice != "all":
-        return [choice]
+def _policies(choice: str, storage: str, releases: str | None) -> list[str]:
+    """``--policy``: a comma-separated list, or all: live, blind and SGLang where installed
+    (each of ``--releases``; else the newest, or a hint naming the install)."""
     from ..registry import policies_for_all
 
-    policies, left_out = policies_for_all(storage)
+    names = [name.strip() for name in choice.split(",") if name.strip()]
+    if not names or len(set(names)) != len(names):
+        raise ValueError(
+            f"--policy {choice!r}: name each policy once, e.g. live,blind,sglang==0.5.19, or all"
+        )
+    versions = [part.strip() for part in (releases or "").split(",") if part.strip()]
+    if releases is not None and names != ["all"]:
+        raise ValueError(
+            "--releases picks SGLang's releases for --policy all; name them in "
+            "--policy instead (sglang==V)"
+        )
+    if names != ["all"]:
+        if "all" in names:
+            raise ValueError("--policy all stands alone; or list the policies (live,blind,…)")
+        return names
+    policies, left_out = policies_for_all(storage, versions)
     if left_out is not None:
         console.print(f"--policy all: live and blind only ({left_out})")
     return policies
 
 
+def parse_sglang_env(pairs: list[str]) -> dict[str, str]:
+    """``--sglang-env KEY=VALUE`` pairs: SGLang's knobs, each named once."""
+    knobs: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not re.fullmatch(r"SGLANG_[A-Z0-9_]+", key):
+            raise ValueError(
+                f"--sglang-env {pair!r}: give one of SGLang's knobs as KEY=VALUE, the key an "
+                "SGLANG_ variable in capitals (SGLANG_ENABLE_HICACHE_BUFFER_ANCHOR_LOCK=1)"
+            )
+        if key in knobs:
+            raise ValueError(f"--sglang-env sets {key} twice; keep one")
+        knobs[key] = value
+    return knobs
+
+
+def _run_policies(
+    trace: list[TraceRequest],
+    policies: list[str],
+    options: ReplayOptions,
+    sglang_env: dict[str, str],
+    logs: list[TransitionLog],
+) -> tuple[dict[str, ReplayMetrics], LivePolicy | None]:
+    """Every policy once: those this interpreter can run here, with progress bars (the live
+    run watched by ``logs``), each other SGLang release in its own environment's process."""
+    from ..registry import run_replay, target_for
+    from ..sim.report import replay_policies
+    from ..targets.sglang.worker import environment_set
+
+    targets = {name: target_for(name, options.tree) for name in policies}
+    local = [name for name, target in targets.items() if target is None or target.here]
+    with environment_set(sglang_env):
+        replays = replay_policies(trace, policy_factories(local), options, console, logs)
+    results = {}
+    for name, target in targets.items():
+        if name in replays:
+            results[name] = replays[name].metrics
+            continue
+        assert target is not None
+        console.print(f"replay {name} ×{options.speed:g} in SGLang {target.version}'s process")
+        results[name] = run_replay(name, trace, options, sglang_env)
+    live = replays["live"].policy if "live" in replays else None
+    return results, live if isinstance(live, LivePolicy) else None
+
+
+def sglang_releases(policies: list[str], tree: str) -> dict[str, str]:
+    """The SGLang release each ``sglang`` policy runs, by policy name."""
+    from ..registry import target_for
+
+    found = {}
+    for name in policies:
+        target = target_for(name, tree)
+        if target is not None and name.partition("==")[0] == "sglang":
+            found[name] = target.version
+    return found
+
+
 def run(args: argparse.Namespace) -> int:
     from ..sim.report import (
         metrics_table,
-        replay_policies,
         story,
         sweep_table,
         wasted_table,
@@ -176,8 +261,10 @@ def run(args: argparse.Namespace) -> int:
         )
     args.seed = seeds[0]  # one seed is today's single run under that seed
     trace = load_trace(args.trace, args.limit)
-    policies = _policies(args.policy, args.storage)
-    if "sglang" in policies:  # its per-request warnings are its operational log; figures here
+    policies = _policies(args.policy, args.storage, args.releases)
+    sglang_env = parse_sglang_env(args.sglang_env)
+    releases = sglang_releases(policies, args.tree)  # an uninstalled release is refused here
+    if releases:  # its per-request warnings are its operational log; figures here
         logging.getLogger("sglang").setLevel(logging.ERROR)
     source = args.trace or "the embedded Mooncake slice"
     first = _replay_options(args, speeds[0] if speeds else args.speed)
@@ -194,31 +281,28 @@ def run(args: argparse.Namespace) -> int:
             "with --policy live or all"
         )
     if len(seeds) > 1:
-        return _over_seeds(args, trace, policies, speeds or [args.speed], seeds, bool(speeds))
+        return _over_seeds(
+            args, trace, policies, speeds or [args.speed], seeds, bool(speeds), sglang_env
+        )
     if speeds:
-        sweep = {}
-        for speed in speeds:
-            replays = replay_policies(
-                trace, policy_factories(policies), _replay_options(args, speed), console
-            )
-            sweep[speed] = {name: replay.metrics for name, replay in replays.items()}
+        sweep = {
+            speed: _run_policies(trace, policies, _replay_options(args, speed), sglang_env, [])[0]
+            for speed in speeds
+        }
         console.print(sweep_table(sweep))
         _save(args, sweep, write_sweep_json, write_sweep_plot)
         return 0
     log = TransitionLog.open(args.log) if args.log else None
     try:
-        replays = replay_policies(
-            trace, policy_factories(policies), first, console, [log] if log else []
-        )
+        results, live = _run_policies(trace, policies, first, sglang_env, [log] if log else [])
     finally:
         if log is not None:
             log.close()
             console.print(f"wrote {args.log} ({log.seq:,} transitions; `stagefate validate` it)")
-    results = {name: replay.metrics for name, replay in replays.items()}
     console.print(metrics_table(results))
     if any(m.wasted_by_reason for m in results.values()):
         console.print(wasted_table(results))
-    for line in story(replays, arrival_ms / 1e3 / args.speed):
+    for line in story(results, arrival_ms / 1e3 / args.speed, live, releases):
         console.print(line, markup=False)
     _save(args, results, write_json, write_plot)
     return 0
@@ -248,6 +332,7 @@ def _over_seeds(
     speeds: list[float],
     seeds: list[int],
     sweeping: bool,
+    sglang_env: dict[str, str],
 ) -> int:
     """Every policy once per seed (and speed), in processes; figures as median [min–max]."""
     from ..registry import replay_over_seeds
@@ -266,7 +351,9 @@ def _over_seeds(
         + f", in up to {args.jobs or os.cpu_count()} processes"
     )
     sweep = {
-        speed: replay_over_seeds(trace, policies, _replay_options(args, speed), seeds, args.jobs)
+        speed: replay_over_seeds(
+            trace, policies, _replay_options(args, speed), seeds, args.jobs, sglang_env
+        )
         for speed in speeds
     }
     if sweeping:

@@ -13,6 +13,7 @@ from rich.progress import Progress
 from rich.table import Table
 
 from ..statemachine.record import Instrument
+from ..statemachine.stats import Stats
 from .live import LivePolicy
 from .policy import PolicyFactory
 from .replay import Replay, ReplayMetrics, ReplayOptions
@@ -118,11 +119,17 @@ def wasted_table(results: dict[str, ReplayMetrics]) -> Table:
 # ---------------------------------------------------------------------- the story
 
 
-def story(replays: dict[str, Replay], arrival_seconds: float) -> list[str]:
-    """What the comparison shows, in words, from the figures themselves."""
+def story(
+    results: dict[str, ReplayMetrics],
+    arrival_seconds: float,
+    live: LivePolicy | None = None,
+    releases: Mapping[str, str] | None = None,
+) -> list[str]:
+    """What the comparison shows, in words, from the figures themselves. ``live``: the live
+    run's policy, whose pipeline's counters explain its side; ``releases``: the SGLang release
+    each ``sglang`` policy ran (by policy name)."""
     lines = []
-    for name, replay in replays.items():
-        m = replay.metrics
+    for name, m in results.items():
         share = f"{m.l3_reads_wasted / m.l3_reads:.0%}" if m.l3_reads else "n/a"
         lines.append(
             f"{name}: {m.l3_reads:,} L3 reads, {m.l3_reads_wasted:,} wasted ({share}), "
@@ -134,11 +141,14 @@ def story(replays: dict[str, Replay], arrival_seconds: float) -> list[str]:
         for reason, wasted in biggest[:3]:
             what = f"{_count(wasted.reads, 'read')}, " if wasted.reads else ""
             lines.append(f"  {reason}: {what}{wasted.tokens:,} tokens: {REASONS.get(reason, '')}")
-    live, blind, sglang = replays.get("live"), replays.get("blind"), replays.get("sglang")
-    if live is not None and blind is not None:
-        lines += _compare(live, blind)
-    if live is not None and sglang is not None:
-        lines += _compare_with_sglang(live, sglang)
+    if live is None or "live" not in results:
+        return lines
+    stats = live.pipe.stats
+    if "blind" in results:
+        lines += _compare(results["live"], results["blind"], stats)
+    for name, version in (releases or {}).items():
+        if name in results:
+            lines += _compare_with_sglang(results["live"], results[name], stats, name, version)
     return lines
 
 
@@ -146,10 +156,7 @@ def _count(n: int, noun: str) -> str:
     return f"{n:,} {noun}{'' if n == 1 else 's'}"
 
 
-def _compare(live: Replay, blind: Replay) -> list[str]:
-    lm, bm = live.metrics, blind.metrics
-    assert isinstance(live.policy, LivePolicy)
-    stats = live.policy.pipe.stats
+def _compare(lm: ReplayMetrics, bm: ReplayMetrics, stats: Stats) -> list[str]:
     lines = []
     shrunk = bm.wasted_by_reason.get("shrunk")
     if shrunk is not None:
@@ -186,22 +193,22 @@ def _compare(live: Replay, blind: Replay) -> list[str]:
     return lines
 
 
-def _compare_with_sglang(live: Replay, sglang: Replay) -> list[str]:
-    lm, sm = live.metrics, sglang.metrics
-    assert isinstance(live.policy, LivePolicy)
+def _compare_with_sglang(
+    lm: ReplayMetrics, sm: ReplayMetrics, stats: Stats, name: str, version: str
+) -> list[str]:
     covered = sm.wasted_by_reason.get("device_covered")
     lines = [
-        f"sglang (SGLang 0.5.23's own pipeline) wasted {_count(sm.l3_reads_wasted, 'read')} "
+        f"{name} (SGLang {version}'s own pipeline) wasted {_count(sm.l3_reads_wasted, 'read')} "
         f"against live's {lm.l3_reads_wasted:,}"
         + (
             f"; {covered.reads:,} were spans a sibling brought to the device first: SGLang has "
             f"no in-flight dedup, live's commits waited for "
-            f"{_count(live.policy.pipe.stats.declined_inflight, 'sibling read')} instead"
+            f"{_count(stats.declined_inflight, 'sibling read')} instead"
             if covered is not None
             else ""
         ),
-        f"hit rate: live {lm.hit_rate:.3f}, sglang {sm.hit_rate:.3f}; prompt tokens computed: "
-        f"live {lm.prefill_tokens_computed:,}, sglang {sm.prefill_tokens_computed:,}",
+        f"hit rate: live {lm.hit_rate:.3f}, {name} {sm.hit_rate:.3f}; prompt tokens computed: "
+        f"live {lm.prefill_tokens_computed:,}, {name} {sm.prefill_tokens_computed:,}",
     ]
     return lines
 

@@ -94,9 +94,9 @@ class SGLangPrefetcher:
     name = "sglang"
 
     def __init__(self, page: int, prefix: int) -> None:
-        from .pipeline import SteppedSGLang
+        from .generations import stepped_sglang
 
-        self.driver = SteppedSGLang(page_size=page, device_tokens=8192)
+        self.driver = stepped_sglang(page_size=page, device_tokens=8192)
         self.prefix = prefix
 
     def prepare(self, tokens: list[int]) -> None:

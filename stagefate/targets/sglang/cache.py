@@ -8,6 +8,7 @@ slots), and the check that SGLang did not fall back to another tree core.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import torch
@@ -80,8 +81,6 @@ def build_unified_cache(core: str, page_size: int, slots: int, allocator_class: 
     or rust), or its legacy ``RadixCache`` (``core="radix"``)."""
     from sglang.srt.mem_cache.cache_init_params import CacheInitParams
     from sglang.srt.mem_cache.memory_pool import ReqToTokenPool
-    from sglang.srt.mem_cache.unified_cache.components.base import ComponentType
-    from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
     from sglang.srt.server_args import ServerArgs, set_global_server_args_for_scheduler
 
     if core not in ("python", "rust", "radix"):
@@ -104,11 +103,45 @@ def build_unified_cache(core: str, page_size: int, slots: int, allocator_class: 
         from sglang.srt.mem_cache.radix_cache import RadixCache
 
         return RadixCache(params=CacheInitParams(**pools)), allocator
-    params = CacheInitParams(**pools, tree_components=(ComponentType.FULL,), tree_core_backend=core)
-    cache = UnifiedRadixCache(params=params)
+    cache, _ = unified_cache(core, **pools)
+    return cache, allocator
+
+
+def unified_cache(core: str, **params: Any) -> tuple[Any, Any]:
+    """``(cache, its CacheInitParams)``: a ``UnifiedRadixCache`` of the FULL component on the
+    tree core ``core``. 0.5.20 and later take the core as a ``CacheInitParams`` field; 0.5.19
+    reads ``SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND`` while it builds."""
+    from sglang.srt.environ import envs
+    from sglang.srt.mem_cache.cache_init_params import CacheInitParams
+    from sglang.srt.mem_cache.unified_cache.components import ComponentType
+    from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
+
+    params["tree_components"] = (ComponentType.FULL,)
+    if "tree_core_backend" in {field.name for field in dataclasses.fields(CacheInitParams)}:
+        init = CacheInitParams(**params, tree_core_backend=core)
+        cache = UnifiedRadixCache(params=init)
+    else:
+        init = CacheInitParams(**params)
+        with envs.SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND.override(core):
+            cache = UnifiedRadixCache(params=init)
     if cache._tree_core_backend != core:
         raise CoreFallback(
             f"SGLang picked the {cache._tree_core_backend} tree core, not {core}: the Rust core "
             "needs Linux and torch 2.11 to 2.14"
         )
-    return cache, allocator
+    return cache, init
+
+
+def device_prefix_len(match: Any) -> int:
+    """Tokens of a ``match_prefix`` result on the device: 0.5.20 and later count them
+    (``device_prefix_len``); 0.5.19 returns their slots (``device_indices``)."""
+    length = getattr(match, "device_prefix_len", None)
+    return len(match.device_indices) if length is None else int(length)
+
+
+def device_prefix_indices(cache: Any, match: Any) -> torch.Tensor:
+    """The device slots of a ``match_prefix`` result, in token order."""
+    if getattr(match, "device_prefix_len", None) is None:
+        return match.device_indices  # type: ignore[no-any-return]  # 0.5.19
+    slots: torch.Tensor = cache.path_device_indices(match.last_device_node)
+    return slots[: int(match.device_prefix_len)]

@@ -2,8 +2,9 @@
 docs/design.md §10.
 
 The world is the one stagefate's own fuzzer plays (:mod:`stagefate.fuzz.machine`), on SGLang's
-code through :class:`~.pipeline.SteppedSGLang`: three token sequences sharing heads (anchors
-collide, nodes split) written to L3 under two namespaces before the program starts; rules issue
+code through :class:`~.pipeline.SteppedSGLang` (the driver of the installed release's API
+generation): three token sequences sharing heads (anchors collide, nodes split) written to L3
+under two namespaces before the program starts; rules issue
 (with the live match or a stale one), run the existence queries, run the reads (whole, or every
 page failing as an IO error; a read is short when L3 lost part of its span), tick the
 scheduler, admit, abort, evict, publish the head, half or whole of a sequence as a sibling
@@ -38,7 +39,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from rich.console import Console
 
 from ...fuzz.world import NAMESPACES, sequences
-from .pipeline import SteppedSGLang
+from .generations import stepped_sglang
 
 PAGE = 4
 SEQUENCES = sequences(PAGE, shared_pages=(4, 2), tails=(200, 300))
@@ -67,7 +68,7 @@ class SGLangPipelineFuzzer(RuleBasedStateMachine):
         super().__init__()
         # A cap of 24 tokens on the 512-token pool: two short anchors fit, a third waits
         # (cap_busy), a whole sequence's anchor is over it (cap_skip).
-        self.driver = SteppedSGLang(page_size=PAGE, core=self.core, anchor_cap=24 / 512)
+        self.driver = stepped_sglang(page_size=PAGE, core=self.core, anchor_cap=24 / 512)
         for namespace in NAMESPACES:
             for tokens in SEQUENCES:
                 self.driver.produce(tokens, namespace)
@@ -82,10 +83,11 @@ class SGLangPipelineFuzzer(RuleBasedStateMachine):
     def _count_lock_outcomes(self) -> None:
         try_lock = self.pipeline.try_lock_anchor
 
-        def counted(request: Any, remaining: int) -> tuple[str, int]:
-            outcome, matched = try_lock(request, remaining)
+        def counted(*args: Any) -> Any:
+            result = try_lock(*args)  # 0.5.19: the outcome; later: (outcome, matched)
+            outcome = result if isinstance(result, str) else result[0]
             OUTCOMES[f"try_lock_anchor: {outcome}"] += 1
-            return outcome, matched
+            return result
 
         self.pipeline.try_lock_anchor = counted
 

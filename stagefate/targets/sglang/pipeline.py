@@ -1,4 +1,4 @@
-"""SGLang 0.5.23's buffer-mode pipeline, stepped on the caller's thread.
+"""SGLang's buffer-mode pipeline (any release of :mod:`.releases`), stepped on the caller's thread.
 
 Theory of operation
 -------------------
@@ -21,9 +21,12 @@ is deterministic.
 
 The scheduler's calls are made in the scheduler's order (``scheduler.py``/``schedule_policy.py``):
 issue re-anchors on the deepest device node and calls ``prefetch_from_storage``; admission calls
-``check_prefetch_progress``, ``pop_prefetch_loaded_tokens``, ``prepare_staged_prefetch`` and
-``init_load_back`` with the request's prefix locked, then ``ready_to_load_host_cache``; a later
-tick finishes the load. The ``Req`` admission needs is SGLang's own class.
+``check_prefetch_progress``, ``pop_prefetch_loaded_tokens``, the generation's plan (0.5.19:
+``plan_staged_splice``; 0.5.20 and later: ``prepare_staged_prefetch``) and ``init_load_back``
+with the request's prefix locked, then ``ready_to_load_host_cache``; a later tick finishes the
+load. The ``Req`` admission needs is SGLang's own class. This module is the part both API
+generations share; :mod:`.generations` holds what each does differently, and
+:func:`~.generations.stepped_sglang` builds the one of the release installed.
 
 Every KV value written is a *mark* (the fuzz world's :func:`~stagefate.fuzz.world.mark`: token
 id plus 1000 per namespace, exact in float16 below 2048), by the producer and by a sibling
@@ -34,10 +37,10 @@ it holds.
 from __future__ import annotations
 
 import json
-import math
 import queue
 import shutil
 import tempfile
+from abc import ABC, abstractmethod
 from array import array
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -50,7 +53,13 @@ import torch
 from ...fuzz.world import mark
 from ...runtime.pools import SlotPool
 from . import require, shim
-from .cache import pool_bridge_class, tiny_kv_pool
+from .cache import (
+    device_prefix_indices,
+    device_prefix_len,
+    pool_bridge_class,
+    tiny_kv_pool,
+    unified_cache,
+)
 
 
 def _mark(tokens: Sequence[int], namespace: str | None) -> torch.Tensor:
@@ -75,7 +84,8 @@ class Request:
     """One prefetch as the driver issued it."""
 
     handle: Any
-    """SGLang's ``CacheRequestHandle``."""
+    """What SGLang keys the request by: a ``CacheRequestHandle`` (0.5.20 and later) or the rid
+    itself (0.5.19)."""
     tokens: list[int]
     namespace: str | None
     loaded_tokens: int = 0
@@ -85,7 +95,9 @@ class Request:
 
 
 @dataclass
-class _Cache:
+class Side:
+    """One of the two caches (producer or consumer) and the pools it was built on."""
+
     cache: Any
     allocator: Any
     req_to_token_pool: Any
@@ -96,7 +108,7 @@ class _Cache:
 
 
 @dataclass
-class SteppedSGLang:
+class SteppedSGLang(ABC):
     """A producer and a consumer over one L3 directory; see the module's theory of operation."""
 
     page_size: int = 4
@@ -129,13 +141,10 @@ class SteppedSGLang:
 
     # ------------------------------------------------------------------ construction
 
-    def _build(self, device_pool: SlotPool | None = None) -> _Cache:
+    def _build(self, device_pool: SlotPool | None = None) -> Side:
         from sglang.srt.environ import envs
         from sglang.srt.mem_cache.allocator import PagedTokenToKVPoolAllocator
-        from sglang.srt.mem_cache.cache_init_params import CacheInitParams
         from sglang.srt.mem_cache.memory_pool import ReqToTokenPool
-        from sglang.srt.mem_cache.unified_cache.components.base import ComponentType
-        from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
         from sglang.srt.runtime_context import get_parallel
         from sglang.srt.server_args import ServerArgs, set_global_server_args_for_scheduler
 
@@ -175,15 +184,13 @@ class SteppedSGLang:
             device="cpu",
             enable_memory_saver=False,
         )
-        params = CacheInitParams(
+        cache, params = unified_cache(
+            self.core,
             disable=False,
             req_to_token_pool=req_to_token_pool,
             token_to_kv_pool_allocator=allocator,
             page_size=self.page_size,
-            tree_components=(ComponentType.FULL,),
-            tree_core_backend=self.core,
         )
-        cache = UnifiedRadixCache(params=params)
         with (
             get_parallel().override(tp_rank=0, tp_size=1, pp_rank=0, pp_size=1),
             envs.SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR.override(str(self.storage_dir)),
@@ -192,8 +199,13 @@ class SteppedSGLang:
             cache.init_hicache(server_args, params)
         cache.cache_controller._stop_storage_threads()
         if self.prefetch_policy == "timeout":
-            cache.prefetch_timeout_base = math.inf  # expired by the caller's clock only
-        return _Cache(cache, allocator, req_to_token_pool)
+            self.stop_wall_clock(cache)
+        return Side(cache, allocator, req_to_token_pool)
+
+    @abstractmethod
+    def stop_wall_clock(self, cache: Any) -> None:
+        """SGLang's ``timeout`` deadline is wall-clock time: switch it off, so that only the
+        caller's clock (:meth:`expire_wait`) ends a wait."""
 
     def close(self) -> None:
         import atexit
@@ -205,7 +217,7 @@ class SteppedSGLang:
 
     # ------------------------------------------------------------------ the storage threads
 
-    def _run_body(self, side: _Cache, body: Callable[[], None], work: Any) -> None:
+    def _run_body(self, side: Side, body: Callable[[], None], work: Any) -> None:
         controller = side.cache.cache_controller
         saved = controller.storage_stop_event
         controller.storage_stop_event = _SetWhenEmpty(work)
@@ -236,7 +248,7 @@ class SteppedSGLang:
             self.consumer, controller.prefetch_sync_thread_func, controller.prefetch_sync_queue
         )
 
-    def run_backups(self, side: _Cache | None = None) -> None:
+    def run_backups(self, side: Side | None = None) -> None:
         side = side or self.consumer
         controller = side.cache.cache_controller
         self._run_body(side, controller.backup_thread_func, controller.backup_queue)
@@ -260,12 +272,12 @@ class SteppedSGLang:
 
         return RadixKey(array("q", tokens), extra_key=namespace)
 
-    def _match(self, side: _Cache, tokens: Sequence[int], namespace: str | None) -> Any:
+    def _match(self, side: Side, tokens: Sequence[int], namespace: str | None) -> Any:
         from sglang.srt.mem_cache.base_prefix_cache import MatchPrefixParams
 
         return side.cache.match_prefix(MatchPrefixParams(key=self._key(tokens, namespace)))
 
-    def _insert_marked(self, side: _Cache, tokens: Sequence[int], namespace: str | None) -> Any:
+    def _insert_marked(self, side: Side, tokens: Sequence[int], namespace: str | None) -> Any:
         """Insert ``tokens`` with marked KV into ``side``; returns the node that ends there."""
         from sglang.srt.mem_cache.base_prefix_cache import InsertParams
 
@@ -278,7 +290,7 @@ class SteppedSGLang:
 
     # ------------------------------------------------------------------ the world
 
-    def sides(self) -> list[_Cache]:
+    def sides(self) -> list[Side]:
         return [side for side in (self.producer, self.consumer) if side is not None]
 
     def produce(self, tokens: Sequence[int], namespace: str | None) -> None:
@@ -288,7 +300,7 @@ class SteppedSGLang:
         node = self._insert_marked(self.producer, tokens, namespace)
         if node is None:
             raise RuntimeError("the producer's pool is full; give it more device_tokens")
-        self.producer.cache.request_buffer_backup(node)
+        self.request_backup(self.producer, node)
         for _ in range(4):
             self.producer.cache.check_hicache_events()
             self.run_backups(self.producer)
@@ -314,6 +326,16 @@ class SteppedSGLang:
         return dropped
 
     # ------------------------------------------------------------------ the scheduler's calls
+    # What differs between API generations is in :mod:`.generations`; what is here is the
+    # scheduler's order, which both keep.
+
+    def request_backup(self, side: Side, node: Any) -> None:
+        """Write ``node`` (and its unwritten ancestors) through to L3 as SGLang does when a
+        request finishes: 0.5.22 and later are asked (``request_buffer_backup``); earlier
+        releases queue the write in the insert itself (``write_through``)."""
+        backup = getattr(side.cache, "request_buffer_backup", None)
+        if backup is not None:
+            backup(node)
 
     def issue(
         self,
@@ -325,19 +347,17 @@ class SteppedSGLang:
     ) -> Request:
         """Re-anchor on the deepest device node and prefetch the rest (``stale``: as if the
         match were one page longer than the live one, the way a match made before an eviction
-        would be). Issuing a known ``rid`` again is a retry: the same handle, as SGLang's
-        ``Req`` keeps its handle; ``storage_hit_end`` is what the retry book returned."""
-        from sglang.srt.mem_cache.base_prefix_cache import CacheRequestHandle
-
+        would be). Issuing a known ``rid`` again is a retry: the same key, as SGLang's ``Req``
+        keeps it; ``storage_hit_end`` is what 0.5.20's retry book returned (0.5.19 has none)."""
         cache = self.consumer.cache
         match = self._match(self.consumer, tokens, namespace)
-        matched = min(match.device_prefix_len + (self.page_size if stale else 0), len(tokens))
+        matched = min(device_prefix_len(match) + (self.page_size if stale else 0), len(tokens))
         anchor = match.last_device_node
         if cache.is_root(anchor):
             anchor = cache.root_node_handle(namespace)
         request = self.requests.get(rid)
         if request is None:
-            request = Request(CacheRequestHandle(rid, 0), tokens, namespace)
+            request = Request(self.request_key(rid), tokens, namespace)
             self.requests[rid] = request
         cache.prefetch_from_storage(
             request.handle,
@@ -347,18 +367,25 @@ class SteppedSGLang:
             None,
             matched_prefix_tokens=tokens[:matched],
             extra_key=namespace,
-            storage_hit_end=storage_hit_end,
+            **self.issue_extras(storage_hit_end),
         )
         return request
 
+    @abstractmethod
+    def request_key(self, rid: str) -> Any:
+        """What SGLang keys a request by (see :attr:`Request.handle`)."""
+
+    @abstractmethod
+    def issue_extras(self, storage_hit_end: int | None) -> dict[str, Any]:
+        """Keyword arguments of ``prefetch_from_storage`` beyond those both generations take."""
+
     def live(self, rid: str) -> bool:
-        request = self.requests[rid]
+        handle = self.requests[rid].handle
         cache = self.consumer.cache
-        pipeline = cache.buffer_pipeline
-        return request.handle in cache.ongoing_prefetch or pipeline.has_staged(request.handle)
+        return handle in cache.ongoing_prefetch or cache.buffer_pipeline.has_staged(handle)
 
     def admit(self, rid: str, make_room: Callable[[int], object] | None = None) -> int:
-        """Admission as ``PrefillAdder`` does it; returns the tokens loaded (0: none).
+        """Admission as the scheduler's adder does it; returns the tokens loaded (0: none).
         ``make_room(tokens)`` runs after the plan, before the load allocates (the replay's
         engine evicts there, as its scheduler does before ``init_load_back``)."""
         from sglang.srt.managers.schedule_batch import Req
@@ -382,15 +409,13 @@ class SteppedSGLang:
         )
         self.consumer.req_to_token_pool.alloc([req])
         try:
-            req.cache_request_handle = request.handle
             req.extra_key = request.namespace
             req.cache_salt = None
             match = self._match(self.consumer, request.tokens, request.namespace)
-            req.prefix_len = match.device_prefix_len
             req.last_node = match.last_device_node
             span_end = staged.matched_len + staged.num_tokens
-            request.lacking_tokens = max(0, span_end - int(match.device_prefix_len))
-            if not pipeline.prepare_staged_prefetch(req):
+            request.lacking_tokens = max(0, span_end - device_prefix_len(match))
+            if not self.plan_load(req, request, match):
                 return 0
             if make_room is not None and req.host_hit_length:
                 make_room(int(req.host_hit_length))
@@ -403,8 +428,21 @@ class SteppedSGLang:
             cache.ready_to_load_host_cache()
         finally:
             self.consumer.req_to_token_pool.free(req)
-        request.loaded_tokens = 0 if loaded is None else int(loaded[0])
+        request.loaded_tokens = self.loaded_tokens(loaded)
         return request.loaded_tokens
+
+    def loaded_tokens(self, result: Any) -> int:
+        """Tokens an ``init_load_back`` result loaded: up to 0.5.21 it returns ``(device
+        slots, node)``; 0.5.22 and later ``(tokens, node)``, or None when nothing loads."""
+        if result is None:
+            return 0
+        loaded = result[0]
+        return int(loaded) if isinstance(loaded, int) else int(loaded.numel())
+
+    @abstractmethod
+    def plan_load(self, req: Any, request: Request, match: Any) -> bool:
+        """The generation's admission plan on SGLang's ``Req``: whether a load follows (its
+        ``host_hit_length`` set)."""
 
     @contextmanager
     def _locked(self, node: Any) -> Iterator[None]:
@@ -418,17 +456,16 @@ class SteppedSGLang:
     def abort(self, rid: str) -> None:
         self.consumer.cache.release_aborted_request(self.requests[rid].handle)
 
+    @abstractmethod
+    def due_retries(self, waiting: Sequence[str]) -> list[tuple[str, int | None]]:
+        """The retries SGLang makes due this pass among the ``waiting`` rids (queue order):
+        ``(rid, storage_hit_end)`` each; the caller re-issues them."""
+
+    @abstractmethod
     def expire_wait(self, rid: str) -> bool:
         """The caller's clock says the request's prefetch wait is over (``timeout`` policy):
         SGLang's own deadline path ends it. False when its KV landed and it keeps waiting for
         the ack, as SGLang decides."""
-        from sglang.srt.mem_cache.unified_radix_cache import _StoragePrefetchWait
-
-        cache = self.consumer.cache
-        handle = self.requests[rid].handle
-        if cache.prefetch_stop_policy == "timeout":
-            cache._storage_prefetch_wait.setdefault(handle, _StoragePrefetchWait()).expired = True
-        return bool(cache.check_prefetch_progress(handle))
 
     # ------------------------------------------------------------------ observation
 
@@ -438,10 +475,10 @@ class SteppedSGLang:
     def device_marks(self, tokens: Sequence[int], namespace: str | None) -> tuple[int, bool]:
         """``(tokens on the device, whether their slots hold their marks)``."""
         match = self._match(self.consumer, tokens, namespace)
-        length = int(match.device_prefix_len)
+        length = device_prefix_len(match)
         if not length:
             return 0, True
-        slots = self.consumer.cache.path_device_indices(match.last_device_node)[:length]
+        slots = device_prefix_indices(self.consumer.cache, match)
         held = self.consumer.kv[slots].reshape(-1)
         return length, bool(torch.equal(held, _mark(tokens[:length], namespace)))
 

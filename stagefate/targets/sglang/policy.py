@@ -1,4 +1,4 @@
-"""``stagefate replay --policy sglang``: SGLang 0.5.23's buffer-mode pipeline inside the replay.
+"""``stagefate replay --policy sglang``: SGLang's buffer-mode pipeline inside the replay.
 
 Theory of operation
 -------------------
@@ -6,23 +6,27 @@ The engine's tree *is* the consumer cache of a :class:`~.pipeline.SteppedSGLang`
 the :class:`~.tree.SGLangTree` adapter), and the engine's device pool is the stagefate pool that
 SGLang's allocator draws from and frees into. So the engine's inserts, locks and evictions and
 SGLang's own load-backs act on one tree and one pool, and the engine, trace, cost model and IO
-clock are the ones ``live`` and ``blind`` run on. The scheduler's calls are SGLang's, in its
-order (``scheduler.py``):
+clock are the ones ``live`` and ``blind`` run on. The release is the one this interpreter
+imports (another runs in its own environment's process, :mod:`.worker`); the calls below are
+its scheduler's, in its order (``scheduler.py``), spelled as its API generation spells them
+(:mod:`.generations`):
 
 * **issue** (arrival, or a due retry): ``prefetch_from_storage`` re-anchored on the deepest
   device node, with the ``storage_hit_end`` the retry book handed back;
 * **each scheduling pass** (:meth:`SGLangPolicy.poll`): ``check_hicache_events`` (parked hits,
   IO commits, acks, write staging), then the backup thread's body (writes to L3);
-* **retries**: SGLang's own ``StoragePrefetchRetries.pop_ready`` over the waiting queue, with
-  its defaults (a paced retry every 8 passes, 8 attempts); the head's paced retry is cancelled;
-* **admission**: ``check_prefetch_progress``, ``pop_prefetch_loaded_tokens``,
-  ``prepare_staged_prefetch``, then the engine evicts for what the plan loads, then
+* **retries**: SGLang's own pacing over the waiting queue, with its defaults (a paced retry
+  every 8 passes, 8 attempts): 0.5.20's ``StoragePrefetchRetries.pop_ready`` (the head's
+  paced retry is cancelled), 0.5.19's ``Scheduler._retry_missed_storage_prefetches``;
+* **admission**: ``check_prefetch_progress``, ``pop_prefetch_loaded_tokens``, the plan
+  (``prepare_staged_prefetch``; 0.5.19: ``plan_staged_splice``), then the engine evicts for
+  what the plan loads, then
   ``init_load_back`` under the prefix lock and ``ready_to_load_host_cache``;
 * **a prefetch the engine stops waiting for** (``timeout`` expired, ``best_effort``): SGLang's
   own deadline path (its wall-clock deadline is off; the replay's clock expires the wait);
-* **write-through**: ``request_buffer_backup`` of the finished prompt's node; SGLang stages and
-  writes it in the following passes (live writes at once: L3 sees SGLang's writes a pass or two
-  later).
+* **write-through**: ``request_buffer_backup`` of the finished prompt's node (0.5.19: its
+  insert queues the write itself); SGLang stages and writes it in the following passes (live
+  writes at once: L3 sees SGLang's writes a pass or two later).
 
 IO on the replay's clock. SGLang's storage threads are stopped; :class:`SGLangIO` shows the
 existence queries waiting in ``prefetch_queue`` and the reads waiting in ``prefetch_buffer`` as
@@ -40,9 +44,7 @@ request still holds once it is admitted is released through ``release_aborted_re
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
 from queue import Queue
 from typing import Any
 
@@ -54,6 +56,7 @@ from ...runtime.prefix_tree import PrefixMatch
 from ...runtime.tokens import TokenKey
 from ...sim.policy import MakeRoom, PolicyInputs
 from ...statemachine.books import ReadBooks
+from .generations import stepped_sglang
 from .pipeline import SteppedSGLang
 from .tree import SGLangTree
 
@@ -137,14 +140,6 @@ class SGLangIO:
             self.reads.append((operation.request_id, read))
 
 
-@dataclass
-class _Queued:
-    """What SGLang's retry book reads of a waiting request."""
-
-    rid: str
-    storage_prefetch_retry_attempts: int
-
-
 class SGLangPolicy:
     name = "sglang"
 
@@ -158,7 +153,7 @@ class SGLangPolicy:
         core = "rust" if inputs.tree == "sglang-rust" else "python"
         layout = KVLayout(config.layers, config.kv_heads, config.head_dim)
         self.device_pool = DevicePool(layout, config.device_tokens, "cpu")
-        self.driver = SteppedSGLang(
+        self.driver = stepped_sglang(
             page_size=config.page_size,
             device_tokens=config.device_tokens,
             core=core,
@@ -174,8 +169,6 @@ class SGLangPolicy:
             core, config.page_size, self.device_pool, cache=(consumer.cache, consumer.allocator)
         )
         self.io = SGLangIO(self.driver)
-        self._retry_interval, self._retry_attempts = _retry_settings()
-        self._attempts: Counter[str] = Counter()
         self._hit_end: dict[str, int | None] = {}
         self._unsettled: dict[str, list[int]] = {}
         """Tokens of each request's reads not yet spliced or wasted."""
@@ -184,16 +177,38 @@ class SGLangPolicy:
         self._watch_released_holds()
 
     def _watch_released_holds(self) -> None:
+        """Book a hold SGLang releases under its reason. 0.5.20 and later pass one; 0.5.19's
+        ``plan_staged_splice`` releases a hold that can no longer splice without one, for one
+        of the two cases of its ``staged_splice_tokens``, named here as the later releases
+        name them (aux windows, the third case, do not exist on this FULL-only cache)."""
         pipeline = self.cache.buffer_pipeline
         release = pipeline.release_staged_hold
 
         def watched(request: Any, reason: str | None = None) -> bool:
-            released = bool(release(request, reason))
+            released = bool(release(request) if reason is None else release(request, reason))
             if released:
-                self._settle(request.rid, 0, RELEASE_REASONS.get(reason, reason or "released"))
+                rid = getattr(request, "rid", request)
+                reason = reason or self._unsplicable.pop(rid, None)
+                self._settle(rid, 0, RELEASE_REASONS.get(reason, reason or "released"))
             return released
 
         pipeline.release_staged_hold = watched
+        self._unsplicable: dict[str, str] = {}
+        plan = getattr(pipeline, "plan_staged_splice", None)
+        if plan is None:
+            return
+
+        def planned(rid: str, device_prefix_len: int) -> tuple[int, int]:
+            staged = pipeline.staged_prefetches.get(rid)
+            if staged is not None:
+                shrunk = device_prefix_len < staged.matched_len
+                self._unsplicable[rid] = "shrunk" if shrunk else "device_covered"
+            try:
+                return plan(rid, device_prefix_len)  # type: ignore[no-any-return]
+            finally:
+                self._unsplicable.pop(rid, None)
+
+        pipeline.plan_staged_splice = planned
 
     # ------------------------------------------------------------------ the books
 
@@ -222,7 +237,7 @@ class SGLangPolicy:
 
     def write_through(self, key: TokenKey, device_indices: torch.Tensor) -> None:
         node = self.tree.match_prefix(key).last_node
-        self.cache.request_buffer_backup(node.node_id)
+        self.driver.request_backup(self.driver.consumer, node.node_id)
 
     def issue(self, request_id: str, key: TokenKey, matched_len: int) -> None:
         hit_end = self._hit_end.pop(request_id, None)
@@ -261,16 +276,9 @@ class SGLangPolicy:
         return self.tree.match_prefix(span).device_indices[prefix.length :]
 
     def due_retries(self, waiting: Sequence[str]) -> list[str]:
-        queue = [_Queued(rid, self._attempts[rid]) for rid in waiting]
-        ready = self.cache.storage_prefetch_retries.pop_ready(
-            queue, self._retry_interval, self._retry_attempts
-        )
-        due = []
-        for queued, hit_end in ready:
-            self._attempts[queued.rid] += 1
-            self._hit_end[queued.rid] = hit_end
-            due.append(queued.rid)
-        return due
+        due = self.driver.due_retries(waiting)
+        self._hit_end.update(due)
+        return [rid for rid, _ in due]
 
     def counters(self) -> dict[str, int]:
         stats = self.cache._prefetch_outcome_stats
@@ -288,14 +296,3 @@ class SGLangPolicy:
         self.driver.settle()
         self._take_reads()
         self.driver.close()
-
-
-def _retry_settings() -> tuple[int, int]:
-    """SGLang's ``hicache_storage_prefetch_retry_poll_interval`` and ``..._max_attempts``."""
-    from sglang.srt.runtime_context import get_memory
-
-    memory = get_memory()
-    return (
-        int(memory.hicache_storage_prefetch_retry_poll_interval),
-        int(memory.hicache_storage_prefetch_retry_max_attempts),
-    )

@@ -13,8 +13,15 @@ Each stand-in says what it replaces and why; none of them decides anything SGLan
   to compile with it.
 * ``torchvision`` (imported by ``sglang/srt/configs/deepseek_ocr.py``, reached through the
   memory pools' imports): PyPI's torchvision does not load beside the CPU torch 2.13 wheel. A
-  stand-in like the above, with a real ``InterpolationMode`` enum; transformers' own
-  "is torchvision there?" check is cached as False first, so transformers never uses it.
+  stand-in like the above, with a real ``InterpolationMode`` enum and torchvision 0.28's
+  version. Under transformers 5.19 and later (0.5.20 onwards) transformers' own "is torchvision
+  there?" check is cached as False first, so transformers never uses it. Under transformers 5.12
+  (0.5.19's pin) ``AutoImageProcessor`` is a placeholder that refuses to work without
+  torchvision, and 0.5.19's configs register image processors through it at import: there the
+  check finds the stand-in (and reads its version), and nothing on the CPU paths processes an
+  image.
+* Classes of either stand-in accept any arguments (0.5.19's fp8 kernel module builds
+  ``triton.Config({...}, num_warps=...)`` at import) and keep none.
 
 Two patches let the buffer-mode pipeline run on a CPU (:func:`patch_for_cpu`, applied by the
 pipeline driver only):
@@ -32,12 +39,20 @@ from __future__ import annotations
 import enum
 import importlib.abc
 import importlib.machinery
+import inspect
 import sys
 import types
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from packaging.version import Version
+
 _STOOD_IN = ("triton", "torchvision")
+TORCHVISION = "0.28.0"
+"""The torchvision release built for torch 2.13: the version the stand-in claims."""
+TORCHVISION_FREE = "5.19"
+"""The first transformers (0.5.23's pin) whose ``AutoImageProcessor`` is not a torchvision-only
+placeholder; older ones (0.5.19 pins 5.12.1) must find torchvision to import SGLang."""
 _installed = False
 
 
@@ -54,7 +69,7 @@ class _StandIn(types.ModuleType):
             raise AttributeError(name)
         value: Any
         if name[:1].isupper():
-            value = type(name, (), {"__module__": self.__name__})
+            value = type(name, (), {"__module__": self.__name__, "__init__": _accept_anything})
         else:
             value = _StandIn(f"{self.__name__}.{name}")
             sys.modules[value.__name__] = value
@@ -65,6 +80,11 @@ class _StandIn(types.ModuleType):
         if len(args) == 1 and callable(args[0]) and not kwargs:
             return _Kernel(args[0])  # @triton.jit
         return _Kernel  # @triton.jit(...), @triton.autotune(...)
+
+
+def _accept_anything(self: object, *args: Any, **kwargs: Any) -> None:
+    """A stand-in class is built with whatever its caller passes (``triton.Config({...},
+    num_warps=4)`` at a kernel module's import) and keeps none of it."""
 
 
 class _Kernel:
@@ -115,6 +135,8 @@ class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     def exec_module(self, module: types.ModuleType) -> None:
         if module.__name__ == "triton":
             module.__version__ = "3.0.0"  # type: ignore[attr-defined]
+        elif module.__name__ == "torchvision":
+            module.__version__ = TORCHVISION  # type: ignore[attr-defined]
         elif module.__name__ == "torchvision.transforms":
             module.InterpolationMode = InterpolationMode  # type: ignore[attr-defined]
 
@@ -125,15 +147,20 @@ def install() -> None:
     if _installed:
         return
     import torch.utils._triton as torch_triton
-    from transformers.utils import import_utils
 
     probes: Sequence[Callable[[], object]] = (
         torch_triton.has_triton_package,
         torch_triton.has_triton,
-        import_utils.is_torchvision_available,
     )
     for probe in probes:
         probe()  # cached (functools.cache / lru_cache): they keep their answer
+    from importlib.metadata import version
+
+    # decided before transformers is imported: an old one fixes its placeholders at import
+    if Version(version("transformers")) >= Version(TORCHVISION_FREE):
+        from transformers.utils import import_utils
+
+        import_utils.is_torchvision_available()  # cached as False before the stand-in exists
     sys.meta_path.insert(0, _Finder())
     _installed = True
     import warnings
@@ -168,10 +195,13 @@ def patch_for_cpu() -> None:
 
     mha.transfer_kv_direct = _transfer_kv_direct
     unpinned = base.HostKVCache.__init__
+    signature = inspect.signature(unpinned)
 
     def init(self: Any, *args: Any, **kwargs: Any) -> None:
-        kwargs["pin_memory"] = False
-        unpinned(self, *args, **kwargs)
+        # by name, wherever the caller put it (0.5.19's subclasses pass it by position)
+        bound = signature.bind(self, *args, **kwargs)
+        bound.arguments["pin_memory"] = False
+        unpinned(*bound.args, **bound.kwargs)
 
     base.HostKVCache.__init__ = init
     _patched = True

@@ -35,7 +35,7 @@ from ...runtime.hashing import Namespace, namespace_of
 from ...runtime.pools import SlotPool
 from ...runtime.prefix_tree import PrefixTree, TreeFactory, check_insert_slots
 from ...runtime.tokens import TokenKey, Tokens
-from .cache import SGLangTreeError, build_unified_cache, pool_bridge_class
+from .cache import SGLangTreeError, build_unified_cache, device_prefix_len, pool_bridge_class
 
 _EMPTY = torch.empty(0, dtype=torch.int64)
 
@@ -132,7 +132,7 @@ class SGLangTree:
         radix_key, _ = self._key(tokens, namespace)
         result = self.cache.match_prefix(MatchPrefixParams(key=radix_key))
         node = result.last_device_node
-        length = int(result.device_prefix_len)
+        length = device_prefix_len(result)
         indices = self._path(node, namespace)[:length]
         return SGLangMatch(length, SGLangNode(self, int(node), namespace), indices)
 

@@ -1,0 +1,187 @@
+"""The scheduler's calls that differ between SGLang's two buffer-mode API generations.
+
+:class:`~.pipeline.SteppedSGLang` makes the calls in the scheduler's order; the two drivers here
+say how each generation spells them (docs/sglang.md, "Releases"). SGLang's own code decides in
+both: where the scheduler's logic lives in ``scheduler.py`` rather than in the cache (0.5.19's
+retry sweep), that method itself is called, on a stand-in for the scheduler holding only the
+fields it reads.
+
+=================  ======================================  ======================================
+call               ``plan`` (0.5.19)                       ``prepare`` (0.5.20 and later)
+=================  ======================================  ======================================
+request key        the rid                                 ``CacheRequestHandle(rid, 0)``
+issue              ``prefetch_from_storage`` (pins at      the same, with the retry book's
+                   issue when the anchor lock is on)       ``storage_hit_end`` (pins at commit)
+admission plan     ``plan_staged_splice(rid, prefix)``     ``prepare_staged_prefetch(req)``
+retries            the missed-rid set, swept by            ``StoragePrefetchRetries.pop_ready``
+                   ``Scheduler._retry_missed_storage_
+                   prefetches`` each pass
+``timeout`` clock  ``_prefetch_timeout_check_linear_       ``_StoragePrefetchWait.expired``
+                   func`` answers for the caller's clock
+=================  ======================================  ======================================
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import require
+from .cache import device_prefix_indices, device_prefix_len
+from .pipeline import Request, SteppedSGLang
+
+Due = tuple[str, int | None]
+"""A retry due now: ``(rid, storage_hit_end)`` (0.5.19's is always None)."""
+
+
+def _retry_settings() -> tuple[int, int]:
+    """SGLang's ``hicache_storage_prefetch_retry_poll_interval`` and ``..._max_attempts``."""
+    from sglang.srt.runtime_context import get_memory
+
+    memory = get_memory()
+    return (
+        int(memory.hicache_storage_prefetch_retry_poll_interval),
+        int(memory.hicache_storage_prefetch_retry_max_attempts),
+    )
+
+
+@dataclass
+class _WaitingReq:
+    """The retry fields 0.5.19's ``Req`` carries (``schedule_batch.py``), at their defaults."""
+
+    rid: str
+    storage_prefetch_retry_pending: bool = False
+    storage_prefetch_retry_wait_polls: int = 0
+    storage_prefetch_retry_attempts: int = 0
+
+
+@dataclass
+class _SchedulerFields:
+    """What ``Scheduler._retry_missed_storage_prefetches`` reads of its scheduler."""
+
+    tree_cache: Any
+    waiting_queue: list[_WaitingReq]
+    due: list[str] = field(default_factory=list)
+
+    def _prefetch_kvcache(self, req: _WaitingReq) -> None:
+        self.due.append(req.rid)  # the driver re-issues it, as the scheduler's method would
+
+
+@dataclass
+class PlanDriver(SteppedSGLang):
+    """0.5.19: PR #36834 as merged."""
+
+    waiting: dict[str, _WaitingReq] = field(default_factory=dict)
+    expired: set[str] = field(default_factory=set)
+
+    def request_key(self, rid: str) -> Any:
+        return rid
+
+    def issue_extras(self, storage_hit_end: int | None) -> dict[str, Any]:
+        return {}  # 0.5.19's retries re-query L3 from the start
+
+    def plan_load(self, req: Any, request: Request, match: Any) -> bool:
+        req.prefix_indices = device_prefix_indices(self.consumer.cache, match)  # as
+        # init_next_round_input leaves it
+        cache = self.consumer.cache
+        held, held_swa = cache.plan_staged_splice(request.handle, len(req.prefix_indices))
+        if held <= 0:
+            return False
+        req.host_hit_length = held
+        req.swa_host_hit_length = held_swa
+        return True
+
+    def stop_wall_clock(self, cache: Any) -> None:
+        cache._prefetch_timeout_check_linear_func = lambda operation: (
+            operation.request_id in self.expired
+        )
+
+    def expire_wait(self, rid: str) -> bool:
+        cache = self.consumer.cache
+        if cache.prefetch_stop_policy == "timeout":
+            self.expired.add(rid)
+        ended = bool(cache.check_prefetch_progress(rid))
+        if ended:
+            self.expired.discard(rid)
+        return ended
+
+    def due_retries(self, waiting: Sequence[str]) -> list[Due]:
+        """0.5.19's own sweep over the waiting queue (``scheduler.py``)."""
+        from sglang.srt.managers.scheduler import Scheduler
+
+        queue = [self.waiting.setdefault(rid, _WaitingReq(rid)) for rid in waiting]
+        scheduler = _SchedulerFields(self.consumer.cache, queue)
+        Scheduler._retry_missed_storage_prefetches(scheduler)
+        return [(rid, None) for rid in scheduler.due]
+
+
+@dataclass
+class PrepareDriver(SteppedSGLang):
+    """0.5.20 and later: the rework (pin at the commit, ``prepare_staged_prefetch``)."""
+
+    attempts: Counter[str] = field(default_factory=Counter)
+
+    def request_key(self, rid: str) -> Any:
+        from sglang.srt.mem_cache.base_prefix_cache import CacheRequestHandle
+
+        return CacheRequestHandle(rid, 0)
+
+    def issue_extras(self, storage_hit_end: int | None) -> dict[str, Any]:
+        return {"storage_hit_end": storage_hit_end}
+
+    def plan_load(self, req: Any, request: Request, match: Any) -> bool:
+        req.cache_request_handle = request.handle
+        # as init_next_round_input leaves them: 0.5.22 and later read the length, 0.5.20 and
+        # 0.5.21 the slots
+        req.prefix_len = device_prefix_len(match)
+        if getattr(match, "device_prefix_len", None) is None:
+            req.prefix_indices = device_prefix_indices(self.consumer.cache, match)
+        return bool(self.consumer.cache.buffer_pipeline.prepare_staged_prefetch(req))
+
+    def stop_wall_clock(self, cache: Any) -> None:
+        cache.prefetch_timeout_base = math.inf
+
+    def expire_wait(self, rid: str) -> bool:
+        from sglang.srt.mem_cache.unified_radix_cache import _StoragePrefetchWait
+
+        cache = self.consumer.cache
+        handle = self.requests[rid].handle
+        if cache.prefetch_stop_policy == "timeout":
+            cache._storage_prefetch_wait.setdefault(handle, _StoragePrefetchWait()).expired = True
+        return bool(cache.check_prefetch_progress(handle))
+
+    def due_retries(self, waiting: Sequence[str]) -> list[Due]:
+        """SGLang's retry book over the waiting queue, with its defaults."""
+        interval, max_attempts = _retry_settings()
+        queue = [_Queued(rid, self.attempts[rid]) for rid in waiting]
+        ready = self.consumer.cache.storage_prefetch_retries.pop_ready(
+            queue, interval, max_attempts
+        )
+        due = []
+        for queued, hit_end in ready:
+            self.attempts[queued.rid] += 1
+            due.append((queued.rid, hit_end))
+        return due
+
+
+@dataclass
+class _Queued:
+    """What 0.5.20's retry book reads of a waiting request."""
+
+    rid: str
+    storage_prefetch_retry_attempts: int
+
+
+DRIVERS: dict[str, type[PlanDriver] | type[PrepareDriver]] = {
+    "plan": PlanDriver,
+    "prepare": PrepareDriver,
+}
+
+
+def stepped_sglang(**settings: Any) -> SteppedSGLang:
+    """The driver of the release this interpreter imports (:func:`~.require`), built with
+    ``settings`` (the fields of :class:`~.pipeline.SteppedSGLang`)."""
+    return DRIVERS[require().generation](**settings)

@@ -1,0 +1,117 @@
+"""A call run in another SGLang release's environment: the worker process.
+
+The caller (:func:`call_in`) starts the release's interpreter with this stagefate on its path
+(:func:`~.environments.worker_environment`) and writes ``(function, args, kwargs)`` to its stdin
+as a pickle; the worker calls it and writes back ``("ok", result)`` or ``("error", traceback)``.
+Both sides run the same stagefate code on the same Python, so pickle's references to module-level
+functions and stagefate's own classes resolve on both. Whatever SGLang prints goes to stderr;
+stdout carries the answer alone.
+
+``--check V`` imports release V's tree and pipeline with the CPU stand-ins (the last step of an
+install: an environment is ready only once this passed).
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import subprocess
+import sys
+import traceback
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+from .environments import Installed, worker_environment
+
+Result = TypeVar("Result")
+
+
+class WorkerFailed(RuntimeError):
+    """The call raised in the release's process; the message carries its traceback."""
+
+
+def call_in(
+    target: Installed,
+    function: Callable[..., Result],
+    *args: Any,
+    sglang_env: Mapping[str, str] | None = None,
+    **kwargs: Any,
+) -> Result:
+    """``function(*args, **kwargs)`` in ``target``'s interpreter (in this process when it is
+    this interpreter's own release), with ``sglang_env`` set in its environment."""
+    if target.here:
+        with environment_set(sglang_env or {}):
+            return function(*args, **kwargs)
+    done = subprocess.run(
+        [str(target.python), "-m", __name__],
+        input=pickle.dumps((function, args, kwargs)),
+        stdout=subprocess.PIPE,
+        env=worker_environment(dict(sglang_env or {})),
+        check=False,
+    )
+    if done.returncode != 0 or not done.stdout:
+        raise WorkerFailed(
+            f"the SGLang {target.version} worker exited with status {done.returncode} before "
+            "answering (its stderr is above)"
+        )
+    status, value = pickle.loads(done.stdout)
+    if status != "ok":
+        raise WorkerFailed(f"in SGLang {target.version}'s process:\n{value}")
+    return value  # type: ignore[no-any-return]
+
+
+def command_in(target: Installed, argv: list[str], sglang_env: Mapping[str, str]) -> int:
+    """``stagefate ARGV`` run by ``target``'s interpreter, its output on this terminal; its
+    exit status."""
+    done = subprocess.run(
+        [str(target.python), "-m", "stagefate", *argv],
+        env=worker_environment(dict(sglang_env)),
+        check=False,
+    )
+    return done.returncode
+
+
+@contextmanager
+def environment_set(values: Mapping[str, str]) -> Iterator[None]:
+    """``os.environ`` with ``values`` set, restored on exit (SGLang reads its knobs there at
+    call time)."""
+    saved = {key: os.environ.get(key) for key in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def _check(version: str) -> None:
+    from . import require
+
+    require(version)
+    import sglang.srt.mem_cache.buffer_mode.pipeline
+    import sglang.srt.mem_cache.unified_radix_cache  # noqa: F401
+
+    print(f"SGLang {version}: tree and pipeline import", file=sys.stderr)
+
+
+def _serve() -> None:
+    answer = sys.stdout.buffer
+    sys.stdout = sys.stderr  # whatever the call prints is not the answer
+    function, args, kwargs = pickle.load(sys.stdin.buffer)
+    try:
+        reply: tuple[str, Any] = ("ok", function(*args, **kwargs))
+    except BaseException:
+        reply = ("error", traceback.format_exc())
+    answer.write(pickle.dumps(reply))
+    answer.flush()
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["--check"]:
+        _check(sys.argv[2])
+    else:
+        _serve()
