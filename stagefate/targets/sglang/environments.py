@@ -6,7 +6,7 @@ environment of its own under :func:`targets_dir` (``$STAGEFATE_TARGETS``, defaul
 this interpreter imports (``make sglang`` puts the newest in ``.venv``) runs in-process.
 
 An install builds ``sglang-V.partial`` and renames it to ``sglang-V`` only once the worker has
-imported the release's tree and pipeline there, so an interrupted install leaves nothing that
+run one prefetch through the release's pipeline there, so an interrupted install leaves nothing that
 :func:`installed` lists as ready. What goes in, in order (docs/sglang.md, "Releases"):
 
 1. ``torch==2.13.0``, the CPU build (the wheels pin a CUDA build of a newer torch);
@@ -217,7 +217,7 @@ def _build(version: str, partial: Path, say: Callable[[str], None]) -> None:
     ]
     step("what stagefate needs there", [*pip, *own])
     step(
-        "importing its tree and pipeline in the worker",
+        "one prefetch through its pipeline, in the worker",
         [str(python), "-m", "stagefate.targets.sglang.worker", "--check", version],
         env=worker_environment(),
     )

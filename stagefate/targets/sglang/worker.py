@@ -7,8 +7,9 @@ Both sides run the same stagefate code on the same Python, so pickle's reference
 functions and stagefate's own classes resolve on both. Whatever SGLang prints goes to stderr;
 stdout carries the answer alone.
 
-``--check V`` imports release V's tree and pipeline with the CPU stand-ins (the last step of an
-install: an environment is ready only once this passed).
+``--check V`` runs one prefetch through release V's pipeline with the CPU stand-ins
+(:func:`one_prefetch`; the last step of an install: an environment is ready only once this
+passed).
 """
 
 from __future__ import annotations
@@ -88,14 +89,43 @@ def environment_set(values: Mapping[str, str]) -> Iterator[None]:
                 os.environ[key] = value
 
 
+def one_prefetch() -> tuple[str, int, bool, int]:
+    """One prefetch through this interpreter's release, as the scheduler makes it: issue,
+    query, commit, read, ack, admission. ``(driver, tokens loaded, whether the loaded slots
+    hold the producer's KV, device slots neither free nor in the tree)``."""
+    from .generations import stepped_sglang
+
+    driver = stepped_sglang(page_size=4)
+    try:
+        tokens = list(range(1, 33))
+        driver.produce(tokens, None)
+        driver.publish(tokens[:8], None)
+        driver.issue("r0", tokens, None)
+        driver.run_existence_queries()
+        driver.tick()
+        driver.run_reads()
+        driver.tick()
+        loaded = driver.admit("r0")
+        driver.settle()
+        free, cached, size = driver.device_books()
+        held = driver.device_marks(tokens, None)[1]
+        return type(driver).__name__, loaded, held, size - free - cached
+    finally:
+        driver.close()
+
+
 def _check(version: str) -> None:
+    """An install's last step: the release's own prefetch, end to end, in its environment."""
     from . import require
 
     require(version)
-    import sglang.srt.mem_cache.buffer_mode.pipeline
-    import sglang.srt.mem_cache.unified_radix_cache  # noqa: F401
-
-    print(f"SGLang {version}: tree and pipeline import", file=sys.stderr)
+    driver, loaded, held, leaked = one_prefetch()
+    if loaded != 24 or not held or leaked:
+        raise SystemExit(
+            f"SGLang {version} ({driver}): one prefetch loaded {loaded} of 24 tokens, bytes "
+            f"{'right' if held else 'wrong'}, {leaked} device slots leaked"
+        )
+    print(f"SGLang {version}: one prefetch through {driver}, 24 tokens spliced", file=sys.stderr)
 
 
 def _serve() -> None:

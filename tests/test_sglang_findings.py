@@ -1,0 +1,46 @@
+"""Each finding's program on every SGLang release installed here (docs/sglang-findings.md): it
+fails on the releases before the one that fixed it and passes from that one on.
+
+The programs are slow: each release runs in its own environment's process. CI installs 0.5.19
+and the newest (`stagefate targets install sglang==0.5.19`, `make sglang`); a release not
+installed here is left out and named.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from stagefate.targets.sglang.environments import install_command, installed
+from stagefate.targets.sglang.findings import FINDINGS, reproduce
+from stagefate.targets.sglang.releases import RELEASES
+from stagefate.targets.sglang.worker import call_in
+
+
+def _key(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in version.split("."))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(FINDINGS))
+def test_a_finding_shows_before_its_fix_and_not_after(name: str) -> None:
+    finding = FINDINGS[name]
+    ready = installed()
+    if finding.found_in not in ready:
+        pytest.skip(
+            f"SGLang {finding.found_in} is not installed: {install_command(finding.found_in)}"
+        )
+    after = [v for v in ready if _key(v) >= _key(finding.fixed_in)]
+    if not after:
+        pytest.skip(f"no release from {finding.fixed_in} on is installed: `make sglang`")
+    for version, target in ready.items():
+        broke = call_in(target, reproduce, name)
+        if _key(version) < _key(finding.fixed_in):
+            assert broke, f"{name}: SGLang {version} (before the fix in {finding.fixed_in}) passed"
+        else:
+            assert broke is None, f"{name}: SGLang {version} still fails: {broke}"
+
+
+def test_every_finding_names_known_releases_in_order() -> None:
+    for finding in FINDINGS.values():
+        assert finding.found_in in RELEASES and finding.fixed_in in RELEASES
+        assert _key(finding.found_in) < _key(finding.fixed_in)

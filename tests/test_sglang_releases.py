@@ -1,0 +1,137 @@
+"""SGLang by release: names, environments and the worker (docs/sglang.md, "Releases").
+
+Bad input is refused with exit 2 and the fix named, before anything is installed or run; an
+install that fails or is interrupted leaves nothing `stagefate targets` lists as ready. One test
+runs 0.5.19's pipeline in its own environment (skipped, naming the install, where it is not).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from stagefate.cli import main
+from stagefate.targets.sglang import environments
+from stagefate.targets.sglang.environments import InstallFailed, install, installed
+from stagefate.targets.sglang.releases import UnknownRelease, release, split_name
+
+
+def test_release_names_are_checked() -> None:
+    assert split_name("sglang==0.5.19", ("sglang",)) == ("sglang", "0.5.19")
+    assert split_name("sglang-rust", ("sglang-rust",)) == ("sglang-rust", None)
+    assert release("0.5.19").generation == "plan"
+    assert {release(v).generation for v in ("0.5.20", "0.5.21", "0.5.22", "0.5.23")} == {"prepare"}
+    with pytest.raises(UnknownRelease, match=r"0\.5\.18 has no buffer mode"):
+        release("0.5.18")
+    with pytest.raises(UnknownRelease, match="not a release stagefate knows"):
+        release("0.6.0")
+    with pytest.raises(UnknownRelease, match="not a release number"):
+        release("latest")
+    with pytest.raises(UnknownRelease, match="expected one of sglang"):
+        split_name("sglang==", ("sglang",))
+
+
+@pytest.fixture
+def no_environments(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("STAGEFATE_TARGETS", str(tmp_path))
+    return tmp_path
+
+
+def test_targets_lists_every_release(
+    no_environments: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["targets"]) == 0
+    printed = capsys.readouterr().out
+    for version in ("0.5.19", "0.5.20", "0.5.21", "0.5.22", "0.5.23"):
+        assert version in printed
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["targets", "install", "sglang==0.5.18"], "has no buffer mode"),
+        (["targets", "install", "sglang==9"], "not a release stagefate knows"),
+        (["targets", "install", "vllm==1"], "expected one of sglang"),
+        (["targets", "install"], "takes a release"),
+        (["replay", "--policy", "sglang==0.5.19"], "stagefate targets install sglang==0.5.19"),
+        (["replay", "--policy", "live==0.5.19"], "takes no release"),
+        (["replay", "--policy", "live,live"], "name each policy once"),
+        (["replay", "--policy", "all,live"], "stands alone"),
+        (["replay", "--policy", "live", "--releases", "0.5.19"], "for --policy all"),
+        (["replay", "--releases", "0.5.17"], "has no buffer mode"),
+        (["replay", "--policy", "live", "--sglang-env", "NOEQUALS"], "KEY=VALUE"),
+        (["replay", "--policy", "live", "--sglang-env", "PATH=/x"], "an SGLANG_ variable"),
+        (
+            [
+                "replay",
+                "--policy",
+                "live",
+                "--sglang-env",
+                "SGLANG_A=1",
+                "--sglang-env",
+                "SGLANG_A=2",
+            ],
+            "twice",
+        ),
+        (
+            ["replay", "--policy", "sglang==0.5.19", "--tree", "sglang-python==0.5.23"],
+            "name two SGLang releases",
+        ),
+        (["fuzz", "--target", "sglang==0.5.20"], "stagefate targets install sglang==0.5.20"),
+        (["fuzz", "--sglang-env", "SGLANG_A=1"], "use it with --target sglang"),
+    ],
+)
+def test_bad_names_exit_2_naming_the_fix(
+    no_environments: Path, argv: list[str], says: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(argv) == 2
+    assert says in " ".join(capsys.readouterr().out.split())
+    assert not any(no_environments.iterdir())  # nothing installed, nothing half-made
+
+
+def test_a_failed_install_leaves_nothing_ready(
+    no_environments: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def fails(version: str, partial: Path, say: object) -> None:
+        (partial / "bin").mkdir(parents=True)  # half-way through
+        raise InstallFailed(f"installing sglang=={version} failed at: a step")
+
+    monkeypatch.setattr(environments, "_build", fails)
+    assert main(["targets", "install", "sglang==0.5.19"]) == 1
+    assert "failed at: a step" in capsys.readouterr().out
+    assert not any(no_environments.iterdir())
+
+    def interrupted(version: str, partial: Path, say: object) -> None:
+        (partial / "bin").mkdir(parents=True)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(environments, "_build", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        install("0.5.19", print)
+    assert not any(no_environments.iterdir())
+    assert "0.5.19" not in installed() or installed()["0.5.19"].here
+
+
+def test_a_pip_failure_names_its_step(
+    no_environments: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import subprocess
+
+    class Done:
+        returncode = 3
+
+    monkeypatch.setattr(subprocess, "run", lambda *args, **kwargs: Done())
+    with pytest.raises(InstallFailed, match=r"failed at: venv .*exit status 3"):
+        install("0.5.20", lambda step: None)
+    assert not any(no_environments.iterdir())
+
+
+def test_0_5_19_runs_its_own_pipeline_in_its_own_process() -> None:
+    """Issue → query → commit → read → ack → admission on 0.5.19, through the worker."""
+    ready = installed()
+    if "0.5.19" not in ready:
+        pytest.skip("SGLang 0.5.19 is not installed: stagefate targets install sglang==0.5.19")
+    from stagefate.targets.sglang.worker import call_in, one_prefetch
+
+    assert call_in(ready["0.5.19"], one_prefetch) == ("PlanDriver", 24, True, 0)
