@@ -51,6 +51,13 @@ $(SGLANG_STAMP): $(STAMP)
 	$(BIN)/pip install -q -e '.[sglang-deps]'
 	touch $(SGLANG_STAMP)
 
+# The seed's own release, 0.5.19, in an environment of its own (one sglang per interpreter;
+# docs/sglang.md, "Releases"): stagefate runs it there in a worker process. Any release 0.5.19 to
+# 0.5.23 installs the same way: `stagefate targets install sglang==V`; `stagefate targets` lists.
+.PHONY: sglang-0.5.19
+sglang-0.5.19: $(STAMP)
+	$(BIN)/stagefate targets install sglang==0.5.19
+
 # What scripts/gpu-check installs on a GPU machine whose image lacks them (Python 3.12, x86-64),
 # pinned to the versions this project is tested with. Carry .whl/ with the device tool.
 GPU_WHEELS := transitions==0.9.3 pydantic==2.14.4 pydantic-core==2.50.5 annotated-types==0.8.0 \

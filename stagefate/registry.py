@@ -106,6 +106,20 @@ def target_for(policy: str | None, tree: str) -> Installed | None:
     return resolve(policy_release or tree_release)
 
 
+def peer_targets(peer: str) -> list[Installed]:
+    """``--peer``: comma-separated SGLang names (``sglang`` the newest installed, ``sglang==V``),
+    each resolved to the installed release (refused, naming the install, when it is not)."""
+    from .targets.sglang.environments import resolve
+
+    names = [name.strip() for name in peer.split(",") if name.strip()]
+    if not names:
+        raise ValueError(f"--peer {peer!r}: name sglang or sglang==V (comma-separated)")
+    found = [resolve(split(name, ("sglang",), "peer")[1]) for name in names]
+    if len({target.version for target in found}) != len(found):
+        raise ValueError(f"--peer {peer!r} names one release twice; name each once")
+    return found
+
+
 def run_replay(
     policy: str,
     trace: list[TraceRequest],

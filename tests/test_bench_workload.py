@@ -41,5 +41,5 @@ def test_measure_times_every_operation_and_the_bulk_eviction_frees_a_tenth() -> 
 def test_side_by_side_without_a_peer_is_stagefate_alone() -> None:
     section = run_side_by_side(None, nodes=300, repeats=2)
     assert section.name == "tree-side-by-side" and "SGLang" not in section.body.split("\n")[0]
-    with pytest.raises(ValueError, match="unknown --peer"):
+    with pytest.raises(ValueError, match="unknown peer"):
         run_side_by_side("vllm", nodes=300, repeats=2)

@@ -202,10 +202,10 @@ def test_fuzz_target_sglang_from_the_command_line(capsys: pytest.CaptureFixture[
 def test_bench_lifecycle_side_by_side_runs_both_pipelines() -> None:
     from stagefate.bench import lifecycle
 
-    section = lifecycle.run_side_by_side("sglang", prefetches=5)
-    assert "stagefate BufferPipeline" in section.body
-    assert "SGLang 0.5.23 BufferModePipeline" in section.body
-    assert "SGLang / stagefate" in section.body
+    section = lifecycle.run_side_by_side("sglang==0.5.23", prefetches=5)
+    header, _rule, row = section.body.split("\n")[:3]
+    assert "stagefate, median µs" in header and "SGLang / stagefate" in header
+    assert row.startswith("| 0.5.23 |")
 
 
 def test_fuzz_target_sglang_without_the_install_names_the_fix(

@@ -172,8 +172,8 @@ def test_a_missing_target_names_make_sglang(monkeypatch: pytest.MonkeyPatch) -> 
 def test_the_tree_bench_runs_sglang_beside_stagefate() -> None:
     from stagefate.bench.tree import run_side_by_side
 
-    section = run_side_by_side("sglang", nodes=300, repeats=2)
+    section = run_side_by_side("sglang==0.5.23", nodes=300, repeats=2)
     header = section.body.split("\n")[0]
-    assert "SGLang Rust core" in header and "SGLang Python core" in header
-    assert "SGLang RadixCache" in header
-    assert "Rust core / stagefate" in header
+    assert "SGLang 0.5.23 Rust core" in header and "SGLang 0.5.23 Python core" in header
+    assert "SGLang 0.5.23 RadixCache" in header
+    assert "0.5.23 Rust core / stagefate" in header

@@ -294,9 +294,45 @@ def run(device: str = "cpu", prefetches: int = 400) -> Section:
 def run_side_by_side(peer: str | None, prefetches: int = 300) -> Section:
     """Issue → ack per prefetch through stagefate's pipeline and SGLang's, alternated one
     prefetch each on the same workload (a 64-token span after a 256-token device prefix, page
-    16, each side's L3 a directory of page files)."""
-    if peer != "sglang":
-        raise ValueError(f"unknown --peer {peer!r}; the peer this bench knows is sglang")
+    16, each side's L3 a directory of page files): one row per release ``peer`` names
+    (``sglang``, ``sglang==V``, comma-separated), each alternated in that release's process."""
+    from ..registry import peer_targets
+    from ..targets.sglang.worker import call_in
+
+    if peer is None:
+        raise ValueError("--peer: name sglang or sglang==V (comma-separated)")
+    rows = []
+    for target in peer_targets(peer):
+        ours, theirs = call_in(target, alternate_medians, prefetches)
+        rows.append([target.version, f"{ours:.1f}", f"{theirs:.1f}", f"{theirs / ours:.2f}×"])
+    body = table(
+        [
+            "SGLang release",
+            "stagefate, median µs",
+            "SGLang (python tree core), median µs",
+            "SGLang / stagefate",
+        ],
+        rows,
+    )
+    met = all(float(row[1]) <= float(row[2]) for row in rows)
+    worst = max(float(row[1]) for row in rows)
+    body += (
+        f"\n\n{prefetches} prefetches each, alternated one by one in one process per release "
+        f"(the release's own environment; stagefate's side runs there too): a {SPAN}-token "
+        f"span after a {PREFIX}-token device prefix, page {PAGE}, one layer × one head × one dim "
+        "of KV, IO run inline (stagefate: ManualIO; SGLang: its storage threads' bodies on the "
+        "caller's thread, `stagefate/targets/sglang/pipeline.py`). Both sides run the scheduler's "
+        "calls in the scheduler's order, issue to ack, and read L3 from page files in a "
+        "temporary directory (stagefate's `FileStorage`, SGLang's `file` backend). Goals: "
+        f"stagefate at most SGLang's ({'met' if met else 'NOT met'}) and at most "
+        f"50 µs ({'met' if worst <= 50 else 'NOT met'})."
+    )
+    return Section("lifecycle-side-by-side", "Lifecycle bookkeeping side by side with SGLang", body)
+
+
+def alternate_medians(prefetches: int) -> tuple[float, float]:
+    """``(stagefate, SGLang)`` median µs issue → ack, alternated in this process with the
+    SGLang release it imports."""
     from ..targets.sglang.bench import SGLangPrefetcher
 
     with tempfile.TemporaryDirectory(prefix="stagefate-l3-") as directory:
@@ -306,7 +342,7 @@ def run_side_by_side(peer: str | None, prefetches: int = 300) -> Section:
         )
 
 
-def _alternate(sides: tuple[StagefatePrefetcher, Any], prefetches: int) -> Section:
+def _alternate(sides: tuple[StagefatePrefetcher, Any], prefetches: int) -> tuple[float, float]:
     timings: dict[str, list[float]] = {side.name: [] for side in sides}
     try:
         for n in range(prefetches):
@@ -320,22 +356,4 @@ def _alternate(sides: tuple[StagefatePrefetcher, Any], prefetches: int) -> Secti
     finally:
         sides[1].close()
     ours, theirs = (statistics.median(timings[side.name]) * 1e6 for side in sides)
-    body = table(
-        ["pipeline", "issue → ack, median µs"],
-        [
-            ["stagefate BufferPipeline", f"{ours:.1f}"],
-            ["SGLang 0.5.23 BufferModePipeline (python tree core)", f"{theirs:.1f}"],
-            ["SGLang / stagefate", f"{theirs / ours:.2f}×"],
-        ],
-    )
-    body += (
-        f"\n\n{prefetches} prefetches each, alternated one by one in one process: a {SPAN}-token "
-        f"span after a {PREFIX}-token device prefix, page {PAGE}, one layer × one head × one dim "
-        "of KV, IO run inline (stagefate: ManualIO; SGLang: its storage threads' bodies on the "
-        "caller's thread, `stagefate/targets/sglang/pipeline.py`). Both sides run the scheduler's "
-        "calls in the scheduler's order, issue to ack, and read L3 from page files in a "
-        "temporary directory (stagefate's `FileStorage`, SGLang's `file` backend). Goals: "
-        f"stagefate at most SGLang's ({'met' if ours <= theirs else 'NOT met'}) and at most "
-        f"50 µs ({'met' if ours <= 50 else 'NOT met'})."
-    )
-    return Section("lifecycle-side-by-side", "Lifecycle bookkeeping side by side with SGLang", body)
+    return ours, theirs

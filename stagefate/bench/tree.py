@@ -15,7 +15,7 @@ import torch
 
 from ..runtime import DevicePool, KVLayout, RadixTree, TokenKey
 from .report import Section, median_seconds, table
-from .tree_workload import TreeDriver, build_keys, measure
+from .tree_workload import build_keys, measure
 
 _LAYOUT = KVLayout(layers=1, kv_heads=1, head_dim=1)
 _PATH_TOKENS = 32 * 1024
@@ -132,37 +132,36 @@ def _workload_slots(page: int, nodes: int) -> int:
     return sum(len(key) for key in keys) + 64 * 1024
 
 
-def run_side_by_side(peer: str | None = None, nodes: int = 100_000, repeats: int = 50) -> Section:
-    """docs/design.md §9.1: the same workload through stagefate's tree and (``peer="sglang"``)
-    SGLang's unified cache with its Rust and Python cores and its legacy ``RadixCache``, one
-    after the other in this process."""
-    names = ["stagefate"] + (["rust", "python", "radix"] if peer == "sglang" else [])
-    if peer not in (None, "sglang"):
-        raise ValueError(f"unknown --peer {peer!r}; the peer this bench knows is sglang")
-    results: dict[tuple[int, str], dict[str, float]] = {}
-    for page in (1, 64):
-        slots = _workload_slots(page, nodes)
-        for name in names:
-            driver: TreeDriver
-            if name == "stagefate":
-                driver = StagefateDriver(page, slots)
-            else:
-                from ..targets.sglang.bench import SGLangDriver
+CORES = ("rust", "python", "radix")
+"""SGLang's trees on the workload: its unified cache's two cores and its legacy RadixCache."""
 
-                driver = SGLangDriver(name, page, slots)
-            results[(page, name)] = measure(driver, page, nodes, repeats)
-            del driver
+
+def run_side_by_side(peer: str | None = None, nodes: int = 100_000, repeats: int = 50) -> Section:
+    """docs/design.md §9.1: the same workload through stagefate's tree and, for each SGLang
+    release ``peer`` names (``sglang``, ``sglang==V``, comma-separated), its unified cache with
+    its Rust and Python cores and its legacy ``RadixCache``: stagefate's here, each release's in
+    its own process, one after the other."""
+    from ..registry import peer_targets
+    from ..targets.sglang.worker import call_in
+
+    targets = [] if peer is None else peer_targets(peer)
+    results = {(page, "stagefate"): figures for page, figures in _stagefate(nodes, repeats).items()}
+    columns = ["stagefate"]
+    for target in targets:
+        for (page, core), figures in call_in(target, sglang_figures, nodes, repeats).items():
+            results[(page, f"{target.version} {core}")] = figures
+        columns += [f"{target.version} {core}" for core in CORES]
     operations = list(next(iter(results.values())))
-    headers = ["operation (page 1 / 64)", *(_label(name) for name in names)]
-    if peer:
-        headers.append("Rust core / stagefate")
+    headers = ["operation (page 1 / 64)", *(_label(name) for name in columns)]
+    headers += [f"{target.version} Rust core / stagefate" for target in targets]
     rows: list[list[object]] = []
     for op in operations:
         row: list[object] = [op]
-        for name in names:
+        for name in columns:
             row.append(" / ".join(f"{results[(page, name)][op]:,.1f}" for page in (1, 64)))
-        if peer:
-            ratios = [results[(p, "rust")][op] / results[(p, "stagefate")][op] for p in (1, 64)]
+        for target in targets:
+            rust = f"{target.version} rust"
+            ratios = [results[(p, rust)][op] / results[(p, "stagefate")][op] for p in (1, 64)]
             row.append(" / ".join(f"{ratio:.2f}" for ratio in ratios))
         rows.append(row)
     body = table(headers, rows)
@@ -174,17 +173,38 @@ def run_side_by_side(peer: str | None = None, nodes: int = 100_000, repeats: int
         "call for every tree. stagefate frees into its real pool; SGLang's allocator only "
         "counts frees. A ratio above 1 means stagefate is faster."
     )
-    title = "Radix tree side by side (§9.1 workload)" + (" with SGLang" if peer else "")
+    title = "Radix tree side by side (§9.1 workload)" + (" with SGLang" if targets else "")
     return Section("tree-side-by-side", title, body)
 
 
-def _label(name: str) -> str:
+def _stagefate(nodes: int, repeats: int) -> dict[int, dict[str, float]]:
     return {
-        "stagefate": "stagefate",
-        "rust": "SGLang Rust core",
-        "python": "SGLang Python core",
-        "radix": "SGLang RadixCache",
-    }[name]
+        page: measure(StagefateDriver(page, _workload_slots(page, nodes)), page, nodes, repeats)
+        for page in (1, 64)
+    }
+
+
+def sglang_figures(nodes: int, repeats: int) -> dict[tuple[int, str], dict[str, float]]:
+    """The workload through this interpreter's SGLang release, each of :data:`CORES`."""
+    from ..targets.sglang.bench import SGLangDriver
+
+    results = {}
+    for page in (1, 64):
+        slots = _workload_slots(page, nodes)
+        for core in CORES:
+            driver = SGLangDriver(core, page, slots)
+            results[(page, core)] = measure(driver, page, nodes, repeats)
+            del driver
+    return results
+
+
+def _label(name: str) -> str:
+    """``stagefate``, or ``"<release> <core>"`` as a column title."""
+    if name == "stagefate":
+        return name
+    release, core = name.split(" ")
+    what = {"rust": "Rust core", "python": "Python core", "radix": "RadixCache"}[core]
+    return f"SGLang {release} {what}"
 
 
 def run(sizes: tuple[int, ...] = (1_000, 100_000), repeats: int = 100) -> Section:

@@ -27,9 +27,9 @@ def add_parser(sub: Any) -> None:
     )
     bench.add_argument(
         "--peer",
-        choices=["sglang"],
-        help="tree: also run SGLang 0.5.23's trees on the §9.1 workload; lifecycle: also its "
-        "BufferModePipeline, alternated prefetch by prefetch (`make sglang`)",
+        help="sglang, sglang==V, or several (comma-separated; `stagefate targets`): tree: also "
+        "run each release's trees on the §9.1 workload; lifecycle: also its BufferModePipeline, "
+        "alternated prefetch by prefetch; one table",
     )
     bench.set_defaults(func=run)
 

@@ -21,6 +21,9 @@ def add_parser(sub: Any) -> None:
         "action", nargs="?", choices=["list", "install"], default="list", help="default: list"
     )
     targets.add_argument("release", nargs="?", help="install: sglang==V (one of the list)")
+    targets.add_argument(
+        "--force", action="store_true", help="install: rebuild an environment that is ready"
+    )
     targets.set_defaults(func=run)
 
 
@@ -42,11 +45,11 @@ def run(args: argparse.Namespace) -> int:
         for column in ("release", "API", "built", "buffer mode", "installed"):
             table.add_column(column)
         for version, release in RELEASES.items():
-            where = ready.get(version)
+            found = ready.get(version)
             place = (
                 "not installed: " + install_command(version)
-                if where is None
-                else ("this environment" if where.here else str(environment(version)))
+                if found is None
+                else ("this environment" if found.here else str(environment(version)))
             )
             table.add_row(version, release.generation, release.built, release.holds, place)
         console.print(table)
@@ -54,6 +57,11 @@ def run(args: argparse.Namespace) -> int:
     if not args.release:
         raise ValueError(f"`stagefate targets install` takes a release: {install_command(NEWEST)}")
     version = split_name(args.release, ("sglang",))[1] or NEWEST
+    existing = installed().get(version)
+    if existing is not None and not args.force:
+        where = "this environment" if existing.here else str(environment(version))
+        console.print(f"SGLang {version} is already ready in {where} (--force rebuilds it)")
+        return 0
     try:
         path = install(version, lambda step: console.print(f"sglang=={version}: {step}"))
     except InstallFailed as failed:

@@ -14,9 +14,9 @@ Each stand-in says what it replaces and why; none of them decides anything SGLan
 * ``torchvision`` (imported by ``sglang/srt/configs/deepseek_ocr.py``, reached through the
   memory pools' imports): PyPI's torchvision does not load beside the CPU torch 2.13 wheel. A
   stand-in like the above, with a real ``InterpolationMode`` enum and torchvision 0.28's
-  version. Under transformers 5.19 and later (0.5.20 onwards) transformers' own "is torchvision
+  version. Under transformers 5.19 and later (0.5.22 onwards) transformers' own "is torchvision
   there?" check is cached as False first, so transformers never uses it. Under transformers 5.12
-  (0.5.19's pin) ``AutoImageProcessor`` is a placeholder that refuses to work without
+  (the pin of 0.5.19 to 0.5.21) ``AutoImageProcessor`` is a placeholder that refuses to work without
   torchvision, and 0.5.19's configs register image processors through it at import: there the
   check finds the stand-in (and reads its version), and nothing on the CPU paths processes an
   image.
