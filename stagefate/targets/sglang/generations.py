@@ -31,21 +31,10 @@ from typing import Any
 
 from . import require
 from .cache import device_prefix_indices, device_prefix_len
-from .pipeline import Request, SteppedSGLang
+from .pipeline import Request, SteppedSGLang, retry_settings
 
 Due = tuple[str, int | None]
 """A retry due now: ``(rid, storage_hit_end)`` (0.5.19's is always None)."""
-
-
-def _retry_settings() -> tuple[int, int]:
-    """SGLang's ``hicache_storage_prefetch_retry_poll_interval`` and ``..._max_attempts``."""
-    from sglang.srt.runtime_context import get_memory
-
-    memory = get_memory()
-    return (
-        int(memory.hicache_storage_prefetch_retry_poll_interval),
-        int(memory.hicache_storage_prefetch_retry_max_attempts),
-    )
 
 
 @dataclass
@@ -155,7 +144,7 @@ class PrepareDriver(SteppedSGLang):
 
     def due_retries(self, waiting: Sequence[str]) -> list[Due]:
         """SGLang's retry book over the waiting queue, with its defaults."""
-        interval, max_attempts = _retry_settings()
+        interval, max_attempts = retry_settings()
         queue = [_Queued(rid, self.attempts[rid]) for rid in waiting]
         ready = self.consumer.cache.storage_prefetch_retries.pop_ready(
             queue, interval, max_attempts

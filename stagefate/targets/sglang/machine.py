@@ -47,6 +47,12 @@ SEQUENCES = sequences(PAGE, shared_pages=(4, 2), tails=(200, 300))
 OUTCOMES: Counter[str] = Counter()
 """SGLang's decisions seen over a campaign: ``lock:<outcome>`` and its prefetch counters."""
 STATES = Counter[str]()
+ADMISSION_PASSES = 40
+"""Scheduling passes (with the IO keeping up and every live request tried for admission) in
+which every request must admit or end: 0.5.20 and later defer a hold up to 32 times
+(``defer_staged_admission``)."""
+RETRY_PASSES = 200
+"""Scheduling passes the retry bound is checked over (25 paced intervals at SGLang's default)."""
 """``steps`` (checked states) and ``programs`` of a campaign."""
 
 
@@ -197,9 +203,36 @@ class SGLangPipelineFuzzer(RuleBasedStateMachine):
     def sglang_sanity_check(self) -> None:
         self.driver.consumer.cache.sanity_check()
 
+    def _liveness(self) -> None:
+        """Before anything is aborted, the scheduler keeps going (a pass, then an admission
+        try of every live request, as its adder does): within :data:`ADMISSION_PASSES`
+        passes every request has admitted or ended (a prefetch that waits for ever, or a hold
+        that never admits nor is released, blocks admission); over :data:`RETRY_PASSES`
+        passes no request gets more retries than the release's own budget."""
+        for _ in range(ADMISSION_PASSES):
+            self.driver.settle(rounds=1)
+            if not self._live():
+                break
+            for rid in self._live():
+                self.driver.admit(rid)
+        assert not self._live(), (
+            f"still waiting after {ADMISSION_PASSES} passes of the IO keeping up and every "
+            f"request tried for admission: {self._live()}"
+        )
+        waiting = list(self.driver.requests)
+        retried: Counter[str] = Counter()
+        for _ in range(RETRY_PASSES):
+            for rid, _hit_end in self.driver.due_retries(waiting):
+                retried[rid] += 1
+        budget = self.driver.retry_budget()
+        over = {rid: n for rid, n in retried.items() if n > budget}
+        assert not over, f"retries beyond the budget of {budget}: {over}"
+
     def teardown(self) -> None:
-        """Quiescence: abort what is live, settle, then nothing may be held."""
+        """Quiescence: liveness first, then abort what is live, settle, then nothing may be
+        held."""
         try:
+            self._liveness()
             for rid in self._live():
                 self.driver.abort(rid)
             self.driver.settle()

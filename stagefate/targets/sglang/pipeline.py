@@ -79,6 +79,18 @@ class _SetWhenEmpty:
         return self.work.empty()
 
 
+def retry_settings() -> tuple[int, int]:
+    """SGLang's ``hicache_storage_prefetch_retry_poll_interval`` and ``..._max_attempts`` (0.5.19:
+    0 and 4, the retry off; 0.5.20 on: 8 and 8)."""
+    from sglang.srt.runtime_context import get_memory
+
+    memory = get_memory()
+    return (
+        int(memory.hicache_storage_prefetch_retry_poll_interval),
+        int(memory.hicache_storage_prefetch_retry_max_attempts),
+    )
+
+
 @dataclass
 class Request:
     """One prefetch as the driver issued it."""
@@ -455,6 +467,11 @@ class SteppedSGLang(ABC):
 
     def abort(self, rid: str) -> None:
         self.consumer.cache.release_aborted_request(self.requests[rid].handle)
+
+    def retry_budget(self) -> int:
+        """Retries SGLang allows a request: its max attempts, or 0 when its pacing is off."""
+        interval, max_attempts = retry_settings()
+        return max_attempts if interval > 0 else 0
 
     @abstractmethod
     def due_retries(self, waiting: Sequence[str]) -> list[tuple[str, int | None]]:
