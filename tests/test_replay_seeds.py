@@ -130,3 +130,23 @@ def test_a_sweep_over_seeds_plots_median_lines_with_bands(tmp_path: Path) -> Non
     assert sorted(payload) == ["2", "4"]
     wasted = [payload["4"]["live"]["seeds"][s]["l3_reads_wasted"] for s in ("0", "2")]
     assert payload["4"]["live"]["summary"]["l3_reads_wasted"]["max"] == max(wasted)
+
+
+def test_the_sweep_plot_keeps_its_title_above_its_panels(
+    siblings: list[TraceRequest], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from matplotlib.figure import Figure
+
+    from stagefate.sim.report import write_spread_sweep_plot
+
+    titles: list[str] = []
+    suptitle = Figure.suptitle
+
+    def recorded(self: Figure, text: str, **kwargs: object) -> object:
+        titles.append(text)
+        return suptitle(self, text, **kwargs)
+
+    monkeypatch.setattr(Figure, "suptitle", recorded)
+    runs = _runs(siblings[:4], [0, 1])
+    write_spread_sweep_plot({1.0: {"live": runs}, 2.0: {"live": runs}}, tmp_path / "p.png")
+    assert titles == ["stagefate replay: load sweep (median, band: min–max over the seeds)"]

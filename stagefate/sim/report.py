@@ -426,7 +426,7 @@ def _sweep_plot(sweep: dict[float, SeedRuns], path: Path, title: str) -> None:
         ("wasted L3 tokens (millions)", lambda m: m.l3_read_tokens_wasted / 1e6),
         ("hit rate", lambda m: m.hit_rate),
     )
-    for axis, (title, value) in zip(axes, panels, strict=True):
+    for axis, (heading, value) in zip(axes, panels, strict=True):
         for name in policies:
             spreads = [Spread.of([value(m) for m in sweep[s][name]]) for s in speeds]
             (line,) = axis.plot(speeds, [p.median for p in spreads], marker="o", label=name)
@@ -438,7 +438,7 @@ def _sweep_plot(sweep: dict[float, SeedRuns], path: Path, title: str) -> None:
                     color=line.get_color(),
                     alpha=0.2,
                 )
-        axis.set_title(title)
+        axis.set_title(heading)
         axis.set_xlabel("load (arrival speed ×)")
         axis.set_xscale("log", base=2)
         axis.set_xticks(speeds, [f"{s:g}" for s in speeds])
