@@ -197,8 +197,15 @@ def replay_over_seeds(
 ) -> dict[str, list[ReplayMetrics]]:
     """Each policy replayed once per IO-jitter seed, in ``jobs`` processes (default: the
     cores); ``{policy: [metrics of each seed, in seed order]}``."""
-    for name in policies:  # an unknown or uninstalled one is refused before any process starts
-        target_for(name, options.tree)
+    from .targets.sglang.worker import build_native_hash, call_in
+
+    targets = {  # an unknown or uninstalled one is refused before any process starts
+        target.version: target
+        for target in (target_for(name, options.tree) for name in policies)
+        if target is not None
+    }
+    for target in targets.values():  # before the processes fan out (build_native_hash says why)
+        call_in(target, build_native_hash)
     tasks = [(name, seed) for name in policies for seed in seeds]
     workers = max(1, min(jobs or os.cpu_count() or 1, len(tasks)))
     # spawn, not fork: a child forked after torch ran a parallel op can hang in OpenMP

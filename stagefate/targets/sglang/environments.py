@@ -111,12 +111,15 @@ def resolve(version: str | None) -> Installed:
     return ready[version]
 
 
-def worker_environment(extra: dict[str, str] | None = None) -> dict[str, str]:
-    """The environment a worker runs in: this stagefate on its path, and nothing of this
-    interpreter's site-packages (the release's own must win)."""
+def worker_environment(python: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment a worker of the interpreter ``python`` runs in: this stagefate on its
+    path and nothing of this interpreter's site-packages (the release's own must win); torch's
+    extension builds (SGLang JIT-compiles its page hash) in the release's environment, so two
+    releases never share one build directory."""
     package_root = Path(__file__).resolve().parents[3]
     env = {key: value for key, value in os.environ.items() if key not in ("PYTHONPATH",)}
     env["PYTHONPATH"] = str(package_root)
+    env["TORCH_EXTENSIONS_DIR"] = str(python.parent.parent / "torch_extensions")
     env.update(extra or {})
     return env
 
@@ -219,6 +222,6 @@ def _build(version: str, partial: Path, say: Callable[[str], None]) -> None:
     step(
         "one prefetch through its pipeline, in the worker",
         [str(python), "-m", "stagefate.targets.sglang.worker", "--check", version],
-        env=worker_environment(),
+        env=worker_environment(python),
     )
     (partial / READY).write_text(json.dumps({"version": version, "torch": TORCH}) + "\n")

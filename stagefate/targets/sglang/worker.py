@@ -48,7 +48,7 @@ def call_in(
         [str(target.python), "-m", __name__],
         input=pickle.dumps((function, args, kwargs)),
         stdout=subprocess.PIPE,
-        env=worker_environment(dict(sglang_env or {})),
+        env=worker_environment(target.python, dict(sglang_env or {})),
         check=False,
     )
     if done.returncode != 0 or not done.stdout:
@@ -67,7 +67,7 @@ def command_in(target: Installed, argv: list[str], sglang_env: Mapping[str, str]
     exit status."""
     done = subprocess.run(
         [str(target.python), "-m", "stagefate", *argv],
-        env=worker_environment(dict(sglang_env)),
+        env=worker_environment(target.python, dict(sglang_env)),
         check=False,
     )
     return done.returncode
@@ -87,6 +87,19 @@ def environment_set(values: Mapping[str, str]) -> Iterator[None]:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
+
+
+def build_native_hash() -> None:
+    """Build (or load) SGLang's JIT-compiled page-hash extension in this process. The build
+    takes a file lock; two processes building it at once can fail one L3 query ("HiCache
+    storage query failed", seen when seeds' replays started together), so callers build it
+    once before their processes fan out."""
+    from . import require
+
+    require()
+    from sglang.srt.mem_cache.cpp_utils.native_hash import _load_native_hash_module
+
+    _load_native_hash_module()
 
 
 def one_prefetch() -> tuple[str, int, bool, int]:
