@@ -88,6 +88,31 @@ def test_a_sibling_publish_after_staging_is_trimmed_at_admission(driver: Stepped
     assert driver.pipeline_host_available() == driver.baseline_host
 
 
+def test_two_waiting_siblings_each_read_the_span_one_of_them_then_splices(
+    driver: SteppedSGLang,
+) -> None:
+    """Why SGLang wastes 4-10x the reads live does under overload (docs/replay.md, the load
+    sweep): its pipeline has no in-flight dedup, so two queued requests that need the same span
+    each read it; the first admitted splices it, and the second's hold finds the device
+    covering its whole span and is released (``device_covered``): a read for nothing. Live's
+    IO commit waits for the sibling's read instead (``declined_inflight``,
+    tests/test_replay.py)."""
+    tokens = SEQUENCES[0]
+    driver.produce(tokens, None)
+    driver.publish(tokens[:8], None)
+    driver.issue("r0", tokens, None)
+    driver.issue("r1", tokens, None)  # a sibling, queued behind it with the same prompt
+    driver.settle()
+    pipeline = driver.consumer.cache.buffer_pipeline
+    both = [pipeline.has_staged(driver.requests[rid].handle) for rid in ("r0", "r1")]
+    assert both == [True, True]  # two reads of one span, both staged
+    assert driver.admit("r0") == len(tokens) - 8
+    assert driver.admit("r1") == 0  # the device holds its whole span now
+    assert not driver.live("r1")  # its hold was released: the read went for nothing
+    driver.settle()
+    assert driver.pipeline_host_available() == driver.baseline_host
+
+
 def test_abort_while_reading_keeps_the_bounce_until_the_read_lands(
     driver: SteppedSGLang,
 ) -> None:
