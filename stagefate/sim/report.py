@@ -184,7 +184,8 @@ def _compare(lm: ReplayMetrics, bm: ReplayMetrics, stats: Stats) -> list[str]:
         lines.append(
             f"live read {_count(lm.l3_reads - bm.l3_reads, 'span')} more than blind: it retries "
             f"a span that was not in L3 yet ({stats.retries_armed:,} retries armed), blind "
-            f"gives up at the first miss"
+            f"gives up at the first miss, as SGLang 0.5.19 does by default (its paced retry, PR "
+            f"#36227, ships off: hicache_storage_prefetch_retry_poll_interval 0)"
         )
     lines.append(
         f"hit rate: live {lm.hit_rate:.3f}, blind {bm.hit_rate:.3f}; prompt tokens computed: "
