@@ -177,38 +177,51 @@ class SGLangPolicy:
         self._watch_released_holds()
 
     def _watch_released_holds(self) -> None:
-        """Book a hold SGLang releases under its reason. 0.5.20 and later pass one; 0.5.19's
-        ``plan_staged_splice`` releases a hold that can no longer splice without one, for one
-        of the two cases of its ``staged_splice_tokens``, named here as the later releases
-        name them (aux windows, the third case, do not exist on this FULL-only cache)."""
+        """Book a hold SGLang releases under its reason. Where a release decides the reason
+        but does not pass it to ``release_staged_hold``, the deciding call names it for the
+        release it makes: 0.5.20 and 0.5.21 release a device-covered hold from
+        ``_resolve_device_covered`` with no reason; 0.5.19's ``plan_staged_splice`` releases a
+        hold that can no longer splice with none, for one of the two cases of its
+        ``staged_splice_tokens`` (aux windows, the third, do not exist on this FULL-only
+        cache), named as the later releases name them."""
         pipeline = self.cache.buffer_pipeline
         release = pipeline.release_staged_hold
+        decided: dict[str, str] = {}
 
         def watched(request: Any, reason: str | None = None) -> bool:
             released = bool(release(request) if reason is None else release(request, reason))
             if released:
                 rid = getattr(request, "rid", request)
-                reason = reason or self._unsplicable.pop(rid, None)
+                reason = reason or decided.get(rid)
                 self._settle(rid, 0, RELEASE_REASONS.get(reason, reason or "released"))
             return released
 
-        pipeline.release_staged_hold = watched
-        self._unsplicable: dict[str, str] = {}
-        plan = getattr(pipeline, "plan_staged_splice", None)
-        if plan is None:
-            return
+        def naming(decide: Any, reason_of: Any) -> Any:
+            def named(*args: Any) -> Any:
+                rid, reason = reason_of(*args)
+                if reason is not None:
+                    decided[rid] = reason
+                try:
+                    return decide(*args)
+                finally:
+                    decided.pop(rid, None)
 
-        def planned(rid: str, device_prefix_len: int) -> tuple[int, int]:
+            return named
+
+        def unsplicable(rid: str, device_prefix_len: int) -> tuple[str, str | None]:
             staged = pipeline.staged_prefetches.get(rid)
-            if staged is not None:
-                shrunk = device_prefix_len < staged.matched_len
-                self._unsplicable[rid] = "shrunk" if shrunk else "device_covered"
-            try:
-                return plan(rid, device_prefix_len)  # type: ignore[no-any-return]
-            finally:
-                self._unsplicable.pop(rid, None)
+            if staged is None:
+                return rid, None
+            return rid, "shrunk" if device_prefix_len < staged.matched_len else "device_covered"
 
-        pipeline.plan_staged_splice = planned
+        pipeline.release_staged_hold = watched
+        if hasattr(pipeline, "plan_staged_splice"):  # 0.5.19
+            pipeline.plan_staged_splice = naming(pipeline.plan_staged_splice, unsplicable)
+        if hasattr(pipeline, "_resolve_device_covered"):  # 0.5.20 on (0.5.22 on pass it too)
+            pipeline._resolve_device_covered = naming(
+                pipeline._resolve_device_covered,
+                lambda req, *rest: (req.cache_request_handle.rid, "device_covered"),
+            )
 
     # ------------------------------------------------------------------ the books
 
