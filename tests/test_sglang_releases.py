@@ -79,7 +79,8 @@ def test_targets_lists_every_release(
             "name two SGLang releases",
         ),
         (["fuzz", "--target", "sglang==0.5.20"], "stagefate targets install sglang==0.5.20"),
-        (["fuzz", "--sglang-env", "SGLANG_A=1"], "use it with --target sglang"),
+        (["fuzz", "--sglang-env", "SGLANG_A=1"], "use them with --target sglang"),
+        (["fuzz", "--set-aside", "sanity_check"], "use them with --target sglang"),
     ],
 )
 def test_bad_names_exit_2_naming_the_fix(

@@ -69,6 +69,9 @@ class _DropReasons:
 
 class SGLangPipelineFuzzer(RuleBasedStateMachine):
     core = "python"
+    sanity_check = True
+    """Call SGLang's own ``sanity_check`` after every step (``fuzz --set-aside sanity_check``
+    turns it off, to look past a release's known failure of it: docs/sglang-findings.md)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -201,7 +204,8 @@ class SGLangPipelineFuzzer(RuleBasedStateMachine):
 
     @invariant()
     def sglang_sanity_check(self) -> None:
-        self.driver.consumer.cache.sanity_check()
+        if self.sanity_check:
+            self.driver.consumer.cache.sanity_check()
 
     def _liveness(self) -> None:
         """Before anything is aborted, the scheduler keeps going (a pass, then an admission
@@ -272,11 +276,13 @@ def run_target_campaign(
     seed: int,
     core: str = "python",
     profile: str = "fuzz",
+    sanity_check: bool = True,
 ) -> TargetCampaign:
     """``stagefate fuzz --target sglang``: batches of programs over SGLang's pipeline."""
     from ...fuzz.campaign import run_batches
 
-    machine = type("SGLangPipelineFuzzer", (SGLangPipelineFuzzer,), {"core": core})
+    settings = {"core": core, "sanity_check": sanity_check}
+    machine = type("SGLangPipelineFuzzer", (SGLangPipelineFuzzer,), settings)
     OUTCOMES.clear()
     STATES.clear()
     # SGLang logs every L3 miss and fallback it handles; the campaign reports outcomes instead.
