@@ -128,12 +128,11 @@ def run_replay(
 ) -> ReplayMetrics:
     """One replay of ``policy``, in the process of the SGLang release it needs (this one when
     it needs none or this interpreter's), with ``sglang_env`` set there."""
-    from .targets.sglang.worker import call_in, environment_set
+    from .targets.sglang.worker import call_in
 
     target = target_for(policy, options.tree)
-    if target is None:
-        with environment_set(sglang_env or {}):
-            return make_replay(policy, trace, options).run()
+    if target is None:  # no SGLang in it: nothing reads sglang_env
+        return make_replay(policy, trace, options).run()
     dumped = call_in(target, _replay_one, policy, trace, options, sglang_env=sglang_env)
     return ReplayMetrics.model_validate(dumped)
 
@@ -162,14 +161,12 @@ def policies_for_all(
         if storage != "memory":
             raise ValueError("SGLang's releases read their own L3, not --storage: drop one")
         return ["live", "blind", *(f"sglang=={version}" for version in releases)], None
+    ours = ["live", "blind"]
     if not installed():
-        return [
-            "live",
-            "blind",
-        ], "no SGLang release is installed here; run `make sglang` to add sglang"
+        return ours, "no SGLang release is installed here; run `make sglang` to add sglang"
     if storage != "memory":
-        return ["live", "blind"], "sglang reads its own L3, not --storage"
-    return ["live", "blind", "sglang"], None
+        return ours, "sglang reads its own L3, not --storage"
+    return [*ours, "sglang"], None
 
 
 def _replay_one(policy: str, trace: list[TraceRequest], options: ReplayOptions) -> dict[str, Any]:

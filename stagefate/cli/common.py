@@ -4,7 +4,9 @@ work starts, and the report of spec edges never reached."""
 from __future__ import annotations
 
 import argparse
+import re
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from rich.console import Console
 
@@ -47,3 +49,31 @@ def positive(meaning: str) -> Callable[[str], float]:
 def report_unreached(edges: Sequence[tuple[str, str, str]]) -> None:
     for state, event, guard in edges:
         console.print(f"finding: edge never reached: {state} --{event} [{guard}]-->", markup=False)
+
+
+def add_sglang_env(parser: Any, applies_to: str) -> None:
+    """``--sglang-env KEY=VALUE`` (repeatable): one of SGLang's own knobs, for ``applies_to``."""
+    parser.add_argument(
+        "--sglang-env",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help=f"{applies_to}: set one of SGLang's own knobs (repeatable), e.g. "
+        "SGLANG_ENABLE_HICACHE_BUFFER_ANCHOR_LOCK=1",
+    )
+
+
+def parse_sglang_env(pairs: list[str]) -> dict[str, str]:
+    """``--sglang-env KEY=VALUE`` pairs: SGLang's knobs, each named once."""
+    knobs: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not re.fullmatch(r"SGLANG_[A-Z0-9_]+", key):
+            raise ValueError(
+                f"--sglang-env {pair!r}: give one of SGLang's knobs as KEY=VALUE, the key an "
+                "SGLANG_ variable in capitals (SGLANG_ENABLE_HICACHE_BUFFER_ANCHOR_LOCK=1)"
+            )
+        if key in knobs:
+            raise ValueError(f"--sglang-env sets {key} twice; keep one")
+        knobs[key] = value
+    return knobs

@@ -10,7 +10,14 @@ from typing import Any
 from rich.table import Table
 
 from ..registry import TREES, split
-from .common import console, positive, positive_int, report_unreached
+from .common import (
+    add_sglang_env,
+    console,
+    parse_sglang_env,
+    positive,
+    positive_int,
+    report_unreached,
+)
 
 
 def add_parser(sub: Any) -> None:
@@ -49,14 +56,7 @@ def add_parser(sub: Any) -> None:
         "known failure of it (0.5.19, 0.5.20: docs/sglang-findings.md); every other "
         "invariant still runs",
     )
-    fuzz.add_argument(
-        "--sglang-env",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="--target sglang: set one of SGLang's own knobs (repeatable), e.g. "
-        "SGLANG_ENABLE_HICACHE_BUFFER_ANCHOR_LOCK=1",
-    )
+    add_sglang_env(fuzz, "--target sglang")
     fuzz.set_defaults(func=run)
 
 
@@ -114,7 +114,6 @@ def _fuzz_sglang(args: argparse.Namespace, database: Path) -> int:
     environment's: the same command runs there, the release named)."""
     from ..registry import target_for
     from ..targets.sglang.worker import command_in, environment_set
-    from .replay import parse_sglang_env
 
     if args.log:
         raise ValueError(

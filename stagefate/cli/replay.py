@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -16,7 +15,14 @@ from ..sim.live import LivePolicy
 from ..sim.replay import DEFAULT_SPEED, ReplayMetrics, ReplayOptions
 from ..sim.trace import TraceRequest
 from ..transition_log import TransitionLog
-from .common import console, count, positive, positive_int
+from .common import (
+    add_sglang_env,
+    console,
+    count,
+    parse_sglang_env,
+    positive,
+    positive_int,
+)
 
 Payload = TypeVar("Payload")
 
@@ -40,14 +46,7 @@ def add_parser(sub: Any) -> None:
         "--releases",
         help="--policy all: SGLang's releases to run beside live and blind, e.g. 0.5.19,0.5.23",
     )
-    replay.add_argument(
-        "--sglang-env",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="set one of SGLang's own knobs for its runs (repeatable), e.g. "
-        "SGLANG_ENABLE_HICACHE_BUFFER_ANCHOR_LOCK=1",
-    )
+    add_sglang_env(replay, "its SGLang runs")
     replay.add_argument(
         "--speed",
         type=positive("arrival speed; 2 = arrivals twice as fast"),
@@ -178,22 +177,6 @@ def _policies(choice: str, storage: str, releases: str | None) -> list[str]:
     if left_out is not None:
         console.print(f"--policy all: live and blind only ({left_out})")
     return policies
-
-
-def parse_sglang_env(pairs: list[str]) -> dict[str, str]:
-    """``--sglang-env KEY=VALUE`` pairs: SGLang's knobs, each named once."""
-    knobs: dict[str, str] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not re.fullmatch(r"SGLANG_[A-Z0-9_]+", key):
-            raise ValueError(
-                f"--sglang-env {pair!r}: give one of SGLang's knobs as KEY=VALUE, the key an "
-                "SGLANG_ variable in capitals (SGLANG_ENABLE_HICACHE_BUFFER_ANCHOR_LOCK=1)"
-            )
-        if key in knobs:
-            raise ValueError(f"--sglang-env sets {key} twice; keep one")
-        knobs[key] = value
-    return knobs
 
 
 def _run_policies(

@@ -132,16 +132,20 @@ def unified_cache(core: str, **params: Any) -> tuple[Any, Any]:
     return cache, init
 
 
+def match_counts_tokens(match: Any) -> bool:
+    """Whether a ``match_prefix`` result counts its device tokens (``device_prefix_len``,
+    0.5.22 and later) rather than returning their slots (``device_indices``, up to 0.5.21)."""
+    return getattr(match, "device_prefix_len", None) is not None
+
+
 def device_prefix_len(match: Any) -> int:
-    """Tokens of a ``match_prefix`` result on the device: 0.5.20 and later count them
-    (``device_prefix_len``); 0.5.19 returns their slots (``device_indices``)."""
-    length = getattr(match, "device_prefix_len", None)
-    return len(match.device_indices) if length is None else int(length)
+    """Tokens of a ``match_prefix`` result on the device."""
+    return int(match.device_prefix_len) if match_counts_tokens(match) else len(match.device_indices)
 
 
 def device_prefix_indices(cache: Any, match: Any) -> torch.Tensor:
     """The device slots of a ``match_prefix`` result, in token order."""
-    if getattr(match, "device_prefix_len", None) is None:
-        return match.device_indices  # type: ignore[no-any-return]  # 0.5.19
+    if not match_counts_tokens(match):
+        return match.device_indices  # type: ignore[no-any-return]
     slots: torch.Tensor = cache.path_device_indices(match.last_device_node)
     return slots[: int(match.device_prefix_len)]

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import require
-from .cache import device_prefix_indices, device_prefix_len
+from .cache import device_prefix_indices, device_prefix_len, match_counts_tokens
 from .pipeline import Request, SteppedSGLang, retry_settings
 
 Due = tuple[str, int | None]
@@ -73,9 +73,8 @@ class PlanDriver(SteppedSGLang):
         return {}  # 0.5.19's retries re-query L3 from the start
 
     def plan_load(self, req: Any, request: Request, match: Any) -> bool:
-        req.prefix_indices = device_prefix_indices(self.consumer.cache, match)  # as
-        # init_next_round_input leaves it
         cache = self.consumer.cache
+        req.prefix_indices = device_prefix_indices(cache, match)  # as init_next_round_input does
         held, held_swa = cache.plan_staged_splice(request.handle, len(req.prefix_indices))
         if held <= 0:
             return False
@@ -126,7 +125,7 @@ class PrepareDriver(SteppedSGLang):
         # as init_next_round_input leaves them: 0.5.22 and later read the length, 0.5.20 and
         # 0.5.21 the slots
         req.prefix_len = device_prefix_len(match)
-        if getattr(match, "device_prefix_len", None) is None:
+        if not match_counts_tokens(match):
             req.prefix_indices = device_prefix_indices(self.consumer.cache, match)
         return bool(self.consumer.cache.buffer_pipeline.prepare_staged_prefetch(req))
 

@@ -15,17 +15,18 @@ its scheduler's, in its order (``scheduler.py``), spelled as its API generation 
   device node, with the ``storage_hit_end`` the retry book handed back;
 * **each scheduling pass** (:meth:`SGLangPolicy.poll`): ``check_hicache_events`` (parked hits,
   IO commits, acks, write staging), then the backup thread's body (writes to L3);
-* **retries**: SGLang's own pacing over the waiting queue, with its defaults (a paced retry
-  every 8 passes, 8 attempts): 0.5.20's ``StoragePrefetchRetries.pop_ready`` (the head's
-  paced retry is cancelled), 0.5.19's ``Scheduler._retry_missed_storage_prefetches``;
+* **retries**: SGLang's own pacing over the waiting queue, with the release's defaults:
+  0.5.20's ``StoragePrefetchRetries.pop_ready`` (a paced retry every 8 passes, 8 attempts; the
+  head's paced retry is cancelled), 0.5.19's ``Scheduler._retry_missed_storage_prefetches``
+  (off by default: poll interval 0);
 * **admission**: ``check_prefetch_progress``, ``pop_prefetch_loaded_tokens``, the plan
   (``prepare_staged_prefetch``; 0.5.19: ``plan_staged_splice``), then the engine evicts for
   what the plan loads, then
   ``init_load_back`` under the prefix lock and ``ready_to_load_host_cache``;
 * **a prefetch the engine stops waiting for** (``timeout`` expired, ``best_effort``): SGLang's
   own deadline path (its wall-clock deadline is off; the replay's clock expires the wait);
-* **write-through**: ``request_buffer_backup`` of the finished prompt's node (0.5.19: its
-  insert queues the write itself); SGLang stages and writes it in the following passes (live
+* **write-through**: ``request_buffer_backup`` of the finished prompt's node (up to 0.5.21
+  the insert queues the write itself); SGLang stages and writes it in the following passes (live
   writes at once: L3 sees SGLang's writes a pass or two later).
 
 IO on the replay's clock. SGLang's storage threads are stopped; :class:`SGLangIO` shows the
