@@ -11,12 +11,14 @@ class RetryBook:
     A retry armed at poll ``n`` is due at poll ``n + interval``; the head of the waiting queue is
     due at once (pacing protects storage from requests deep in the queue; the head is about to
     be admitted, and waiting would delay it). After ``max_attempts`` retries a request is not
-    armed again.
+    armed again. ``head_due_at_once=False`` paces the head like the rest, as SGLang's sweep
+    (PR #36227) does.
     """
 
-    def __init__(self, interval: int, max_attempts: int) -> None:
+    def __init__(self, interval: int, max_attempts: int, head_due_at_once: bool = True) -> None:
         self.interval = interval
         self.max_attempts = max_attempts
+        self.head_due_at_once = head_due_at_once
         self._armed_at: dict[str, int] = {}
         self._attempts: dict[str, int] = {}
 
@@ -48,7 +50,7 @@ class RetryBook:
             armed_at = self._armed_at.get(request_id)
             if armed_at is None:
                 continue
-            if position == 0 or now - armed_at >= self.interval:
+            if (position == 0 and self.head_due_at_once) or now - armed_at >= self.interval:
                 del self._armed_at[request_id]
                 self._attempts[request_id] = self._attempts.get(request_id, 0) + 1
                 out.append(request_id)

@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 
 from ..registry import TREES, policy_factories
 from ..sim.costs import DEFAULT_PRESET, PRESETS, load_costs
-from ..sim.live import LivePolicy
+from ..sim.policy import Policy
 from ..sim.replay import DEFAULT_SPEED, ReplayMetrics, ReplayOptions
 from ..sim.trace import TraceRequest
 from ..transition_log import TransitionLog
@@ -185,9 +185,10 @@ def _run_policies(
     options: ReplayOptions,
     sglang_env: dict[str, str],
     logs: list[TransitionLog],
-) -> tuple[dict[str, ReplayMetrics], LivePolicy | None]:
+) -> tuple[dict[str, ReplayMetrics], dict[str, Policy]]:
     """Every policy once: those this interpreter can run here, with progress bars (the live
-    run watched by ``logs``), each other SGLang release in its own environment's process."""
+    run watched by ``logs``), each other SGLang release in its own environment's process; the
+    figures of each, and the policies run here."""
     from ..registry import run_replay, target_for
     from ..sim.report import replay_policies
     from ..targets.sglang.worker import environment_set
@@ -204,8 +205,7 @@ def _run_policies(
         assert target is not None
         console.print(f"replay {name} ×{options.speed:g} in SGLang {target.version}'s process")
         results[name] = run_replay(name, trace, options, sglang_env)
-    live = replays["live"].policy if "live" in replays else None
-    return results, live if isinstance(live, LivePolicy) else None
+    return results, {name: replay.policy for name, replay in replays.items()}
 
 
 def sglang_releases(policies: list[str], tree: str) -> dict[str, str]:
@@ -277,7 +277,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     log = TransitionLog.open(args.log) if args.log else None
     try:
-        results, live = _run_policies(trace, policies, first, sglang_env, [log] if log else [])
+        results, ran = _run_policies(trace, policies, first, sglang_env, [log] if log else [])
     finally:
         if log is not None:
             log.close()
@@ -285,7 +285,7 @@ def run(args: argparse.Namespace) -> int:
     console.print(metrics_table(results))
     if any(m.wasted_by_reason for m in results.values()):
         console.print(wasted_table(results))
-    for line in story(results, arrival_ms / 1e3 / args.speed, live, releases):
+    for line in story(results, arrival_ms / 1e3 / args.speed, ran, releases):
         console.print(line, markup=False)
     _save(args, results, write_json, write_plot)
     return 0

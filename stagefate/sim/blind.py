@@ -4,12 +4,26 @@ The anchor is the node found at issue and carried (as its id was); at the IO com
 if it is still in the tree, and when it is not the pin is silently skipped and the read goes
 ahead anyway; at admission the staged span is spliced only if the live device prefix ends
 exactly where the span starts, otherwise the whole span is discarded (all-or-nothing), even
-when its tail could be used. It runs over the same runtime objects as ``live`` (a pipeline's
-tree, pools, copy engine and storage) and a :class:`~stagefate.runtime.ManualIO` of its own.
+when its tail could be used.
+
+It has what SGLang already had four days before #36834: PR #35769's ownership pre-check (a
+request whose fetch is in flight or staged is not issued again, which would leak its bounce) and
+PR #36227's paced retry, as SGLang 0.5.19's wheel has it (``_storage_prefetch_missed_rids`` in
+``unified_radix_cache.py``, swept by ``Scheduler._retry_missed_storage_prefetches``): a span too
+short to fetch at issue, or whose L3 query found too little, marks the request; each scheduling
+pass counts for every marked waiting request, the queue head included, and ``retry_interval``
+passes later the request is matched and issued again, at most ``retry_max_attempts`` times. 0.5.19
+ships the retry off (``hicache_storage_prefetch_retry_poll_interval`` 0); blind runs it on, with
+live's pacing, so that what separates the two is #36834's decisions and not a default. A host
+pool too full for the read drops it without a retry, as SGLang's cache mode does.
+
+It runs over the same runtime objects as ``live`` (a pipeline's tree, pools, copy engine and
+storage) and a :class:`~stagefate.runtime.ManualIO` of its own.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -21,12 +35,14 @@ from ..runtime.io import OpKind
 from ..runtime.prefix_tree import Node, PrefixMatch
 from ..statemachine.books import ReadBooks
 from ..statemachine.pipeline import BufferPipeline
+from ..statemachine.retry import RetryBook
 from .on_pipeline import OnPipeline
 from .policy import EMPTY, MakeRoom
 
 
 @dataclass(eq=False)
 class _BlindFetch:
+    request_id: str
     key: TokenKey
     matched_len: int
     anchor: Node
@@ -49,16 +65,30 @@ class BlindPolicy(OnPipeline):
         self._ops: dict[int, _BlindFetch] = {}
         self._next_op = 0
         self.books = ReadBooks()
+        config = pipe.config
+        self.retries = RetryBook(
+            config.retry_interval, config.retry_max_attempts, head_due_at_once=False
+        )
+        self.retries_armed = 0
+        self.ended_unread: Counter[str] = Counter()  # fetches ended before a read, by reason
+        self._sweeps = 0  # scheduling passes the retry sweep has run
 
     def issue(self, request_id: str, key: TokenKey, matched_len: int) -> None:
         page = self.pipe.config.page_size
         aligned = key.whole_pages(page)
         span = len(aligned) - matched_len
-        if request_id in self._fetches or span <= 0 or span < self.pipe.config.prefetch_threshold:
+        if self.fetch_in_flight(request_id):
+            return  # the ownership pre-check
+        if span <= 0 or span < self.pipe.config.prefetch_threshold:
+            # a fully matched prompt can still need L3 if its device prefix is evicted while
+            # it waits
+            self._arm_retry(request_id)
             return
         anchor = self.pipe.tree.match_prefix(aligned.prefix(matched_len)).last_node
         digests = page_hashes(aligned, page, ROOT_NAMESPACE)[matched_len // page :]
-        fetch = _BlindFetch(aligned, matched_len, anchor, [storage_key(d) for d in digests])
+        fetch = _BlindFetch(
+            request_id, aligned, matched_len, anchor, [storage_key(d) for d in digests]
+        )
         self._fetches[request_id] = fetch
         storage, keys = self.pipe.storage, fetch.keys
         self._submit(fetch, "exists", lambda _limit: IOResult(storage.batch_exists(keys) * page))
@@ -87,6 +117,8 @@ class BlindPolicy(OnPipeline):
         pipe = self.pipe
         if fetch.abandoned or hit_tokens < max(1, pipe.config.prefetch_threshold):
             self._drop(fetch, "revoked")
+            if not fetch.abandoned:
+                self._arm_retry(fetch.request_id)
             return
         if fetch.matched_len and fetch.anchor.attached:  # the stored id still resolves: pin
             pipe.tree.inc_lock_ref(fetch.anchor)
@@ -126,12 +158,23 @@ class BlindPolicy(OnPipeline):
         if fetch.host is not None:
             self.pipe.host_pool.free(fetch.host)
             fetch.host = None
-        if fetch.read_tokens and not spliced:
+        if not fetch.read_tokens:
+            self.ended_unread[reason] += 1
+        elif not spliced:
             self.books.waste(reason, 1, fetch.read_tokens)
 
     def pending(self, request_id: str) -> bool:
         fetch = self._fetches.get(request_id)
         return fetch is not None and fetch.stage in ("exists", "reading")
+
+    def fetch_in_flight(self, request_id: str) -> bool:
+        """The request owns a fetch that has not ended (in flight, or staged and unconsumed)."""
+        fetch = self._fetches.get(request_id)
+        return fetch is not None and fetch.stage != "ended"
+
+    def _arm_retry(self, request_id: str) -> None:
+        if self.retries.arm(request_id, self._sweeps):
+            self.retries_armed += 1
 
     def terminate(self, request_id: str) -> None:
         fetch = self._fetches.pop(request_id, None)
@@ -139,6 +182,7 @@ class BlindPolicy(OnPipeline):
             fetch.abandoned = True  # its IO completion ends it
 
     def admit(self, request_id: str, prefix: PrefixMatch, make_room: MakeRoom) -> torch.Tensor:
+        self.retries.forget(request_id)  # scheduled: a pending retry is moot
         fetch = self._fetches.pop(request_id, None)
         if fetch is None:
             return EMPTY
@@ -170,7 +214,10 @@ class BlindPolicy(OnPipeline):
         return slots
 
     def due_retries(self, waiting: Sequence[str]) -> list[str]:
-        return []  # the old path had no paced retry
+        """The pass's sweep over the waiting queue: the requests whose retry is due."""
+        due = self.retries.due(waiting, self._sweeps)
+        self._sweeps += 1
+        return due
 
     def counters(self) -> dict[str, int]:
         books = self.books.replay_counters()

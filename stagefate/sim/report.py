@@ -14,8 +14,9 @@ from rich.table import Table
 
 from ..statemachine.record import Instrument
 from ..statemachine.stats import Stats
+from .blind import BlindPolicy
 from .live import LivePolicy
-from .policy import PolicyFactory
+from .policy import Policy, PolicyFactory
 from .replay import Replay, ReplayMetrics, ReplayOptions
 from .spread import Spread, compare, summary, summary_json
 from .trace import TraceRequest
@@ -122,13 +123,13 @@ def wasted_table(results: dict[str, ReplayMetrics]) -> Table:
 def story(
     results: dict[str, ReplayMetrics],
     arrival_seconds: float,
-    live: LivePolicy | None = None,
+    ran: Mapping[str, Policy] | None = None,
     releases: Mapping[str, str] | None = None,
 ) -> list[str]:
-    """What the comparison shows, in words, from the figures themselves. ``live``: the live
-    run's policy, whose pipeline's counters explain its side; ``releases``: the SGLang release
-    each ``sglang`` policy ran (by policy name)."""
-    lines = []
+    """What the comparison shows, in words, from the figures themselves. ``ran``: the policies
+    run in this process, by name, whose counters explain live's and blind's sides;
+    ``releases``: the SGLang release each ``sglang`` policy ran (by policy name)."""
+    lines, ran = [], ran or {}
     for name, m in results.items():
         share = f"{m.l3_reads_wasted / m.l3_reads:.0%}" if m.l3_reads else "n/a"
         lines.append(
@@ -141,11 +142,13 @@ def story(
         for reason, wasted in biggest[:3]:
             what = f"{_count(wasted.reads, 'read')}, " if wasted.reads else ""
             lines.append(f"  {reason}: {what}{wasted.tokens:,} tokens: {REASONS.get(reason, '')}")
-    if live is None or "live" not in results:
+    live = ran.get("live")
+    if not isinstance(live, LivePolicy) or "live" not in results:
         return lines
     stats = live.pipe.stats
-    if "blind" in results:
-        lines += _compare(results["live"], results["blind"], stats)
+    blind = ran.get("blind")
+    if isinstance(blind, BlindPolicy) and "blind" in results:
+        lines += _compare(results["live"], results["blind"], stats, blind)
     for name, version in (releases or {}).items():
         if name in results:
             lines += _compare_with_sglang(results["live"], results[name], stats, name, version)
@@ -156,7 +159,8 @@ def _count(n: int, noun: str) -> str:
     return f"{n:,} {noun}{'' if n == 1 else 's'}"
 
 
-def _compare(lm: ReplayMetrics, bm: ReplayMetrics, stats: Stats) -> list[str]:
+def _compare(lm: ReplayMetrics, bm: ReplayMetrics, stats: Stats, blind: BlindPolicy) -> list[str]:
+    """What #36834 (and stagefate's own decisions) bought over the code just before it."""
     lines = []
     shrunk = bm.wasted_by_reason.get("shrunk")
     if shrunk is not None:
@@ -180,13 +184,18 @@ def _compare(lm: ReplayMetrics, bm: ReplayMetrics, stats: Stats) -> list[str]:
             f"already reading and waited for it instead (declined_inflight), and "
             f"{lm.declined_device_covered:,} already on the device (declined_device_covered)"
         )
-    if lm.l3_reads > bm.l3_reads:
+    full = blind.ended_unread.get("host_capacity", 0)
+    if full:
         lines.append(
-            f"live read {_count(lm.l3_reads - bm.l3_reads, 'span')} more than blind: it retries "
-            f"a span that was not in L3 yet ({stats.retries_armed:,} retries armed), blind "
-            f"gives up at the first miss, as SGLang 0.5.19 does by default (its paced retry, PR "
-            f"#36227, ships off: hicache_storage_prefetch_retry_poll_interval 0)"
+            f"blind dropped {_count(full, 'hit')} at the commit for want of bounce room; live "
+            f"parks such a hit until room frees ({stats.parked:,} parked)"
         )
+    lines.append(
+        f"both retry a span that was not in L3 yet (PR #36227, four days older than #36834, on "
+        f"in blind with live's pacing: 0.5.19 ships it off): live armed "
+        f"{stats.retries_armed:,} retries, blind {blind.retries_armed:,}; live re-issues the "
+        f"queue head's at once, blind's sweep paces the head like the rest"
+    )
     lines.append(
         f"hit rate: live {lm.hit_rate:.3f}, blind {bm.hit_rate:.3f}; prompt tokens computed: "
         f"live {lm.prefill_tokens_computed:,}, blind {bm.prefill_tokens_computed:,}"
