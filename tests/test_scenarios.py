@@ -231,6 +231,36 @@ def test_full_miss_then_paced_retry_stages_once_written() -> None:
 
 
 @pytest.mark.invariant("retry_discipline")
+def test_a_covered_prompt_evicted_while_it_waits_is_fetched_by_its_retry() -> None:
+    """A span too short to fetch arms the paced retry: the device prefix that made it short can
+    be evicted before the request is admitted, and L3 still has it. SGLang arms it there in
+    every release (0.5.19's ``_storage_prefetch_missed_rids``, 0.5.20's ``poll_miss``); live
+    did not, and on the embedded slice five requests whose prompts were on the device at
+    arrival computed them again where SGLang 0.5.20 re-read them (docs/sglang.md)."""
+    pair = make_pair(config(prefetch_threshold=2))
+    consumer = pair.consumer
+    seq = seq_of(5, 1)
+    pair.publish(seq, mark=9)  # in L3
+    pair.sibling_insert(seq, mark=9)  # and on the consumer's device
+    assert consumer.prefetch_from_storage("r", seq, len(seq)) == "released"
+    assert pair.outcomes[-1] == ("r", "issued", "released", "declined_too_short")
+    assert consumer.retries.pending("r") and consumer.stats.retries_armed == 1
+    assert consumer.tree.evict(len(seq)) == len(seq)  # gone while r waits
+    assert consumer.due_retries(["r"]) == ["r"]  # the queue head's retry is due at once
+    matched = consumer.tree.match_prefix(seq).length
+    assert matched == 0
+    assert _stage(pair, seq, matched_len=matched) == "no_anchor"
+    assert consumer.state("r") == "staged"
+    assert not consumer.retries.pending("r")
+    kv_tokens, _aux = consumer.plan_staged_splice("r", 0)
+    assert kv_tokens == len(seq)
+    assert consumer.init_load_back("r", torch.empty(0, dtype=torch.int64)).numel() == len(seq)
+    pair.settle()
+    assert kv_marks(consumer, consumer.tree.match_prefix(seq).device_indices) == [9.0] * len(seq)
+    assert_quiescent(consumer)
+
+
+@pytest.mark.invariant("retry_discipline")
 def test_queue_head_retry_is_never_delayed_and_attempts_are_bounded() -> None:
     pair = make_pair(config(retry_max_attempts=2))
     consumer = pair.consumer
