@@ -692,6 +692,11 @@ GUARDS: dict[str, Guard] = {
     "hit_below_threshold": lambda mc, d, i, r, a: a.tokens < mc.bounds.threshold_pages,
     "device_covers_span": lambda mc, d, i, r, a: d.device >= r.span_end,
     "span_inflight": _span_inflight,
+    # (only a hit not yet parked asks: the model lets any parked hit be the FIFO's head, since
+    # order decides no invariant)
+    "parked_ahead": lambda mc, d, i, r, a: any(
+        o is not None and o.state == "parked" for o in d.records
+    ),
     "host_short": lambda mc, d, i, r, a: d.host_free < _read_pages(r),
     "read_empty": lambda mc, d, i, r, a: a.error or a.tokens == 0,
     "prefix_shrank": lambda mc, d, i, r, a: a.prefix < r.matched,

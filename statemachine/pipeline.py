@@ -548,6 +548,9 @@ class BufferPipeline:
         self._look.sibling = sibling = self.dedup.sibling_owning(record.request_id, digests)
         return sibling is not None
 
+    def _guard_parked_ahead(self, record: Record) -> bool:
+        return bool(self._parked)  # asked of hits not parked yet (the spec's rows)
+
     def _guard_host_short(self, record: Record) -> bool:
         if self.host_pool.available() < record.plan_tokens:
             return True
