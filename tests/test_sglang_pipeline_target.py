@@ -224,6 +224,32 @@ def test_fuzz_target_sglang_from_the_command_line(capsys: pytest.CaptureFixture[
     assert "BufferModePipeline" in out and "try_lock_anchor" in out
 
 
+def test_namespaces_set_aside_issue_and_publish_in_the_root_namespace_only(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``fuzz --set-aside namespaces``: what looks past 0.5.19's L3 keys that ignore the
+    namespace; the same draws, every namespace the root one."""
+    used: set[str | None] = set()
+    # where each call takes its namespace, after self: issue(rid, tokens, namespace, ...),
+    # publish(tokens, namespace), produce(tokens, namespace)
+    for method, position in (("issue", 2), ("publish", 1), ("produce", 1)):
+        original = getattr(SteppedSGLang, method)
+
+        def record(
+            self: Any, *args: Any, _original: Any = original, _at: int = position, **kwargs: Any
+        ) -> Any:
+            used.add(args[_at])
+            return _original(self, *args, **kwargs)
+
+        monkeypatch.setattr(SteppedSGLang, method, record)
+    aside = type("Aside", (SGLangPipelineFuzzer,), {"namespaces": (None,)})
+    run_state_machine_as_test(aside, settings=fuzz_settings(2, 30))
+    assert used == {None}
+    used.clear()
+    run_state_machine_as_test(SGLangPipelineFuzzer, settings=fuzz_settings(2, 30))
+    assert used == {None, "tenant-b"}
+
+
 def test_bench_lifecycle_side_by_side_runs_both_pipelines() -> None:
     from stagefate.bench import lifecycle
 
