@@ -136,3 +136,29 @@ def test_0_5_19_runs_its_own_pipeline_in_its_own_process() -> None:
     from stagefate.targets.sglang.worker import call_in, one_prefetch
 
     assert call_in(ready["0.5.19"], one_prefetch) == ("PlanDriver", 24, True, 0)
+
+
+@pytest.mark.slow
+def test_an_expired_wait_ends_the_prefetch_on_every_installed_release() -> None:
+    """The ``timeout`` deadline is a release's own: 0.5.19 to 0.5.22 ask a hook of each
+    operation, 0.5.23 keeps a wait book. Found when 0.5.20 and 0.5.21 first ran overloaded in
+    the replay: their driver reached for 0.5.23's book and stopped with an ImportError."""
+    from stagefate.targets.sglang.worker import call_in, one_expired_wait
+
+    ready = installed()
+    if not ready:
+        pytest.skip("no SGLang release is installed: make sglang")
+    for version, target in ready.items():
+        assert call_in(target, one_expired_wait) == (True, False), version
+
+
+def test_an_expired_wait_ends_the_prefetch_on_this_interpreters_release() -> None:
+    from stagefate.targets import TargetUnavailable
+    from stagefate.targets.sglang import require
+    from stagefate.targets.sglang.worker import one_expired_wait
+
+    try:
+        require()
+    except TargetUnavailable as missing:
+        pytest.skip(str(missing))
+    assert one_expired_wait() == (True, False)

@@ -16,14 +16,13 @@ admission plan     ``plan_staged_splice(rid, prefix)``     ``prepare_staged_pref
 retries            the missed-rid set, swept by            ``StoragePrefetchRetries.pop_ready``
                    ``Scheduler._retry_missed_storage_
                    prefetches`` each pass
-``timeout`` clock  ``_prefetch_timeout_check_linear_       ``_StoragePrefetchWait.expired``
-                   func`` answers for the caller's clock
 =================  ======================================  ======================================
-"""
+
+The ``timeout`` clock is a release's, not a generation's (:meth:`~.pipeline.SteppedSGLang.
+stop_wall_clock`)."""
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -64,7 +63,6 @@ class PlanDriver(SteppedSGLang):
     """0.5.19: PR #36834 as merged."""
 
     waiting: dict[str, _WaitingReq] = field(default_factory=dict)
-    expired: set[str] = field(default_factory=set)
 
     def request_key(self, rid: str) -> Any:
         return rid
@@ -81,20 +79,6 @@ class PlanDriver(SteppedSGLang):
         req.host_hit_length = held
         req.swa_host_hit_length = held_swa
         return True
-
-    def stop_wall_clock(self, cache: Any) -> None:
-        cache._prefetch_timeout_check_linear_func = lambda operation: (
-            operation.request_id in self.expired
-        )
-
-    def expire_wait(self, rid: str) -> bool:
-        cache = self.consumer.cache
-        if cache.prefetch_stop_policy == "timeout":
-            self.expired.add(rid)
-        ended = bool(cache.check_prefetch_progress(rid))
-        if ended:
-            self.expired.discard(rid)
-        return ended
 
     def due_retries(self, waiting: Sequence[str]) -> list[Due]:
         """0.5.19's own sweep over the waiting queue (``scheduler.py``)."""
@@ -128,18 +112,6 @@ class PrepareDriver(SteppedSGLang):
         if not match_counts_tokens(match):
             req.prefix_indices = device_prefix_indices(self.consumer.cache, match)
         return bool(self.consumer.cache.buffer_pipeline.prepare_staged_prefetch(req))
-
-    def stop_wall_clock(self, cache: Any) -> None:
-        cache.prefetch_timeout_base = math.inf
-
-    def expire_wait(self, rid: str) -> bool:
-        from sglang.srt.mem_cache.unified_radix_cache import _StoragePrefetchWait
-
-        cache = self.consumer.cache
-        handle = self.requests[rid].handle
-        if cache.prefetch_stop_policy == "timeout":
-            cache._storage_prefetch_wait.setdefault(handle, _StoragePrefetchWait()).expired = True
-        return bool(cache.check_prefetch_progress(handle))
 
     def due_retries(self, waiting: Sequence[str]) -> list[Due]:
         """SGLang's retry book over the waiting queue, with its defaults."""

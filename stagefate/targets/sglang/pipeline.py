@@ -37,6 +37,7 @@ it holds.
 from __future__ import annotations
 
 import json
+import math
 import queue
 import shutil
 import tempfile
@@ -119,6 +120,13 @@ class Side:
         return self.allocator.get_kvcache().k_buffer[0]  # type: ignore[no-any-return]
 
 
+def _has_wait_book() -> bool:
+    """Whether this release times a prefetch wait with its own book (0.5.23)."""
+    from sglang.srt.mem_cache import unified_radix_cache
+
+    return hasattr(unified_radix_cache, "_StoragePrefetchWait")
+
+
 @dataclass
 class SteppedSGLang(ABC):
     """A producer and a consumer over one L3 directory; see the module's theory of operation."""
@@ -143,6 +151,8 @@ class SteppedSGLang(ABC):
     engine shares it), and only the consumer is built (it writes through to L3 itself)."""
     storage_dir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="sgl-l3-")))
     requests: dict[str, Request] = field(default_factory=dict)
+    expired: set[str] = field(default_factory=set)
+    """Rids whose wait the caller's clock ended (0.5.19 to 0.5.22's deadline hook)."""
 
     def __post_init__(self) -> None:
         require()
@@ -214,10 +224,18 @@ class SteppedSGLang(ABC):
             self.stop_wall_clock(cache)
         return Side(cache, allocator, req_to_token_pool)
 
-    @abstractmethod
     def stop_wall_clock(self, cache: Any) -> None:
         """SGLang's ``timeout`` deadline is wall-clock time: switch it off, so that only the
-        caller's clock (:meth:`expire_wait`) ends a wait."""
+        caller's clock (:meth:`expire_wait`) ends a wait. The clock is a release's, not an API
+        generation's: 0.5.23 keeps a wait book (``_StoragePrefetchWait``) timed from
+        ``prefetch_timeout_base``; 0.5.19 to 0.5.22 ask ``_prefetch_timeout_check_linear_func``
+        of each operation (whose ``request_id`` is the rid in every release)."""
+        if _has_wait_book():
+            cache.prefetch_timeout_base = math.inf
+        else:
+            cache._prefetch_timeout_check_linear_func = lambda operation: (
+                operation.request_id in self.expired
+            )
 
     def close(self) -> None:
         import atexit
@@ -478,11 +496,24 @@ class SteppedSGLang(ABC):
         """The retries SGLang makes due this pass among the ``waiting`` rids (queue order):
         ``(rid, storage_hit_end)`` each; the caller re-issues them."""
 
-    @abstractmethod
     def expire_wait(self, rid: str) -> bool:
         """The caller's clock says the request's prefetch wait is over (``timeout`` policy):
         SGLang's own deadline path ends it. False when its KV landed and it keeps waiting for
         the ack, as SGLang decides."""
+        cache = self.consumer.cache
+        handle = self.requests[rid].handle
+        if cache.prefetch_stop_policy == "timeout":
+            if _has_wait_book():
+                from sglang.srt.mem_cache.unified_radix_cache import _StoragePrefetchWait
+
+                wait = cache._storage_prefetch_wait.setdefault(handle, _StoragePrefetchWait())
+                wait.expired = True
+            else:
+                self.expired.add(rid)
+        ended = bool(cache.check_prefetch_progress(handle))
+        if ended:
+            self.expired.discard(rid)
+        return ended
 
     # ------------------------------------------------------------------ observation
 

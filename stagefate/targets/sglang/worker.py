@@ -127,8 +127,28 @@ def one_prefetch() -> tuple[str, int, bool, int]:
         driver.close()
 
 
+def one_expired_wait() -> tuple[bool, bool]:
+    """A prefetch whose wait the caller's clock ends (``timeout`` policy) before its L3 query
+    ran, through the release's own deadline path: ``(SGLang ended it, it is still in flight)``.
+    """
+    from .generations import stepped_sglang
+
+    driver = stepped_sglang(page_size=4, prefetch_policy="timeout")
+    try:
+        tokens = list(range(1, 33))
+        driver.produce(tokens, None)
+        request = driver.issue("r0", tokens, None)
+        ended = driver.expire_wait("r0")
+        in_flight = request.handle in driver.consumer.cache.ongoing_prefetch
+        driver.settle()
+        return ended, in_flight
+    finally:
+        driver.close()
+
+
 def _check(version: str) -> None:
-    """An install's last step: the release's own prefetch, end to end, in its environment."""
+    """An install's last step: the release's own prefetch, end to end, and one whose wait the
+    caller's clock ends, in its environment."""
     from . import require
 
     require(version)
@@ -137,6 +157,12 @@ def _check(version: str) -> None:
         raise SystemExit(
             f"SGLang {version} ({driver}): one prefetch loaded {loaded} of 24 tokens, bytes "
             f"{'right' if held else 'wrong'}, {leaked} device slots leaked"
+        )
+    ended, in_flight = one_expired_wait()
+    if not ended or in_flight:
+        raise SystemExit(
+            f"SGLang {version} ({driver}): an expired prefetch wait did not end it "
+            f"(ended {ended}, still in flight {in_flight})"
         )
     print(f"SGLang {version}: one prefetch through {driver}, 24 tokens spliced", file=sys.stderr)
 
