@@ -4,30 +4,21 @@ the attempts used, what is queued on its IO)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
-from stagefate import BufferPipeline, MemoryStorage, TokenKey
+from stagefate import TokenKey
 from stagefate.runtime.prefix_tree import Node
 from stagefate.sim.blind import BlindPolicy
-from tests.harness import config, seq_of
+from stagefate.testing import Pair
+from tests.harness import config, make_pair, seq_of
 
 PAGE = 4
 INTERVAL = 3
 ATTEMPTS = 2
 
 
-def _blind() -> tuple[BlindPolicy, BufferPipeline]:
-    cfg = config(page_size=PAGE, retry_interval=INTERVAL, retry_max_attempts=ATTEMPTS)
-    producer = BufferPipeline(cfg, storage=MemoryStorage())
-    consumer = BufferPipeline(cfg, storage=producer.storage)
-    return BlindPolicy(consumer), producer
-
-
-def _publish(producer: BufferPipeline, tokens: Sequence[int]) -> None:
-    slots = producer.device_pool.alloc(len(tokens))
-    assert slots is not None
-    producer.tree.insert(tokens, slots)
-    producer.write_through(tokens, producer.tree.match_prefix(tokens).device_indices)
+def _blind() -> tuple[BlindPolicy, Pair]:
+    """Blind over a pair's consumer; the pair's producer writes L3 (``pair.publish``)."""
+    pair = make_pair(config(page_size=PAGE, retry_interval=INTERVAL, retry_max_attempts=ATTEMPTS))
+    return BlindPolicy(pair.consumer), pair
 
 
 def _state(blind: BlindPolicy, rid: str) -> dict[str, object]:
@@ -54,7 +45,7 @@ def _never_make_room(_tokens: int, _keep: Node) -> bool:
 
 
 def test_a_miss_is_retried_after_the_interval_even_at_the_queue_head() -> None:
-    blind, producer = _blind()
+    blind, pair = _blind()
     tokens = seq_of(4, PAGE)
     key = TokenKey.of(tokens)
     blind.issue("r", key, 0)
@@ -72,7 +63,7 @@ def test_a_miss_is_retried_after_the_interval_even_at_the_queue_head() -> None:
     assert _state(blind, "r") == dict(
         stage="ended", in_flight=False, retry_pending=False, attempts=1, queued=0
     )
-    _publish(producer, tokens)  # the producer's write lands meanwhile
+    pair.publish(tokens, mark=9)  # the producer's write lands meanwhile
     blind.issue("r", key, 0)  # the engine re-matches and issues again
     blind.io.complete_all()
     blind.poll()  # the existence query finds all four pages: the read launches
@@ -95,9 +86,9 @@ def test_a_miss_is_retried_after_the_interval_even_at_the_queue_head() -> None:
 
 
 def test_the_ownership_pre_check_refuses_a_second_fetch_while_one_is_in_flight() -> None:
-    blind, producer = _blind()
+    blind, pair = _blind()
     tokens = seq_of(2, PAGE)
-    _publish(producer, tokens)
+    pair.publish(tokens, mark=9)
     key = TokenKey.of(tokens)
     blind.issue("r", key, 0)
     blind.issue("r", key, 0)  # e.g. a retry racing the first fetch: no second bounce
@@ -120,7 +111,7 @@ def test_the_ownership_pre_check_refuses_a_second_fetch_while_one_is_in_flight()
 
 
 def test_retries_stop_after_max_attempts_and_a_short_span_arms_one() -> None:
-    blind, _producer = _blind()
+    blind, _pair = _blind()
     key = TokenKey.of(seq_of(3, PAGE))
     for attempt in range(ATTEMPTS):
         blind.issue("r", key, 0)
