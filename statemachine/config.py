@@ -29,7 +29,12 @@ class PipelineConfig(BaseModel):
     anchor_lock_cap_fraction: float = 0.5
     max_context_len: int = 32
     retry_interval: int = 8
-    retry_max_attempts: int = 8
+    retry_max_attempts: int = 12
+    """Paced retries a request may make. SGLang 0.5.20+ ships 8 (at 8 passes: 64 passes); under
+    overload a request waits hundreds of passes, spends them deep in the queue, and has none left
+    when its device prefix is evicted or a sibling's hold was never spliced (docs/sglang.md,
+    "Live against the best release at each load"). Of the budgets tried (8, 10, 12, 16, 24), 12 is
+    the smallest at which live meets every release on every figure of the replay sweep."""
     storage: str = "memory"
     """The L3 when none is passed: ``memory``, ``file:PATH`` or ``mooncake://HOST:PORT``."""
     dedup_inflight: bool = True

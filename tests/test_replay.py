@@ -167,11 +167,13 @@ def anchor_evicted(tmp_path_factory: pytest.TempPathFactory) -> list[TraceReques
     is in flight, short requests (below the prefetch threshold, so admitted at once) fill the
     pool and evict every unlocked leaf."""
     p, q = [1, 2, 3, 4], [5, 6, 7, 8, 9, 10, 11]
-    rows = [_row(0, p + q, output=1)]  # P + Q computed, written through to L3
-    rows += [_row(5_000 + i, [100 + 5 * i + j for j in range(5)], 1) for i in range(3)]  # evict
-    rows.append(_row(20_000, [*p, 200], output=1))  # P on the device again, Q not
-    rows.append(_row(30_000, p + q, output=1))  # B
-    rows += [_row(30_001 + i, [300 + 5 * i + j for j in range(5)], 1) for i in range(5)]
+    # P + Q computed, written through to L3 (after its full-miss retries: 15 s leaves room for
+    # the default budget at 500 ms a query)
+    rows = [_row(0, p + q, output=1)]
+    rows += [_row(15_000 + i, [100 + 5 * i + j for j in range(5)], 1) for i in range(3)]  # evict
+    rows.append(_row(30_000, [*p, 200], output=1))  # P on the device again, Q not
+    rows.append(_row(40_000, p + q, output=1))  # B
+    rows += [_row(40_001 + i, [300 + 5 * i + j for j in range(5)], 1) for i in range(5)]
     return _write(tmp_path_factory, "anchor.jsonl", rows)
 
 

@@ -11,7 +11,9 @@ import itertools
 import pytest
 import torch
 
+from stagefate import PipelineConfig
 from stagefate.runtime.hashing import ROOT_NAMESPACE, page_hashes, storage_key
+from stagefate.testing import Pair
 
 from .harness import assert_quiescent, config, kv_marks, make_pair, seq_of, staged_with_threaded_io
 
@@ -257,6 +259,58 @@ def test_a_covered_prompt_evicted_while_it_waits_is_fetched_by_its_retry() -> No
     assert consumer.init_load_back("r", torch.empty(0, dtype=torch.int64)).numel() == len(seq)
     pair.settle()
     assert kv_marks(consumer, consumer.tree.match_prefix(seq).device_indices) == [9.0] * len(seq)
+    assert_quiescent(consumer)
+
+
+def _retry_when_due(pair: Pair, waiting: list[str]) -> list[str]:
+    """Poll until a paced retry among ``waiting`` falls due (at most one interval and one)."""
+    consumer = pair.consumer
+    for _ in range(consumer.config.retry_interval + 1):
+        due = consumer.due_retries(waiting)
+        if due:
+            return due
+        pair.settle(1)
+    return []
+
+
+@pytest.mark.parametrize("budget", [8, PipelineConfig().retry_max_attempts])
+@pytest.mark.invariant("retry_discipline")
+def test_a_prefix_evicted_after_eight_retries_is_fetched_within_the_default_budget(
+    budget: int,
+) -> None:
+    """Under overload a request waits hundreds of passes. Its paced retries of a suffix nobody
+    has written spend SGLang's budget (8 attempts, 8 passes apart) deep in the queue; when its
+    device prefix is evicted after the eighth, nothing is left and it computes what L3 holds.
+    On the embedded slice at 1.2x, 30 requests ended that way where SGLang 0.5.20 (its prefix
+    evicted sooner) re-read theirs (docs/sglang.md). The default budget still has retries."""
+    pair = make_pair(config(retry_max_attempts=budget))
+    consumer = pair.consumer
+    seq = seq_of(6, 1)
+    shared = seq[:5]
+    pair.publish(shared, mark=9)  # L3 holds the shared prefix
+    pair.sibling_insert(shared, mark=9)  # so does the device: only r's own last page is new
+    waiting = ["head", "r"]  # r is deep in the queue: its retries are paced
+    assert _stage(pair, seq, matched_len=len(shared)) == "locked"
+    assert pair.outcomes[-1][3] == "revoked_full_miss"
+    for _ in range(8):
+        assert _retry_when_due(pair, waiting) == ["r"]
+        _stage(pair, seq, matched_len=len(shared))
+        assert pair.outcomes[-1][3] == "revoked_full_miss"
+    assert consumer.tree.evict(len(shared)) == len(shared)  # gone while r still waits
+    if budget == 8:
+        assert _retry_when_due(pair, waiting) == []
+        assert consumer.stats.retries_exhausted == 1
+        assert_quiescent(consumer)
+        return
+    assert _retry_when_due(pair, waiting) == ["r"]
+    assert _stage(pair, seq, matched_len=0) == "no_anchor"
+    assert consumer.state("r") == "staged"
+    kv_tokens, _aux = consumer.plan_staged_splice("r", 0)
+    assert kv_tokens == len(shared)
+    assert consumer.init_load_back("r", torch.empty(0, dtype=torch.int64)).numel() == len(shared)
+    pair.settle()
+    assert kv_marks(consumer, consumer.tree.match_prefix(shared).device_indices) == [9.0] * 5
+    assert consumer.stats.retries_exhausted == 0
     assert_quiescent(consumer)
 
 
