@@ -262,6 +262,32 @@ def test_a_covered_prompt_evicted_while_it_waits_is_fetched_by_its_retry() -> No
     assert_quiescent(consumer)
 
 
+@pytest.mark.invariant("splice_correctness")
+def test_a_hit_the_device_came_to_hold_is_read_and_splices_once_the_device_copy_is_gone() -> None:
+    """L3 holds only the head of the span (its last page was never written), and a sibling's
+    splice puts that head on the device while the existence query runs. The commit still reads
+    it: the commit declines only a span the device holds whole. The device copy is not the
+    request's and can be evicted before admission; the bounce copy is. On the embedded slice at
+    1.2x declining such reads cost 0.014 of hit rate (r798 computed 190,976 tokens its read
+    would have spliced); at 0.15x reading one cost a wasted read (r572, docs/sglang.md)."""
+    pair = make_pair(config())
+    consumer = pair.consumer
+    seq = seq_of(6, 1)
+    head = seq[:5]
+    pair.publish(head, mark=9)  # the sixth page is not in L3
+    assert consumer.prefetch_from_storage("r", seq, 0) == "no_anchor"
+    pair.sibling_insert(head, mark=9)  # before the existence query answers
+    pair.settle()
+    assert consumer.state("r") == "staged"
+    assert consumer.tree.evict(len(head)) == len(head)  # the device copy goes while r waits
+    kv_tokens, _aux = consumer.plan_staged_splice("r", 0)
+    assert kv_tokens == len(head)
+    assert consumer.init_load_back("r", torch.empty(0, dtype=torch.int64)).numel() == len(head)
+    pair.settle()
+    assert kv_marks(consumer, consumer.tree.match_prefix(head).device_indices) == [9.0] * 5
+    assert_quiescent(consumer)
+
+
 def _retry_when_due(pair: Pair, waiting: list[str]) -> list[str]:
     """Poll until a paced retry among ``waiting`` falls due (at most one interval and one)."""
     consumer = pair.consumer
