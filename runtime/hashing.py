@@ -62,3 +62,10 @@ storage_key: Callable[[bytes], str] = bytes.hex
 def aux_storage_key(digest: bytes) -> str:
     """The key of a page's sliding-window (aux) KV, stored beside its main KV."""
     return digest.hex() + ".aux"
+
+
+def rank_suffix(rank: int, size: int) -> str:
+    """What a tensor-parallel rank appends to its L3 keys: each rank stores its own shard of a
+    page (its KV heads) under a key of its own, as SGLang's HiCacheFile appends
+    ``_{model}_{rank}_{size}``; a single rank keeps the bare key."""
+    return "" if size == 1 else f"_{rank}_{size}"

@@ -20,7 +20,8 @@ from .runtime import (
 from .runtime.prefix_tree import PrefixTree
 from .runtime.storage import open_storage
 from .statemachine.config import PipelineConfig
-from .statemachine.errors import LifecycleError
+from .statemachine.errors import LifecycleError, LockstepError
+from .statemachine.group import Group, LocalGroup, TorchGroup
 from .statemachine.pipeline import BufferPipeline
 from .statemachine.record import Record, TransitionEvent
 from .statemachine.stats import Stats
@@ -30,9 +31,12 @@ __all__ = [
     "BufferPipeline",
     "DevicePool",
     "FileStorage",
+    "Group",
     "HostPool",
     "KVLayout",
     "LifecycleError",
+    "LocalGroup",
+    "LockstepError",
     "ManualIO",
     "MatchResult",
     "MemoryStorage",
@@ -44,6 +48,7 @@ __all__ = [
     "Storage",
     "ThreadedIO",
     "TokenKey",
+    "TorchGroup",
     "TransitionEvent",
     "open_storage",
 ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import zlib
 from typing import Literal
 
 import torch
@@ -37,6 +38,10 @@ class PipelineConfig(BaseModel):
     the smallest at which live meets every release on every figure of the replay sweep."""
     storage: str = "memory"
     """The L3 when none is passed: ``memory``, ``file:PATH`` or ``mooncake://HOST:PORT``."""
+    tp_size: int = 1
+    """Tensor-parallel ranks; each holds ``kv_heads / tp_size`` heads and agrees with the others
+    through a :class:`~stagefate.statemachine.group.Group` (docs/tensor-parallel.md)."""
+    tp_rank: int = 0
     dedup_inflight: bool = True
     """Decline a read whose whole span a live sibling is already fetching, and wait for it."""
     check_oracle: bool = False
@@ -55,7 +60,7 @@ class PipelineConfig(BaseModel):
             raise ValueError(f"dtype must be a torch.dtype such as torch.float16, got {value!r}")
         return value
 
-    @field_validator("page_size", "layers", "kv_heads", "head_dim", "io_workers")
+    @field_validator("page_size", "layers", "kv_heads", "head_dim", "io_workers", "tp_size")
     @classmethod
     def _positive(cls, value: int) -> int:
         if value < 1:
@@ -106,7 +111,27 @@ class PipelineConfig(BaseModel):
                 f"sliding_window={self.sliding_window} must be a positive multiple of "
                 f"page_size={page} (or None for no aux window)"
             )
+        if not 0 <= self.tp_rank < self.tp_size:
+            raise ValueError(
+                f"tp_rank={self.tp_rank} must lie in [0, tp_size={self.tp_size}): one "
+                f"pipeline per rank, numbered from 0"
+            )
+        if self.kv_heads % self.tp_size:
+            raise ValueError(
+                f"kv_heads={self.kv_heads} is not divisible by tp_size={self.tp_size}: each "
+                f"rank holds kv_heads / tp_size heads; pick a tp_size that divides it"
+            )
         return self
+
+    @property
+    def rank_kv_heads(self) -> int:
+        """The KV heads this rank holds (its shard)."""
+        return self.kv_heads // self.tp_size
+
+    def fingerprint(self) -> int:
+        """A digest of every field but the rank's own (``tp_rank``, ``device``)."""
+        shared = sorted((k, repr(v)) for k, v in self if k not in ("tp_rank", "device"))
+        return zlib.crc32(repr(shared).encode())
 
     @property
     def anchor_lock_cap(self) -> int:

@@ -29,3 +29,11 @@ class LifecycleError(RuntimeError):
 
 class IncompleteImplementation(TypeError):
     """The guards or effects bound to a spec do not cover every name it uses."""
+
+
+class LockstepError(RuntimeError):
+    """Tensor-parallel ranks disagree: they fired different transitions, or one never arrived.
+
+    Raised at the pass's agreement, where SGLang would hang in its next collective; the message
+    names, for each rank, the first transition where the ranks differ.
+    """

@@ -61,8 +61,10 @@ class IOOperations:
         device_pool: SlotPool,
         aux_pool: SlotPool | None,
         page: int,
+        aux_key: Callable[[bytes], str] = aux_storage_key,
     ) -> None:
         self.storage, self.copy, self.page = storage, copy, page
+        self.aux_key = aux_key
         self.host_pool, self.host_aux_pool = host_pool, host_aux_pool
         self.device_pool, self.aux_pool = device_pool, aux_pool
 
@@ -91,9 +93,7 @@ class IOOperations:
         wanted_keys = keys[:end_page]
         aux_pages = aux_tokens // page
         aux_keys = (
-            [aux_storage_key(d) for d in digests[end_page - aux_pages : end_page]]
-            if aux_pages
-            else ()
+            [self.aux_key(d) for d in digests[end_page - aux_pages : end_page]] if aux_pages else ()
         )
         storage, copy = self.storage, self.copy
         host_pool, host_aux_pool = self.host_pool, self.host_aux_pool

@@ -63,7 +63,7 @@ from ..runtime import (
     namespace_of,
     page_hashes,
 )
-from ..runtime.hashing import aux_storage_key, storage_key
+from ..runtime.hashing import aux_storage_key, rank_suffix, storage_key
 from ..runtime.prefix_tree import Node, PrefixMatch, PrefixTree, TreeFactory, locked
 from ..runtime.storage import open_storage
 from ..spec import LifecycleSpec, load_spec
@@ -71,7 +71,9 @@ from .books import ReadBooks
 from .config import PipelineConfig
 from .dedup import DedupBook
 from .errors import LifecycleError
+from .group import Group
 from .io_ops import IOOperations, Run, span_digests
+from .lockstep import RankAgreement
 from .machine import CompiledMachine, Outcome
 from .oracle import OracleMachine, OracleModel
 from .record import Instrument, Lookups, Record, TransitionEvent
@@ -99,9 +101,11 @@ class BufferPipeline:
         io: IOExecutor | None = None,
         spec: LifecycleSpec | None = None,
         tree_factory: TreeFactory | None = None,
+        group: Group | None = None,
     ) -> None:
         self.config = cfg = config or PipelineConfig()
-        self.layout = KVLayout(cfg.layers, cfg.kv_heads, cfg.head_dim, cfg.dtype)
+        _check_group(cfg, group)
+        self.layout = KVLayout(cfg.layers, cfg.rank_kv_heads, cfg.head_dim, cfg.dtype)
         self.device_pool = DevicePool(self.layout, cfg.device_tokens, cfg.device)
         self.host_pool = HostPool(self.layout, cfg.host_tokens)
         window = cfg.sliding_window
@@ -126,6 +130,13 @@ class BufferPipeline:
             else (ManualIO() if cfg.io == "manual" else ThreadedIO(cfg.io_workers))
         )
         self.copy = CopyEngine(self.device_pool.device)
+        suffix = rank_suffix(cfg.tp_rank, cfg.tp_size)
+        self._storage_key: Callable[[bytes], str] = (
+            storage_key if not suffix else lambda digest: digest.hex() + suffix
+        )
+        self._aux_storage_key: Callable[[bytes], str] = (
+            aux_storage_key if not suffix else lambda digest: aux_storage_key(digest) + suffix
+        )
         self.ops = IOOperations(
             self.storage,
             self.copy,
@@ -134,6 +145,7 @@ class BufferPipeline:
             self.device_pool,
             self.aux_pool,
             cfg.page_size,
+            self._aux_storage_key,
         )
         self.spec = spec or load_spec()
         self._counts: dict[str, int] = dict.fromkeys(Stats.model_fields, 0)
@@ -169,6 +181,9 @@ class BufferPipeline:
         self.dedup = DedupBook()
         self.polls = 0
         self.instruments: list[Instrument] = []
+        self._agreement = None if group is None else RankAgreement(group)
+        if self._agreement is not None:
+            self._agreement.lockstep.agree_config(cfg.fingerprint())
 
     # ================================================================== public commands
 
@@ -221,7 +236,7 @@ class BufferPipeline:
             record.span_digests = digests = span_digests(
                 self.tree, record.tokens, matched_len, namespace, page, anchor
             )
-            record.span_keys = list(map(storage_key, digests))
+            record.span_keys = list(map(self._storage_key, digests))
             self._submit(record, "exists", self.ops.exists(record.span_keys))
         return record.state
 
@@ -234,9 +249,18 @@ class BufferPipeline:
         return state  # type: ignore[return-value]
 
     def poll(self) -> None:
-        """One scheduling pass: drain IO completions, then run IO commits (parked first)."""
+        """One scheduling pass: drain IO completions, then run IO commits (parked first).
+
+        Under tensor parallelism every rank polls every pass: the ranks first agree that they
+        fired the same transitions, then act only on completions every rank has, with what they
+        agreed of them (:class:`~.lockstep.RankAgreement`)."""
         self.polls += 1
-        for completion in self.io.drain():
+        agreement = self._agreement
+        completions = self.io.drain()
+        if agreement is not None:
+            room = [self.host_pool.available(), self._host_aux_available()]
+            completions = agreement.completions(completions, sorted(self._ops), room)
+        for completion in completions:
             self._on_completion(completion)
         self._run_commits()
 
@@ -333,7 +357,7 @@ class BufferPipeline:
         digests = page_hashes(aligned, page, namespace)
         self.tree.remember_page_keys(aligned, digests, *namespace)
         pages = self.copy.pages_of(self.device_pool, device_indices[: len(aligned)], page)
-        self.storage.batch_set([storage_key(d) for d in digests], pages)
+        self.storage.batch_set([self._storage_key(d) for d in digests], pages)
         if aux_indices is not None:
             if self.aux_pool is None:
                 raise ValueError("write_through: aux_indices given but sliding_window is None")
@@ -341,7 +365,7 @@ class BufferPipeline:
                 raise ValueError("write_through: aux_indices must be whole pages of the tail")
             aux_pages = self.copy.pages_of(self.aux_pool, aux_indices, page)
             tail = digests[len(digests) - len(aux_pages) :]
-            self.storage.batch_set([aux_storage_key(d) for d in tail], aux_pages)
+            self.storage.batch_set([self._aux_storage_key(d) for d in tail], aux_pages)
         return len(digests)
 
     # ================================================================== public queries
@@ -407,6 +431,8 @@ class BufferPipeline:
             outcome = transition(record)
         else:
             outcome = self._fire_checked(record, event, transition)
+        if self._agreement is not None:
+            self._agreement.lockstep.record(record.request_id, event, outcome.target)
         for instrument in self.instruments:
             instrument(TransitionEvent(record.request_id, outcome))
         return outcome
@@ -552,10 +578,15 @@ class BufferPipeline:
         return bool(self._parked)  # asked of hits not parked yet (the spec's rows)
 
     def _guard_host_short(self, record: Record) -> bool:
-        if self.host_pool.available() < record.plan_tokens:
+        # under TP the room is what every rank has (the slack agreed at the pass's start)
+        slack, aux_slack = (0, 0) if self._agreement is None else self._agreement.host_slack
+        if self.host_pool.available() + slack < record.plan_tokens:
             return True
         aux_pool = self.host_aux_pool
-        return aux_pool is not None and aux_pool.available() < record.aux_tokens
+        return aux_pool is not None and aux_pool.available() + aux_slack < record.aux_tokens
+
+    def _host_aux_available(self) -> int:
+        return 0 if self.host_aux_pool is None else self.host_aux_pool.available()
 
     def _guard_read_empty(self, record: Record) -> bool:
         completion = record.arg_completion
@@ -792,3 +823,25 @@ BufferPipeline.GUARDS = frozenset(
 BufferPipeline.EFFECTS = frozenset(
     name.removeprefix("_effect_") for name in vars(BufferPipeline) if name.startswith("_effect_")
 )
+
+
+def _check_group(config: PipelineConfig, group: Group | None) -> None:
+    """A rank's group matches its config (checked before anything is built)."""
+    if group is None:
+        if config.tp_size > 1:
+            raise ValueError(
+                f"tp_size={config.tp_size} needs a group the ranks agree through: pass "
+                f"group=LocalGroup.create({config.tp_size})[rank] (one process) or TorchGroup() "
+                "(torch.distributed initialised)"
+            )
+        return
+    if group.size != config.tp_size:
+        raise ValueError(
+            f"the group has {group.size} ranks but tp_size={config.tp_size}: build the group "
+            "with one rank per tensor-parallel rank"
+        )
+    if group.rank != config.tp_rank:
+        raise ValueError(
+            f"the group's rank is {group.rank} but tp_rank={config.tp_rank}: give each rank "
+            "the config with its own tp_rank"
+        )
