@@ -83,6 +83,7 @@ def test_bounds_too_small_to_reach_every_edge_are_a_finding(
     [
         (["fuzz", "--budget", "-3"], "argument --budget: must be greater than 0 (seconds to run)"),
         (["fuzz", "--steps", "0"], "argument --steps: must be at least 1 (states to check)"),
+        (["fuzz", "--tp", "0"], "argument --tp: must be at least 1 (tensor-parallel ranks)"),
         (["check", "--pages", "0"], "argument --pages: must be at least 1"),
         (["check", "--host-pages", "-1"], "argument --host-pages: must be at least 0"),
         (["replay", "--page-size", "0"], "argument --page-size: must be at least 1 (tokens per"),
@@ -147,3 +148,13 @@ def test_diagram_outside_a_checkout_names_out(
     assert not (tmp_path / "docs").exists()
     assert main(["diagram", "--out", str(tmp_path / "here")]) == 0
     assert (tmp_path / "here" / "lifecycle.md").is_file()
+
+
+def test_fuzz_tp_runs_ranks_in_lockstep(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["fuzz", "--tp", "2", "--steps", "300", "--seed", "1"]) == 0
+    assert "over 2 ranks in lockstep" in capsys.readouterr().out
+
+
+def test_fuzz_tp_refuses_another_target(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["fuzz", "--tp", "2", "--target", "sglang", "--steps", "10"]) == 2
+    assert "--tp fuzzes stagefate's own pipeline" in capsys.readouterr().out

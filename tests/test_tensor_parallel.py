@@ -11,10 +11,16 @@ from collections.abc import Callable, Sequence
 
 import pytest
 import torch
+from hypothesis import Phase, settings
+from hypothesis.stateful import run_state_machine_as_test
 
 from stagefate import BufferPipeline, LocalGroup, LockstepError, MemoryStorage, PipelineConfig
+from stagefate.fuzz.invariants import violated_invariant
+from stagefate.fuzz.ranks import TALLY, configured
+from stagefate.runtime import Completion
 from stagefate.runtime.hashing import ROOT_NAMESPACE, page_hashes, rank_suffix, storage_key
 from stagefate.statemachine.group import Group
+from stagefate.statemachine.lockstep import RankAgreement
 from stagefate.testing import assert_quiescent, manual_io
 
 from .harness import config, kv_marks, seq_of
@@ -340,3 +346,85 @@ def test_two_processes_agree_over_gloo(tmp_path: object) -> None:
         if process.is_alive():
             process.kill()
     assert [process.exitcode for process in ranks] == [0] * TP
+
+
+# ---------------------------------------------------------------------- the fuzzer, and its teeth
+
+
+class _KeepsItsOwn(RankAgreement):
+    """A planted bug's base: it remembers each completion as this rank saw it, then
+    :meth:`misagree` changes what the ranks agreed."""
+
+    def __init__(self, group: Group) -> None:
+        super().__init__(group)
+        self.mine: dict[int, Completion] = {}
+
+    def completions(
+        self, drained: Sequence[Completion], in_flight: Sequence[int], room: Sequence[int]
+    ) -> list[Completion]:
+        self.mine.update((c.op_id, c) for c in drained)
+        return self.misagree(super().completions(drained, in_flight, room), set(in_flight))
+
+    def misagree(self, agreed: list[Completion], live: set[int]) -> list[Completion]:
+        raise NotImplementedError
+
+
+class TrustsItsOwnHits(_KeepsItsOwn):
+    """Planted: every rank but 0 acts on its own L3 hit count instead of the agreed one."""
+
+    def misagree(self, agreed: list[Completion], live: set[int]) -> list[Completion]:
+        if self.lockstep.group.rank == 0:
+            return agreed
+        return [self.mine.pop(c.op_id, c) if c.kind == "exists" else c for c in agreed]
+
+
+class MaxWhereMinIsDue(_KeepsItsOwn):
+    """Planted: the ranks agree the tokens an operation brought with MAX, not MIN."""
+
+    def misagree(self, agreed: list[Completion], live: set[int]) -> list[Completion]:
+        fresh = [c for c in agreed if c.op_id in live]  # stale ones are each rank's own
+        mine = [self.mine.pop(c.op_id, c) for c in fresh]
+        most = self.lockstep.group.all_reduce_max([c.tokens for c in mine]) if fresh else []
+        by_op = {c.op_id: tokens for c, tokens in zip(fresh, most, strict=True)}
+        return [c._replace(tokens=by_op.get(c.op_id, c.tokens)) for c in agreed]
+
+
+def _fuzz(tp: int, agreement: type[RankAgreement], examples: int) -> None:
+    run_state_machine_as_test(
+        configured(tp, agreement),
+        settings=settings(
+            max_examples=examples,
+            stateful_step_count=40,
+            derandomize=True,
+            database=None,
+            deadline=None,
+            phases=[Phase.generate],
+        ),
+    )
+
+
+@pytest.mark.parametrize("tp", [2, 4])
+def test_the_rank_fuzzer_finds_nothing_in_the_clean_pipeline(tp: int) -> None:
+    TALLY.states = 0
+    _fuzz(tp, RankAgreement, examples=20)
+    assert TALLY.states > 300
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("bug", "caught_by", "examples"),
+    [
+        # found after ~700 states (0.5 s): LockstepError at the next pass, or the invariant
+        (TrustsItsOwnHits, {"lockstep"}, 300),
+        # found after ~12,800 states (8 s): the rank short of pages splices what it never read
+        (MaxWhereMinIsDue, {"bytes"}, 800),
+    ],
+)
+def test_the_rank_fuzzer_catches_a_planted_agreement_bug(
+    bug: type[RankAgreement], caught_by: set[str], examples: int
+) -> None:
+    with pytest.raises(Exception) as failure:
+        _fuzz(2, bug, examples)
+    error = failure.value
+    invariant = violated_invariant(error)
+    assert invariant in caught_by or isinstance(error, LockstepError), repr(error)

@@ -59,6 +59,13 @@ def add_parser(sub: Any) -> None:
         "(0.5.19, 0.5.20); namespaces: issue and publish every request in the root namespace "
         "(0.5.19's L3 keys ignore it); every other invariant still runs",
     )
+    fuzz.add_argument(
+        "--tp",
+        type=positive_int("tensor-parallel ranks"),
+        default=1,
+        help="fuzz N tensor-parallel ranks in lockstep under per-rank faults "
+        "(docs/tensor-parallel.md); 1 (default): one pipeline",
+    )
     add_sglang_env(fuzz, "--target sglang")
     fuzz.set_defaults(func=run)
 
@@ -71,6 +78,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.steps is None and args.budget is None:
         args.steps = 20_000
+    if args.tp > 1:
+        return _fuzz_ranks(args, DATABASE)
     target = split(args.target, ("stagefate", "sglang"), "target")[0]
     if target == "sglang":
         return _fuzz_sglang(args, DATABASE)
@@ -107,6 +116,40 @@ def run(args: argparse.Namespace) -> int:
             f"[red]VIOLATION[/red] {type(result.failure).__name__}: {result.failure}\n"
             f"The minimal failing program is printed above; the example is saved in {DATABASE}, "
             "so the next run replays it first."
+        )
+        return 1
+    return 0
+
+
+def _fuzz_ranks(args: argparse.Namespace, database: Path) -> int:
+    """``--tp N``: N ranks of stagefate's pipeline, agreeing through a LocalGroup."""
+    from ..fuzz.campaign import run_batches
+    from ..fuzz.ranks import TALLY, configured
+
+    if args.target != "stagefate" or args.tree != "stagefate" or args.log or args.sglang_env:
+        raise ValueError(
+            "--tp fuzzes stagefate's own pipeline on its own tree: drop --target, --tree, "
+            "--log and --sglang-env"
+        )
+    TALLY.states = 0
+    programs, seconds, failure = run_batches(
+        console,
+        configured(args.tp),
+        lambda: TALLY.states,
+        args.steps,
+        args.budget,
+        args.seed,
+        args.profile,
+    )
+    console.print(
+        f"{TALLY.states:,} states checked in {programs:,} programs over {args.tp} ranks in "
+        f"lockstep, {seconds:.0f} s, seed {args.seed}; per-rank faults: pages missing from "
+        "one rank's L3, one rank's reads short, failed or late, one rank's bounce fuller"
+    )
+    if failure is not None:
+        console.print(
+            f"[red]VIOLATION[/red] {type(failure).__name__}: {failure}\n"
+            f"The minimal failing program is printed above; the example is saved in {database}."
         )
         return 1
     return 0
