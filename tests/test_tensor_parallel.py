@@ -7,6 +7,8 @@ lifecycle state, and each rank's spliced KV with its own producer's shard.
 
 from __future__ import annotations
 
+import os
+import pathlib
 from collections.abc import Callable, Sequence
 
 import pytest
@@ -21,7 +23,7 @@ from stagefate.runtime import Completion
 from stagefate.runtime.hashing import ROOT_NAMESPACE, page_hashes, rank_suffix, storage_key
 from stagefate.statemachine.group import Group
 from stagefate.statemachine.lockstep import RankAgreement
-from stagefate.testing import assert_quiescent, manual_io
+from stagefate.testing import assert_quiescent, manual_io, run_ranks_over_gloo
 
 from .harness import config, kv_marks, seq_of
 
@@ -283,69 +285,42 @@ def test_one_rank_costs_nothing_it_does_not_use() -> None:
     assert pipe._agreement is None
 
 
-def _rank_over_gloo(rank: int, port: int, l3: str) -> None:
-    """One rank of a two-process run over torch.distributed (gloo on 127.0.0.1)."""
-    from datetime import timedelta
-
+def _rank_over_gloo(rank: int, size: int) -> list[float]:
+    """One rank of a two-process run over torch.distributed: its spliced shard's marks."""
     import torch.distributed as dist
 
     from stagefate import FileStorage, TorchGroup
 
-    dist.init_process_group(
-        "gloo",
-        init_method=f"tcp://127.0.0.1:{port}",
-        rank=rank,
-        world_size=TP,
-        timeout=timedelta(seconds=30),
-    )
-    try:
-        storage = FileStorage(l3)
-        producer = BufferPipeline(tp_config(rank), storage=storage, group=TorchGroup())
-        consumer = BufferPipeline(tp_config(rank), storage=storage, group=TorchGroup())
-        seq = seq_of(PAGES, 1)
-        slots = producer.device_pool.alloc(PAGES)
-        assert slots is not None
-        producer.device_pool.kv[:, :, slots] = 10.0 + rank
-        producer.write_through(seq, slots)
-        dist.barrier()  # both shards are in L3 before either rank asks
-        consumer.prefetch_from_storage("r", seq, 0)
-        for _ in range(2):
-            manual_io(consumer).complete_all()
-            consumer.poll()
-        assert consumer.state("r") == "staged"
-        consumer.plan_staged_splice("r", 0)
-        consumer.init_load_back("r", torch.empty(0, dtype=torch.int64))
-        for _ in range(2):
-            manual_io(consumer).complete_all()
-            consumer.poll()
-        indices = consumer.tree.match_prefix(seq).device_indices
-        assert kv_marks(consumer, indices) == [10.0 + rank] * PAGES
-        assert_quiescent(consumer)
-    finally:
-        dist.destroy_process_group()
+    storage = FileStorage(os.environ["STAGEFATE_TP_TEST_L3"])
+    producer = BufferPipeline(tp_config(rank), storage=storage, group=TorchGroup())
+    consumer = BufferPipeline(tp_config(rank), storage=storage, group=TorchGroup())
+    seq = seq_of(PAGES, 1)
+    slots = producer.device_pool.alloc(PAGES)
+    assert slots is not None
+    producer.device_pool.kv[:, :, slots] = 10.0 + rank
+    producer.write_through(seq, slots)
+    dist.barrier()  # both shards are in L3 before either rank asks
+    consumer.prefetch_from_storage("r", seq, 0)
+    for _ in range(2):
+        manual_io(consumer).complete_all()
+        consumer.poll()
+    assert consumer.state("r") == "staged"
+    consumer.plan_staged_splice("r", 0)
+    consumer.init_load_back("r", torch.empty(0, dtype=torch.int64))
+    for _ in range(2):
+        manual_io(consumer).complete_all()
+        consumer.poll()
+    assert_quiescent(consumer)
+    return kv_marks(consumer, consumer.tree.match_prefix(seq).device_indices)
 
 
 @pytest.mark.slow
-def test_two_processes_agree_over_gloo(tmp_path: object) -> None:
-    import multiprocessing
-    import socket
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    context = multiprocessing.get_context("spawn")
-    ranks = [
-        context.Process(target=_rank_over_gloo, args=(rank, port, str(tmp_path)))
-        for rank in range(TP)
-    ]
-    for process in ranks:
-        process.start()
-    for process in ranks:
-        process.join(120)
-    for process in ranks:
-        if process.is_alive():
-            process.kill()
-    assert [process.exitcode for process in ranks] == [0] * TP
+def test_two_processes_agree_over_gloo(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("STAGEFATE_TP_TEST_L3", str(tmp_path))  # the spawned ranks inherit it
+    marks = run_ranks_over_gloo(_rank_over_gloo, TP)
+    assert marks == [[10.0 + rank] * PAGES for rank in range(TP)]
 
 
 # ---------------------------------------------------------------------- the fuzzer, and its teeth
@@ -428,3 +403,14 @@ def test_the_rank_fuzzer_catches_a_planted_agreement_bug(
     error = failure.value
     invariant = violated_invariant(error)
     assert invariant in caught_by or isinstance(error, LockstepError), repr(error)
+
+
+def test_the_tp_bench_workload_splices_every_prefetch_on_every_rank(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from stagefate.bench import tensor_parallel as bench
+
+    monkeypatch.setattr(bench, "IDLE_PASSES", 5)
+    monkeypatch.setattr(bench, "PREFETCHES", 3)
+    idle, prefetch = bench._local(2)  # asserts each rank filled every prefetch
+    assert idle > 0 and prefetch > 0

@@ -11,7 +11,7 @@ from typing import Any
 from ..bench.report import Section
 from .common import console
 
-BENCHES = ("dispatch", "tree", "copy", "lifecycle", "replay", "storage")
+BENCHES = ("dispatch", "tree", "copy", "lifecycle", "replay", "storage", "tp")
 
 
 def add_parser(sub: Any) -> None:
@@ -39,7 +39,7 @@ def _runners(
 ) -> dict[str, Callable[[], list[Section]]]:
     import torch
 
-    from ..bench import copy, dispatch, lifecycle, replay, storage, tree
+    from ..bench import copy, dispatch, lifecycle, replay, storage, tensor_parallel, tree
 
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -53,6 +53,7 @@ def _runners(
         ),
         "replay": lambda: [replay.run(trace)],
         "storage": lambda: [storage.run()],
+        "tp": lambda: [tensor_parallel.run()],
     }
 
 
