@@ -158,3 +158,5 @@ def test_fuzz_tp_runs_ranks_in_lockstep(capsys: pytest.CaptureFixture[str]) -> N
 def test_fuzz_tp_refuses_another_target(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["fuzz", "--tp", "2", "--target", "sglang", "--steps", "10"]) == 2
     assert "--tp fuzzes stagefate's own pipeline" in capsys.readouterr().out
+    assert main(["fuzz", "--processes", "--steps", "10"]) == 2
+    assert "give it with --tp 2 or more" in capsys.readouterr().out

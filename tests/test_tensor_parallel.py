@@ -18,7 +18,7 @@ from hypothesis.stateful import run_state_machine_as_test
 
 from stagefate import BufferPipeline, LocalGroup, LockstepError, MemoryStorage, PipelineConfig
 from stagefate.fuzz.invariants import violated_invariant
-from stagefate.fuzz.ranks import TALLY, configured
+from stagefate.fuzz.ranks import TALLY, configured, run_in_processes
 from stagefate.runtime import Completion
 from stagefate.runtime.hashing import ROOT_NAMESPACE, page_hashes, rank_suffix, storage_key
 from stagefate.statemachine.group import Group
@@ -414,3 +414,19 @@ def test_the_tp_bench_workload_splices_every_prefetch_on_every_rank(
     monkeypatch.setattr(bench, "PREFETCHES", 3)
     idle, prefetch = bench._local(2)  # asserts each rank filled every prefetch
     assert idle > 0 and prefetch > 0
+
+
+@pytest.mark.slow
+def test_a_campaign_with_each_rank_in_its_own_process(tmp_path: pathlib.Path) -> None:
+    ranks = run_in_processes(2, steps=1000, budget=None, seed=0, l3=tmp_path)
+    assert [failure for *_, failure in ranks] == [None, None]
+    assert ranks[0][:2] == ranks[1][:2] and ranks[0][0] >= 1000  # the same programs, both
+
+
+@pytest.mark.slow
+def test_the_process_campaign_catches_a_rank_trusting_its_own_hits(tmp_path: pathlib.Path) -> None:
+    ranks = run_in_processes(
+        2, steps=5000, budget=None, seed=0, l3=tmp_path, agreement=TrustsItsOwnHits
+    )
+    failures = [failure for *_, failure in ranks]
+    assert all(f is not None and "lockstep" in f for f in failures), failures

@@ -66,6 +66,12 @@ def add_parser(sub: Any) -> None:
         help="fuzz N tensor-parallel ranks in lockstep under per-rank faults "
         "(docs/tensor-parallel.md); 1 (default): one pipeline",
     )
+    fuzz.add_argument(
+        "--processes",
+        action="store_true",
+        help="--tp: each rank in a process of its own, agreeing over torch.distributed (gloo "
+        "on 127.0.0.1) instead of threads in this one",
+    )
     add_sglang_env(fuzz, "--target sglang")
     fuzz.set_defaults(func=run)
 
@@ -80,6 +86,8 @@ def run(args: argparse.Namespace) -> int:
         args.steps = 20_000
     if args.tp > 1:
         return _fuzz_ranks(args, DATABASE)
+    if args.processes:
+        raise ValueError("--processes runs tensor-parallel ranks: give it with --tp 2 or more")
     target = split(args.target, ("stagefate", "sglang"), "target")[0]
     if target == "sglang":
         return _fuzz_sglang(args, DATABASE)
@@ -131,6 +139,8 @@ def _fuzz_ranks(args: argparse.Namespace, database: Path) -> int:
             "--tp fuzzes stagefate's own pipeline on its own tree: drop --target, --tree, "
             "--log and --sglang-env"
         )
+    if args.processes:
+        return _fuzz_rank_processes(args)
     TALLY.states = 0
     programs, seconds, failure = run_batches(
         console,
@@ -143,13 +153,41 @@ def _fuzz_ranks(args: argparse.Namespace, database: Path) -> int:
     )
     console.print(
         f"{TALLY.states:,} states checked in {programs:,} programs over {args.tp} ranks in "
-        f"lockstep, {seconds:.0f} s, seed {args.seed}; per-rank faults: pages missing from "
-        "one rank's L3, one rank's reads short, failed or late, one rank's bounce fuller"
+        f"lockstep (threads), {seconds:.0f} s, seed {args.seed}; {_RANK_FAULTS}"
     )
     if failure is not None:
         console.print(
             f"[red]VIOLATION[/red] {type(failure).__name__}: {failure}\n"
             f"The minimal failing program is printed above; the example is saved in {database}."
+        )
+        return 1
+    return 0
+
+
+_RANK_FAULTS = (
+    "per-rank faults: pages missing from one rank's L3, one rank's reads short, failed or "
+    "late, one rank's bounce fuller"
+)
+
+
+def _fuzz_rank_processes(args: argparse.Namespace) -> int:
+    import tempfile
+
+    from ..fuzz.ranks import run_in_processes
+
+    with tempfile.TemporaryDirectory(prefix="stagefate-tp-l3-") as l3:
+        ranks = run_in_processes(args.tp, args.steps, args.budget, args.seed, Path(l3))
+    states, programs, seconds, _failure = ranks[0]
+    console.print(
+        f"{states:,} states checked in {programs:,} programs over {args.tp} ranks in lockstep, "
+        f"one process each over gloo, {seconds:.0f} s, seed {args.seed}; {_RANK_FAULTS}"
+    )
+    failed = [(rank, failure) for rank, (*_, failure) in enumerate(ranks) if failure]
+    if failed:
+        for rank, failure in failed:
+            console.print(f"[red]VIOLATION[/red] rank {rank}: {failure}")
+        console.print(
+            "Each rank printed its failing program above (the same program on every rank)."
         )
         return 1
     return 0

@@ -7,25 +7,42 @@ one rank's completions late by passes, one rank's bounce pool fuller. After ever
 rank: the tree's own check, bounce and pin conservation, the read books; across ranks, lockstep
 (the same records, counters, pins, bounce use and tree on every rank); and bytes (every cached
 token's KV on a rank is that rank's producer's shard: no rank splices a span another dropped).
-The ranks agree through :class:`~stagefate.statemachine.group.LocalGroup`; ``agreement`` swaps
-the class the ranks agree with, for the planted bugs.
+A :class:`Cluster` holds the ranks this process drives: all of them on threads agreeing through
+:class:`~stagefate.statemachine.group.LocalGroup` (:class:`ThreadCluster`), or this process's
+one rank agreeing with the other processes through
+:class:`~stagefate.statemachine.group.TorchGroup` (:class:`ProcessCluster`, ``--processes``).
+Every process runs the same program (same seed): whatever a rule or a precondition reads is
+lockstep state, and a fault is applied by the process that holds the rank it names. The
+``agreement`` class the ranks agree with can be swapped, for the planted bugs.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import functools
+import random
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Protocol
 
+import hypothesis.core as hypothesis_core
 import torch
+from hypothesis import Phase, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, precondition, rule
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
 
-from ..runtime import MemoryStorage
+from ..runtime import FileStorage, MemoryStorage, Storage
 from ..runtime.hashing import ROOT_NAMESPACE, page_hashes, rank_suffix, storage_key
 from ..statemachine.config import PipelineConfig
-from ..statemachine.group import Group, LocalGroup
+from ..statemachine.group import Group, LocalGroup, TorchGroup
 from ..statemachine.lockstep import RankAgreement
 from ..statemachine.pipeline import BufferPipeline
-from ..testing import manual_io
+from ..testing import manual_io, run_ranks_over_gloo
 from .invariants import spec_invariant
 
 SEQUENCES = 2
@@ -61,36 +78,102 @@ def rank_config(rank: int, size: int) -> PipelineConfig:
     )
 
 
-def build_ranks(
-    storage: MemoryStorage, size: int, agreement: type[RankAgreement]
-) -> tuple[list[BufferPipeline], LocalGroup]:
-    """One pipeline per rank, built on the ranks' threads (they agree on their config)."""
-    groups = LocalGroup.create(size, timeout=10.0)
+def _rank_pipeline(
+    group: Group, size: int, storage: Storage, agreement: type[RankAgreement]
+) -> BufferPipeline:
+    pipe = BufferPipeline(rank_config(group.rank, size), storage=storage, group=group)
+    pipe._agreement = agreement(group)  # the planted bugs' hook
+    return pipe
 
-    def builder(group: Group) -> Callable[[], BufferPipeline]:
-        def build() -> BufferPipeline:
-            pipe = BufferPipeline(rank_config(group.rank, size), storage=storage, group=group)
-            pipe._agreement = agreement(group)
-            return pipe
 
-        return build
+Rank = tuple[int, BufferPipeline, BufferPipeline]
+"""(rank, its consumer pipeline under test, its producer writing its shard through)."""
 
-    return groups[0].run(*(builder(group) for group in groups)), groups[0]
+
+class Cluster(Protocol):
+    size: int
+    local: list[Rank]
+    """The ranks this process drives."""
+
+    def together(self, calls: Sequence[Callable[[], object]]) -> None:
+        """One call per local rank, run so the ranks can meet at the agreement."""
+        ...
+
+    def gather(self, values: Sequence[object]) -> list[object]:
+        """Every rank's value (the local ones given in ``local``'s order), in rank order."""
+        ...
+
+
+class ThreadCluster:
+    """Every rank in this process, each agreeing on a thread of its own."""
+
+    def __init__(self, size: int, agreement: type[RankAgreement]) -> None:
+        self.size = size
+        storage = MemoryStorage()
+        producers, _ = self._build(storage, RankAgreement)
+        consumers, self._group = self._build(storage, agreement)
+        self.local = [(rank, consumers[rank], producers[rank]) for rank in range(size)]
+
+    def _build(
+        self, storage: Storage, agreement: type[RankAgreement]
+    ) -> tuple[list[BufferPipeline], LocalGroup]:
+        groups = LocalGroup.create(self.size, timeout=10.0)
+        build = [
+            functools.partial(_rank_pipeline, group, self.size, storage, agreement)
+            for group in groups
+        ]
+        return groups[0].run(*build), groups[0]
+
+    def together(self, calls: Sequence[Callable[[], object]]) -> None:
+        self._group.run(*calls)
+
+    def gather(self, values: Sequence[object]) -> list[object]:
+        return list(values)
+
+
+class ProcessCluster:
+    """This process's one rank, agreeing with the others over ``torch.distributed``; each
+    program's L3 is a directory of its own under ``l3``, named by the program's ordinal (the
+    same in every process)."""
+
+    programs = 0
+
+    def __init__(self, size: int, agreement: type[RankAgreement], l3: Path) -> None:
+        self.size = size
+        ProcessCluster.programs += 1
+        storage = FileStorage(l3 / f"program-{ProcessCluster.programs}")
+        producer = _rank_pipeline(TorchGroup(), size, storage, RankAgreement)
+        consumer = _rank_pipeline(TorchGroup(), size, storage, agreement)
+        self._group = TorchGroup()
+        self.local = [(self._group.rank, consumer, producer)]
+
+    def together(self, calls: Sequence[Callable[[], object]]) -> None:
+        for call in calls:
+            call()
+
+    def gather(self, values: Sequence[object]) -> list[object]:
+        (value,) = values
+        return self._group.all_gather(value)
 
 
 class RankFuzzer(RuleBasedStateMachine):
     tp = 2
-    agreement: type[RankAgreement] = RankAgreement
+    make_cluster: Callable[[int], Cluster] = functools.partial(
+        ThreadCluster, agreement=RankAgreement
+    )
 
     def __init__(self) -> None:
         super().__init__()
-        self.storage = MemoryStorage()
-        self.producers, _ = build_ranks(self.storage, self.tp, RankAgreement)
-        self.ranks, self.group = build_ranks(self.storage, self.tp, self.agreement)
+        self.cluster = self.make_cluster(self.tp)
+        self.local = self.cluster.local
+        self.lead = self.local[0][1]
+        """A local rank's pipeline: what rules and preconditions read is lockstep state."""
         self.issued = 0
         self.tokens_of: dict[str, list[int]] = {}
         self.held: dict[int, torch.Tensor] = {}
-        """Bounce slots the fuller-pool fault holds, by rank."""
+        """Bounce slots the fuller-pool fault holds, by rank (on the rank's process)."""
+        self.held_pages: dict[int, int] = {}
+        """How many, by rank, on every process."""
 
     # ------------------------------------------------------------------ helpers
 
@@ -99,18 +182,23 @@ class RankFuzzer(RuleBasedStateMachine):
         start = 1 + sequence * TOKENS_PER_SEQUENCE
         return list(range(start, start + pages))
 
-    def _all(self, call: Callable[[BufferPipeline], object]) -> list[object]:
-        return [call(pipe) for pipe in self.ranks]
+    def _each(self, call: Callable[[BufferPipeline], object]) -> list[object]:
+        return [call(pipe) for _rank, pipe, _producer in self.local]
 
-    def _live(self, groups: str) -> list[str]:
-        states = self.ranks[0].spec.group(groups)
-        return sorted(r for r, rec in self.ranks[0].records.items() if rec.state in states)
+    def _here(self, rank: int) -> Rank | None:
+        """The local rank ``rank`` names (a fault's rank, taken modulo the ranks), if here."""
+        rank %= self.tp
+        return next((entry for entry in self.local if entry[0] == rank), None)
+
+    def _live(self, group: str) -> list[str]:
+        states = self.lead.spec.group(group)
+        return sorted(r for r, rec in self.lead.records.items() if rec.state in states)
 
     def _poll(self, late: int | None = None) -> None:
-        for rank, pipe in enumerate(self.ranks):
+        for rank, pipe, _producer in self.local:
             if rank != late:
                 manual_io(pipe).complete_all()
-        self.group.run(*(pipe.poll for pipe in self.ranks))
+        self.cluster.together([pipe.poll for _rank, pipe, _producer in self.local])
 
     # ------------------------------------------------------------------ the scheduler's calls
 
@@ -120,9 +208,8 @@ class RankFuzzer(RuleBasedStateMachine):
         request_id = f"r{self.issued}"
         self.issued += 1
         self.tokens_of[request_id] = tokens
-        for pipe in self.ranks:
-            matched = pipe.tree.match_prefix(tokens).length
-            pipe.prefetch_from_storage(request_id, tokens, matched)
+        for _rank, pipe, _producer in self.local:
+            pipe.prefetch_from_storage(request_id, tokens, pipe.tree.match_prefix(tokens).length)
 
     @rule()
     def poll(self) -> None:
@@ -135,12 +222,11 @@ class RankFuzzer(RuleBasedStateMachine):
 
     @rule()
     def reissue_due_retries(self) -> None:
-        waiting = sorted(self.tokens_of)
-        for request_id in self.ranks[0].due_retries(waiting):
-            for pipe in self.ranks[1:]:
-                assert pipe.due_retries([request_id]) == [request_id]
+        due = self._each(lambda pipe: pipe.due_retries(sorted(self.tokens_of)))
+        assert all(d == due[0] for d in due), f"ranks disagree on the due retries: {due}"
+        for request_id in due[0]:  # type: ignore[attr-defined]
             tokens = self.tokens_of[request_id]
-            for pipe in self.ranks:
+            for _rank, pipe, _producer in self.local:
                 matched = pipe.tree.match_prefix(tokens).length
                 pipe.prefetch_from_storage(request_id, tokens, matched)
 
@@ -150,23 +236,22 @@ class RankFuzzer(RuleBasedStateMachine):
         holds = self._live("hold")
         request_id = holds[which % len(holds)]
         tokens = self.tokens_of[request_id]
-        for pipe in self.ranks:
+        for _rank, pipe, _producer in self.local:
             prefix = pipe.tree.match_prefix(tokens)
             kv_tokens, _aux = pipe.plan_staged_splice(request_id, prefix.length)
             if kv_tokens:
                 pipe.init_load_back(request_id, prefix.device_indices)
 
-    @precondition(lambda self: bool(self.ranks[0].records))
+    @precondition(lambda self: bool(self.lead.records))
     @rule(which=st.integers(0, 7))
     def abort(self, which: int) -> None:
-        live = sorted(self.ranks[0].records)
+        live = sorted(self.lead.records)
         request_id = live[which % len(live)]
-        self._all(lambda pipe: pipe.release_aborted_request(request_id))
+        self._each(lambda pipe: pipe.release_aborted_request(request_id))
 
     @rule(tokens=st.integers(1, 24))
     def evict(self, tokens: int) -> None:
-        evicted = self._all(lambda pipe: pipe.tree.evict(tokens))
-        assert len(set(evicted)) == 1, f"ranks evicted different amounts: {evicted}"
+        self._each(lambda pipe: pipe.tree.evict(tokens))  # the same on every rank: lockstep
 
     # ------------------------------------------------------------------ the world
 
@@ -174,13 +259,13 @@ class RankFuzzer(RuleBasedStateMachine):
     def publish(self, sequence: int, pages: int) -> None:
         """Each producer rank writes its shard of the prompt through to L3."""
         tokens = self._tokens(sequence, pages)
-        for rank, pipe in enumerate(self.producers):
-            slots = pipe.device_pool.alloc(len(tokens))
+        for rank, _pipe, producer in self.local:
+            slots = producer.device_pool.alloc(len(tokens))
             assert slots is not None
             values = torch.tensor(tokens, dtype=torch.float32) + rank * RANK_MARK
-            pipe.device_pool.kv[:, :, slots] = values.view(1, 1, -1, 1, 1)
-            pipe.write_through(tokens, slots)
-            pipe.device_pool.free(slots)
+            producer.device_pool.kv[:, :, slots] = values.view(1, 1, -1, 1, 1)
+            producer.write_through(tokens, slots)
+            producer.device_pool.free(slots)
 
     @rule(
         sequence=st.integers(0, SEQUENCES - 1),
@@ -188,15 +273,21 @@ class RankFuzzer(RuleBasedStateMachine):
         from_page=st.integers(0, PAGES - 1),
     )
     def one_rank_loses_pages(self, sequence: int, rank: int, from_page: int) -> None:
+        here = self._here(rank)
+        if here is None:
+            return
         digests = page_hashes(self._tokens(sequence, PAGES), 1, ROOT_NAMESPACE)[from_page:]
-        suffix = rank_suffix(rank % self.tp, self.tp)
-        self.storage.delete([storage_key(d) + suffix for d in digests])
+        suffix = rank_suffix(here[0], self.tp)
+        here[1].storage.delete([storage_key(d) + suffix for d in digests])
 
     @rule(rank=st.integers(0, 3), which=st.integers(0, 7), short=st.integers(0, PAGES))
     def one_rank_completes_one_op(self, rank: int, which: int, short: int) -> None:
         """One rank's L3 operation (existence query or read) completes alone: fully, short, or
         failed. H2D copies are the rank's own device work and are not failed here."""
-        io = manual_io(self.ranks[rank % self.tp])
+        here = self._here(rank)
+        if here is None:
+            return
+        io = manual_io(here[1])
         queued = io.queued("exists") + io.queued("read")
         if not queued:
             return
@@ -211,28 +302,37 @@ class RankFuzzer(RuleBasedStateMachine):
     @rule(rank=st.integers(0, 3), pages=st.integers(1, 20))
     def one_rank_bounce_fills(self, rank: int, pages: int) -> None:
         rank %= self.tp
-        if rank in self.held:
+        if rank in self.held_pages:
             return
-        held = self.ranks[rank].host_pool.alloc(min(pages, self.ranks[rank].host_pool.available()))
-        if held is not None and held.numel():
+        # the rank's free bounce, from any rank's: they differ only by what this fault holds
+        free = self.lead.host_pool.available() + self.held_pages.get(self.local[0][0], 0)
+        pages = min(pages, free)
+        if not pages:
+            return
+        self.held_pages[rank] = pages
+        here = self._here(rank)
+        if here is not None:
+            held = here[1].host_pool.alloc(pages)
+            assert held is not None
             self.held[rank] = held
 
-    @precondition(lambda self: bool(self.held))
+    @precondition(lambda self: bool(self.held_pages))
     @rule()
     def bounce_frees(self) -> None:
         for rank, held in self.held.items():
-            self.ranks[rank].host_pool.free(held)
+            self._here(rank)[1].host_pool.free(held)  # type: ignore[index]
         self.held.clear()
+        self.held_pages.clear()
 
     def teardown(self) -> None:
         """Every request ends and every operation lands: each rank is quiescent, in lockstep."""
-        for request_id in sorted(self.ranks[0].records):
-            for pipe in self.ranks:
+        for request_id in sorted(self.lead.records):
+            for _rank, pipe, _producer in self.local:
                 pipe.release_aborted_request(request_id)
         for _ in range(3):
             self._poll()
-        for pipe in self.ranks:
-            assert pipe.is_idle(), f"rank {pipe.config.tp_rank}: {list(pipe.records)} live"
+        for rank, pipe, _producer in self.local:
+            assert pipe.is_idle(), f"rank {rank}: {list(pipe.records)} live"
             assert pipe.pinned_tokens == 0 and pipe.tree.protected_size == 0
 
     # ------------------------------------------------------------------ invariants
@@ -240,7 +340,7 @@ class RankFuzzer(RuleBasedStateMachine):
     @spec_invariant
     def lockstep(self) -> None:
         TALLY.states += 1
-        views = [self._view(rank, pipe) for rank, pipe in enumerate(self.ranks)]
+        views = self.cluster.gather([self._view(r, pipe) for r, pipe, _producer in self.local])
         for rank, view in enumerate(views[1:], start=1):
             assert view == views[0], f"rank {rank} differs from rank 0: {view} != {views[0]}"
 
@@ -251,16 +351,15 @@ class RankFuzzer(RuleBasedStateMachine):
         }
         stats = pipe.stats.model_dump()
         stats.pop("stale_completions")  # each rank's own timing
-        held = 0 if rank not in self.held else self.held[rank].numel()
         tree = sorted((tuple(n.tokens()), n.lock_ref) for n in pipe.tree.nodes())
-        available = (pipe.host_pool.available() + held, pipe.device_pool.available())
-        return records, stats, pipe.pinned_tokens, available, tree
+        free = pipe.host_pool.available() + self.held_pages.get(rank, 0)
+        return records, stats, pipe.pinned_tokens, (free, pipe.device_pool.available()), tree
 
     @spec_invariant
     def bytes(self) -> None:
         """Each rank's cached KV is its own producer's shard of exactly those tokens (slots whose
         H2D copy has not run yet excepted)."""
-        for rank, pipe in enumerate(self.ranks):
+        for rank, pipe, _producer in self.local:
             nodes = pipe.tree.nodes()
             if not nodes:
                 continue
@@ -278,18 +377,18 @@ class RankFuzzer(RuleBasedStateMachine):
 
     @spec_invariant
     def hold_release(self) -> None:
-        for rank, pipe in enumerate(self.ranks):
+        for rank, pipe, _producer in self.local:
             bounce = sum(
                 len(r.host_indices) for r in pipe.records.values() if r.host_indices is not None
             )
-            held = 0 if rank not in self.held else self.held[rank].numel()
+            held = self.held_pages.get(rank, 0)
             assert pipe.host_pool.available() + bounce + held == pipe.host_pool.capacity, (
                 f"rank {rank}: bounce leaked"
             )
 
     @spec_invariant
     def pin_balance(self) -> None:
-        for pipe in self.ranks:
+        for _rank, pipe, _producer in self.local:
             pipe.tree.sanity_check()
             pinned = [r for r in pipe.records.values() if r.pinned_node is not None]
             assert sum(r.pinned_tokens for r in pinned) == pipe.pinned_tokens
@@ -297,7 +396,7 @@ class RankFuzzer(RuleBasedStateMachine):
 
     @spec_invariant
     def exactly_once_end(self) -> None:
-        for pipe in self.ranks:
+        for _rank, pipe, _producer in self.local:
             stats, (reads, tokens) = pipe.stats, pipe.reads_in_flight()
             assert stats.l3_reads == stats.filled + stats.l3_reads_wasted + reads
             assert (
@@ -317,8 +416,71 @@ def _copies_in_flight(pipe: BufferPipeline) -> set[int]:
 
 
 def configured(tp: int, agreement: type[RankAgreement] = RankAgreement) -> type[RankFuzzer]:
-    """A RankFuzzer over ``tp`` ranks agreeing with ``agreement`` (its own class: nothing another
-    caller sees changes)."""
+    """A RankFuzzer over ``tp`` ranks on threads, agreeing with ``agreement`` (its own class:
+    nothing another caller sees changes)."""
     if tp < 2:
         raise ValueError(f"--tp takes 2 or more ranks, got {tp}")
-    return type(f"RankFuzzer{tp}", (RankFuzzer,), {"tp": tp, "agreement": agreement})
+    cluster = functools.partial(ThreadCluster, agreement=agreement)
+    return type(f"RankFuzzer{tp}", (RankFuzzer,), {"tp": tp, "make_cluster": cluster})
+
+
+BATCH_PROGRAMS = 10
+STEPS_PER_PROGRAM = 40
+
+
+def run_in_processes(
+    tp: int,
+    steps: int | None,
+    budget: float | None,
+    seed: int,
+    l3: Path,
+    agreement: type[RankAgreement] = RankAgreement,
+) -> list[tuple[int, int, float, str | None]]:
+    """The campaign with each rank in a process of its own over ``TorchGroup`` (gloo on
+    127.0.0.1): ``(states, programs, seconds, failure)`` by rank. The processes run the same
+    programs (one seed) and agree after every batch whether to stop; a rank that fails stops
+    every rank (the others' next agreement times out), so the campaign always ends."""
+    if tp < 2:
+        raise ValueError(f"--tp takes 2 or more ranks, got {tp}")
+    body = functools.partial(
+        _campaign_rank, steps=steps, budget=budget, seed=seed, l3=l3, agreement=agreement
+    )
+    return run_ranks_over_gloo(body, tp, timeout=(budget or 600) + 120)
+
+
+def _campaign_rank(
+    rank: int,
+    size: int,
+    steps: int | None,
+    budget: float | None,
+    seed: int,
+    l3: Path,
+    agreement: type[RankAgreement],
+) -> tuple[int, int, float, str | None]:
+    cluster = functools.partial(ProcessCluster, agreement=agreement, l3=l3)
+    machine = type(f"RankFuzzer{size}", (RankFuzzer,), {"tp": size, "make_cluster": cluster})
+    group = TorchGroup()
+    hypothesis_core.threadlocal._hypothesis_global_random = random.Random(seed)
+    started, programs, failure = time.monotonic(), 0, None
+    batch = settings(
+        max_examples=BATCH_PROGRAMS,
+        stateful_step_count=STEPS_PER_PROGRAM,
+        derandomize=False,
+        database=None,  # every process must run the same programs: nothing replayed
+        deadline=None,
+        phases=[Phase.generate],  # no shrinking: the ranks would shrink apart
+    )
+    while True:
+        try:
+            run_state_machine_as_test(machine, settings=batch)
+        except Exception as error:  # the failing program has been printed by Hypothesis
+            failure = f"{type(error).__name__}: {error}"
+        programs += BATCH_PROGRAMS
+        done = (steps is not None and TALLY.states >= steps) or (
+            budget is not None and time.monotonic() - started >= budget
+        )
+        if failure is not None:
+            break  # the other ranks' next agreement fails: they stop too
+        if group.all_reduce_max([int(done)])[0]:
+            break
+    return TALLY.states, programs, time.monotonic() - started, failure
