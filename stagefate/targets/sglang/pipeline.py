@@ -153,6 +153,10 @@ class SteppedSGLang(ABC):
     requests: dict[str, Request] = field(default_factory=dict)
     expired: set[str] = field(default_factory=set)
     """Rids whose wait the caller's clock ended (0.5.19 to 0.5.22's deadline hook)."""
+    tp_group: Any = None
+    """A ``torch.distributed`` process group of the tensor-parallel ranks (one process each;
+    gloo on a CPU): SGLang's cache agrees its hit counts and acks over it. None: one rank."""
+    tp_rank: int = 0
 
     def __post_init__(self) -> None:
         require()
@@ -206,15 +210,25 @@ class SteppedSGLang(ABC):
             device="cpu",
             enable_memory_saver=False,
         )
+        tp_size = 1 if self.tp_group is None else self.tp_group.size()
         cache, params = unified_cache(
             self.core,
             disable=False,
             req_to_token_pool=req_to_token_pool,
             token_to_kv_pool_allocator=allocator,
             page_size=self.page_size,
+            **({} if self.tp_group is None else {"tp_cache_group": self.tp_group}),
+        )
+        # a plain TP deployment: one attention-TP group of every rank (SGLang checks the layout)
+        layout = (
+            {}
+            if tp_size == 1
+            else {"attn_tp_size": tp_size, "attn_tp_rank": self.tp_rank, "moe_tp_size": tp_size}
         )
         with (
-            get_parallel().override(tp_rank=0, tp_size=1, pp_rank=0, pp_size=1),
+            get_parallel().override(
+                tp_rank=self.tp_rank, tp_size=tp_size, pp_rank=0, pp_size=1, **layout
+            ),
             envs.SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR.override(str(self.storage_dir)),
             envs.SGLANG_HICACHE_BUFFER_ANCHOR_LOCK_CAP.override(self.anchor_cap),
         ):
