@@ -26,14 +26,17 @@ validate their arguments first and raise before anything changes.
 
 IO completions carry an operation id. ``poll()`` drains them on the caller's thread; a
 completion whose record has ended, or whose id is not the record's current operation (a request
-id may be reused), is dropped and counted in ``stale_completions``.
+id may be reused), is dropped and counted in ``stale_completions``. Under tensor parallelism
+(a ``group``) a drained completion is held until every rank has its own, then acted on with the
+values the ranks agreed, after the ranks have checked they fired the same transitions
+(:mod:`.lockstep`); the guards read only agreed facts, so every rank fires the same rows.
 
 This module is the binding: the scheduler's commands, the firing, the guards and the effects.
 What they use lives beside it, one concept a module: :mod:`.record` (a prefetch's record and the
 firing's lookups), :mod:`.books` (every L3 read settled as spliced or wasted, and why; the
 replay's other policies keep the same books), :mod:`.dedup` (who owns which page keys, who waits
 on whom), :mod:`.retry` (paced retries), :mod:`.io_ops` (the IO operations effects submit, and
-the span's page keys).
+the span's page keys), :mod:`.lockstep` and :mod:`.group` (tensor-parallel agreement).
 """
 
 from __future__ import annotations
