@@ -68,9 +68,9 @@ class TransitionSpec(_Frozen):
 class InvariantSpec(_Frozen):
     id: str
     statement: str
-    checked_by: tuple[Literal["static", "model_checker", "stateful", "scenarios"], ...] = Field(
-        min_length=1
-    )
+    checked_by: tuple[
+        Literal["static", "model_checker", "stateful", "rank_fuzzer", "scenarios"], ...
+    ] = Field(min_length=1)
 
 
 class GroupSpec(_Frozen):

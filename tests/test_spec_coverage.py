@@ -9,12 +9,13 @@ import inspect
 from types import ModuleType
 
 from stagefate.fuzz.machine import PipelineFuzzer
+from stagefate.fuzz.ranks import RankFuzzer
 from stagefate.metrics import exported_counters
 from stagefate.spec import load_spec, modelcheck
 from stagefate.spec.checks import PROVES, run_static_checks
 from stagefate.statemachine.stats import Stats
 
-from . import test_dedup, test_scenarios
+from . import test_dedup, test_scenarios, test_tensor_parallel
 
 SPEC = load_spec()
 
@@ -28,13 +29,20 @@ def test_stats_and_the_metrics_keep_exactly_the_specs_counters() -> None:
     assert exported_counters(SPEC) == set(SPEC.all_counters)
 
 
-def test_the_fuzzers_invariants_are_exactly_the_spec_ids_it_is_listed_for() -> None:
-    invariants = {
+def _invariants_of(machine: type) -> set[str]:
+    return {
         name
-        for name, member in inspect.getmembers(PipelineFuzzer)
+        for name, member in inspect.getmembers(machine)
         if getattr(member, "hypothesis_stateful_invariant", None) is not None
     }
-    assert invariants == _claimed("stateful")
+
+
+def test_the_fuzzers_invariants_are_exactly_the_spec_ids_it_is_listed_for() -> None:
+    assert _invariants_of(PipelineFuzzer) == _claimed("stateful")
+
+
+def test_the_rank_fuzzers_invariants_are_exactly_the_spec_ids_it_is_listed_for() -> None:
+    assert _invariants_of(RankFuzzer) == _claimed("rank_fuzzer")
 
 
 def test_the_model_checker_raises_exactly_the_invariants_it_is_listed_for() -> None:
@@ -62,6 +70,6 @@ def _marked(module: ModuleType) -> set[str]:
 
 
 def test_each_scenario_claim_has_scenario_tests_marked_with_it() -> None:
-    marked = _marked(test_scenarios) | _marked(test_dedup)
+    marked = _marked(test_scenarios) | _marked(test_dedup) | _marked(test_tensor_parallel)
     assert marked <= {inv.id for inv in SPEC.invariants}, "a mark names no spec invariant"
     assert marked == _claimed("scenarios")

@@ -140,6 +140,7 @@ def _splice(ranks: Ranks) -> list[object]:
     return spliced
 
 
+@pytest.mark.invariant("lockstep", "rank_bytes")
 def test_each_rank_splices_its_own_shard_in_lockstep() -> None:
     ranks, seq = _published()
     assert ranks.issue(seq) == ["no_anchor"] * TP
@@ -157,6 +158,7 @@ def test_each_rank_splices_its_own_shard_in_lockstep() -> None:
         assert_quiescent(pipe)
 
 
+@pytest.mark.invariant("lockstep", "rank_bytes")
 def test_a_page_one_rank_lacks_is_missing_for_every_rank() -> None:
     ranks, seq = _published()
     _delete_on_rank(ranks.storage, seq, rank=1, from_page=3)  # rank 1's L3 holds 3 pages
@@ -169,6 +171,7 @@ def test_a_page_one_rank_lacks_is_missing_for_every_rank() -> None:
     ranks.assert_quiescent()
 
 
+@pytest.mark.invariant("lockstep")
 def test_a_read_late_on_one_rank_holds_every_rank() -> None:
     ranks, seq = _published()
     ranks.issue(seq)
@@ -185,6 +188,7 @@ def test_a_read_late_on_one_rank_holds_every_rank() -> None:
     assert _splice(ranks) == [PAGES] * TP
 
 
+@pytest.mark.invariant("lockstep")
 def test_a_read_that_fails_on_one_rank_is_discarded_on_every_rank() -> None:
     ranks, seq = _published()
     ranks.issue(seq)
@@ -197,6 +201,7 @@ def test_a_read_that_fails_on_one_rank_is_discarded_on_every_rank() -> None:
     ranks.assert_quiescent()
 
 
+@pytest.mark.invariant("lockstep")
 def test_a_fuller_host_pool_on_one_rank_parks_every_rank() -> None:
     ranks, seq = _published()
     fuller = ranks.consumers[1]
@@ -212,6 +217,7 @@ def test_a_fuller_host_pool_on_one_rank_parks_every_rank() -> None:
     assert _splice(ranks) == [PAGES] * TP
 
 
+@pytest.mark.invariant("lockstep")
 def test_a_rank_acting_on_its_own_hit_count_is_named_at_the_next_pass() -> None:
     """The planted bug: rank 1 skips the agreement on hits and acts on its local count."""
     ranks, seq = _published()
@@ -392,7 +398,7 @@ def test_the_rank_fuzzer_finds_nothing_in_the_clean_pipeline(tp: int) -> None:
         # found after ~700 states (0.5 s): LockstepError at the next pass, or the invariant
         (TrustsItsOwnHits, {"lockstep"}, 300),
         # found after ~12,800 states (8 s): the rank short of pages splices what it never read
-        (MaxWhereMinIsDue, {"bytes"}, 800),
+        (MaxWhereMinIsDue, {"rank_bytes"}, 800),
     ],
 )
 def test_the_rank_fuzzer_catches_a_planted_agreement_bug(

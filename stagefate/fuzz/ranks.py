@@ -5,7 +5,7 @@ scheduler call goes to every rank, as SGLang's ranks each run the same scheduler
 where ranks differ: one rank's shard of a page missing from L3, one rank's read short or failed,
 one rank's completions late by passes, one rank's bounce pool fuller. After every step, on every
 rank: the tree's own check, bounce and pin conservation, the read books; across ranks, lockstep
-(the same records, counters, pins, bounce use and tree on every rank); and bytes (every cached
+(the same records, counters, pins, bounce use and tree on every rank); and rank bytes (every cached
 token's KV on a rank is that rank's producer's shard: no rank splices a span another dropped).
 A :class:`Cluster` holds the ranks this process drives: all of them on threads agreeing through
 :class:`~stagefate.statemachine.group.LocalGroup` (:class:`ThreadCluster`), or this process's
@@ -356,7 +356,7 @@ class RankFuzzer(RuleBasedStateMachine):
         return records, stats, pipe.pinned_tokens, (free, pipe.device_pool.available()), tree
 
     @spec_invariant
-    def bytes(self) -> None:
+    def rank_bytes(self) -> None:
         """Each rank's cached KV is its own producer's shard of exactly those tokens (slots whose
         H2D copy has not run yet excepted)."""
         for rank, pipe, _producer in self.local:
