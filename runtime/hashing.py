@@ -64,8 +64,13 @@ def aux_storage_key(digest: bytes) -> str:
     return digest.hex() + ".aux"
 
 
-def rank_suffix(rank: int, size: int) -> str:
-    """What a tensor-parallel rank appends to its L3 keys: each rank stores its own shard of a
-    page (its KV heads) under a key of its own, as SGLang's HiCacheFile appends
-    ``_{model}_{rank}_{size}``; a single rank keeps the bare key."""
-    return "" if size == 1 else f"_{rank}_{size}"
+def rank_storage_keys(
+    rank: int, size: int
+) -> tuple[Callable[[bytes], str], Callable[[bytes], str]]:
+    """A tensor-parallel rank's (main, aux) L3 key of a page: each rank stores its own shard
+    (its KV heads) under keys of its own, suffixed ``_{rank}_{size}`` (SGLang's HiCacheFile
+    appends ``_{model}_{rank}_{size}``); a single rank keeps the bare keys."""
+    if size == 1:
+        return storage_key, aux_storage_key
+    suffix = f"_{rank}_{size}"
+    return (lambda digest: digest.hex() + suffix), (lambda digest: aux_storage_key(digest) + suffix)

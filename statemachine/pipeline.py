@@ -66,7 +66,7 @@ from ..runtime import (
     namespace_of,
     page_hashes,
 )
-from ..runtime.hashing import aux_storage_key, rank_suffix, storage_key
+from ..runtime.hashing import rank_storage_keys
 from ..runtime.prefix_tree import Node, PrefixMatch, PrefixTree, TreeFactory, locked
 from ..runtime.storage import open_storage
 from ..spec import LifecycleSpec, load_spec
@@ -133,13 +133,7 @@ class BufferPipeline:
             else (ManualIO() if cfg.io == "manual" else ThreadedIO(cfg.io_workers))
         )
         self.copy = CopyEngine(self.device_pool.device)
-        suffix = rank_suffix(cfg.tp_rank, cfg.tp_size)
-        self._storage_key: Callable[[bytes], str] = (
-            storage_key if not suffix else lambda digest: digest.hex() + suffix
-        )
-        self._aux_storage_key: Callable[[bytes], str] = (
-            aux_storage_key if not suffix else lambda digest: aux_storage_key(digest) + suffix
-        )
+        self._storage_key, self._aux_storage_key = rank_storage_keys(cfg.tp_rank, cfg.tp_size)
         self.ops = IOOperations(
             self.storage,
             self.copy,

@@ -20,7 +20,7 @@ from stagefate import BufferPipeline, LocalGroup, LockstepError, MemoryStorage, 
 from stagefate.fuzz.invariants import violated_invariant
 from stagefate.fuzz.ranks import TALLY, configured, run_in_processes
 from stagefate.runtime import Completion
-from stagefate.runtime.hashing import ROOT_NAMESPACE, page_hashes, rank_suffix, storage_key
+from stagefate.runtime.hashing import ROOT_NAMESPACE, page_hashes, rank_storage_keys, storage_key
 from stagefate.statemachine.group import Group
 from stagefate.statemachine.lockstep import RankAgreement
 from stagefate.testing import assert_quiescent, manual_io, run_ranks_over_gloo
@@ -113,7 +113,8 @@ def _delete_on_rank(
 ) -> None:
     """Drop one rank's shard of the pages of ``tokens`` from ``from_page`` on."""
     digests = page_hashes(tokens, 1, ROOT_NAMESPACE)[from_page:]
-    storage.delete([storage_key(d) + rank_suffix(rank, TP) for d in digests])
+    key, _aux_key = rank_storage_keys(rank, TP)
+    storage.delete([key(d) for d in digests])
 
 
 def _published() -> tuple[Ranks, list[int]]:

@@ -37,7 +37,7 @@ from hypothesis.stateful import (
 )
 
 from ..runtime import FileStorage, MemoryStorage, Storage
-from ..runtime.hashing import ROOT_NAMESPACE, page_hashes, rank_suffix, storage_key
+from ..runtime.hashing import ROOT_NAMESPACE, page_hashes, rank_storage_keys
 from ..statemachine.config import PipelineConfig
 from ..statemachine.group import Group, LocalGroup, TorchGroup
 from ..statemachine.lockstep import RankAgreement
@@ -277,8 +277,8 @@ class RankFuzzer(RuleBasedStateMachine):
         if here is None:
             return
         digests = page_hashes(self._tokens(sequence, PAGES), 1, ROOT_NAMESPACE)[from_page:]
-        suffix = rank_suffix(here[0], self.tp)
-        here[1].storage.delete([storage_key(d) + suffix for d in digests])
+        key, _aux_key = rank_storage_keys(here[0], self.tp)
+        here[1].storage.delete([key(d) for d in digests])
 
     @rule(rank=st.integers(0, 3), which=st.integers(0, 7), short=st.integers(0, PAGES))
     def one_rank_completes_one_op(self, rank: int, which: int, short: int) -> None:
