@@ -52,10 +52,14 @@ class Lockstep:
         self.digest = (self.digest * _MULTIPLIER + step + 1) & _MASK
         self.ring.append((self.fired, request, event, target))
 
+    def _same_everywhere(self, values: Sequence[int]) -> bool:
+        """Whether every rank holds ``values``: their MIN and MAX in one all-reduce."""
+        agreed = self.group.all_reduce_min([*values, *negated(values)])
+        return agreed[: len(values)] == negated(agreed[len(values) :])
+
     def agree_config(self, fingerprint: int) -> None:
         """Every rank was built with the same configuration (its rank aside)."""
-        low, neg_high = self.group.all_reduce_min([fingerprint, -fingerprint])
-        if low != -neg_high:
+        if not self._same_everywhere([fingerprint]):
             raise ValueError(
                 f"rank {self.group.rank}: the tensor-parallel ranks were built with different "
                 "PipelineConfigs (only tp_rank and device may differ); build every rank's "
@@ -64,10 +68,7 @@ class Lockstep:
 
     def agree_header(self, in_flight: int) -> None:
         """Raise :class:`LockstepError` unless every rank fired the same transitions."""
-        mine = [self.digest, self.fired, in_flight]
-        agreed = self.group.all_reduce_min(mine + negated(mine))
-        low, high = agreed[:3], negated(agreed[3:])
-        if low != high:
+        if not self._same_everywhere([self.digest, self.fired, in_flight]):
             self._raise_divergence()
 
     def agree_facts(self, facts: Sequence[int]) -> list[int]:
