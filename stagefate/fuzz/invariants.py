@@ -8,7 +8,9 @@ from typing import TypeVar
 
 from hypothesis.stateful import RuleBasedStateMachine, invariant
 
+from ..runtime import ManualIO
 from ..runtime.pools import PoolError
+from ..statemachine.pipeline import BufferPipeline
 
 Machine = TypeVar("Machine", bound=RuleBasedStateMachine)
 
@@ -45,3 +47,38 @@ def violated_invariant(failure: BaseException) -> str | None:
     if isinstance(failure, PoolError):
         return "hold_release"
     return None
+
+
+# ---------------------------------------------------------------------- one pipeline's checks
+# What both fuzzers (one pipeline, and each of N tensor-parallel ranks) assert of a pipeline.
+
+
+def bounce_owned(pipe: BufferPipeline) -> int:
+    """Bounce slots the live records hold."""
+    return sum(len(r.host_indices) for r in pipe.records.values() if r.host_indices is not None)
+
+
+def assert_pins_counted(pipe: BufferPipeline) -> None:
+    """The pinned total is the records' pins, and within the cap."""
+    pinned = [r for r in pipe.records.values() if r.pinned_node is not None]
+    assert sum(r.pinned_tokens for r in pinned) == pipe.pinned_tokens
+    assert pipe.pinned_tokens <= pipe.cap
+
+
+def assert_books_close(pipe: BufferPipeline) -> None:
+    """Every L3 read (and token) is spliced from, wasted, or still in flight."""
+    stats, (reads, tokens) = pipe.stats, pipe.reads_in_flight()
+    assert stats.l3_reads == stats.filled + stats.l3_reads_wasted + reads
+    assert stats.l3_read_tokens == stats.spliced_tokens + stats.l3_read_tokens_wasted + tokens
+
+
+def copies_in_flight(pipe: BufferPipeline) -> set[int]:
+    """Device slots whose H2D copy has not run yet (a copy that ran is checked)."""
+    assert isinstance(pipe.io, ManualIO), "the fuzzers step a ManualIO"
+    queued = set(pipe.io.queued("load"))
+    return {
+        int(slot)
+        for r in pipe.records.values()
+        if r.state == "consumed" and r.op_id in queued and r.device_indices is not None
+        for slot in r.device_indices.tolist()
+    }

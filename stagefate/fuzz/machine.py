@@ -38,7 +38,13 @@ from ..statemachine.config import PipelineConfig
 from ..statemachine.errors import LifecycleError
 from ..statemachine.pipeline import BufferPipeline
 from ..transition_log import TransitionLog
-from .invariants import spec_invariant
+from .invariants import (
+    assert_books_close,
+    assert_pins_counted,
+    bounce_owned,
+    copies_in_flight,
+    spec_invariant,
+)
 from .tally import TALLY, record_edge
 from .world import (
     MARK_STRIDE,
@@ -418,11 +424,9 @@ class PipelineFuzzer(RuleBasedStateMachine):
     @spec_invariant
     def pin_balance(self) -> None:
         pipe = self.pipe
-        pinned = [r for r in pipe.records.values() if r.pinned_node is not None]
-        assert sum(r.pinned_tokens for r in pinned) == pipe.pinned_tokens
-        if not pinned and not self.running:
+        assert_pins_counted(pipe)
+        if not self.running and all(r.pinned_node is None for r in pipe.records.values()):
             assert pipe.tree.protected_size == 0, "a pin outlived its record"
-        assert pipe.pinned_tokens <= pipe.cap
 
     @spec_invariant
     def pure_revoke(self) -> None:
@@ -435,10 +439,9 @@ class PipelineFuzzer(RuleBasedStateMachine):
     @spec_invariant
     def hold_release(self) -> None:
         pipe = self.pipe
-        bounce = sum(
-            len(r.host_indices) for r in pipe.records.values() if r.host_indices is not None
+        assert pipe.host_pool.available() + bounce_owned(pipe) == pipe.host_pool.capacity, (
+            "bounce leaked"
         )
-        assert pipe.host_pool.available() + bounce == pipe.host_pool.capacity, "bounce leaked"
         if pipe.host_aux_pool is not None:
             host_aux = sum(
                 len(r.host_aux_indices)
@@ -449,9 +452,8 @@ class PipelineFuzzer(RuleBasedStateMachine):
 
     @spec_invariant
     def exactly_once_end(self) -> None:
-        stats, (reads, tokens) = self.pipe.stats, self.pipe.reads_in_flight()
-        assert stats.l3_reads == stats.filled + stats.l3_reads_wasted + reads
-        assert stats.l3_read_tokens == stats.spliced_tokens + stats.l3_read_tokens_wasted + tokens
+        assert_books_close(self.pipe)
+        stats = self.pipe.stats
         ended = sum(getattr(stats, reason) for reason in self.pipe.spec.reasons)
         assert stats.issued + stats.declined_too_short == ended + len(self.pipe.records)
 
@@ -464,7 +466,7 @@ class PipelineFuzzer(RuleBasedStateMachine):
             return None
         slots = torch.cat([node.value for node in nodes])
         held = pipe.device_pool.kv[0, 0, slots, 0, 0].cpu()
-        return nodes, slots, held, _in(slots, self._slots_in_flight())
+        return nodes, slots, held, _in(slots, copies_in_flight(pipe))
 
     @spec_invariant
     def splice_correctness(self) -> None:
@@ -478,17 +480,6 @@ class PipelineFuzzer(RuleBasedStateMachine):
         wrong = (held != expected) & ~in_flight
         if bool(wrong.any()):
             raise AssertionError(f"wrong KV under {_owner(nodes, int(slots[wrong][0]))!r}")
-
-    def _slots_in_flight(self) -> set[int]:
-        """Device slots whose H2D copy has not run yet (a copy that ran is checked)."""
-        pipe = self.pipe
-        queued = set(pipe.io.queued("load"))  # type: ignore[attr-defined]
-        return {
-            slot
-            for r in pipe.records.values()
-            if r.state == "consumed" and r.op_id in queued and r.device_indices is not None
-            for slot in r.device_indices.tolist()
-        }
 
     @spec_invariant
     def plan_equals_consume(self) -> None:

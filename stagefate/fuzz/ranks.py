@@ -43,7 +43,13 @@ from ..statemachine.group import Group, LocalGroup, TorchGroup
 from ..statemachine.lockstep import RankAgreement
 from ..statemachine.pipeline import BufferPipeline
 from ..testing import manual_io, run_ranks_over_gloo
-from .invariants import spec_invariant
+from .invariants import (
+    assert_books_close,
+    assert_pins_counted,
+    bounce_owned,
+    copies_in_flight,
+    spec_invariant,
+)
 
 SEQUENCES = 2
 PAGES = 6
@@ -367,7 +373,7 @@ class RankFuzzer(RuleBasedStateMachine):
             held = pipe.device_pool.kv[0, 0, slots, 0, 0]
             tokens = [token for node in nodes for token in node.tokens()]
             expected = torch.tensor(tokens, dtype=torch.float32) + rank * RANK_MARK
-            copying = _copies_in_flight(pipe)
+            copying = copies_in_flight(pipe)
             pending = torch.tensor([int(slot) in copying for slot in slots.tolist()])
             wrong = (held != expected) & ~pending
             assert not bool(wrong.any()), (
@@ -378,11 +384,9 @@ class RankFuzzer(RuleBasedStateMachine):
     @spec_invariant
     def hold_release(self) -> None:
         for rank, pipe, _producer in self.local:
-            bounce = sum(
-                len(r.host_indices) for r in pipe.records.values() if r.host_indices is not None
-            )
             held = self.held_pages.get(rank, 0)
-            assert pipe.host_pool.available() + bounce + held == pipe.host_pool.capacity, (
+            free = pipe.host_pool.available()
+            assert free + bounce_owned(pipe) + held == pipe.host_pool.capacity, (
                 f"rank {rank}: bounce leaked"
             )
 
@@ -390,29 +394,12 @@ class RankFuzzer(RuleBasedStateMachine):
     def pin_balance(self) -> None:
         for _rank, pipe, _producer in self.local:
             pipe.tree.sanity_check()
-            pinned = [r for r in pipe.records.values() if r.pinned_node is not None]
-            assert sum(r.pinned_tokens for r in pinned) == pipe.pinned_tokens
-            assert pipe.pinned_tokens <= pipe.cap
+            assert_pins_counted(pipe)
 
     @spec_invariant
     def exactly_once_end(self) -> None:
         for _rank, pipe, _producer in self.local:
-            stats, (reads, tokens) = pipe.stats, pipe.reads_in_flight()
-            assert stats.l3_reads == stats.filled + stats.l3_reads_wasted + reads
-            assert (
-                stats.l3_read_tokens == stats.spliced_tokens + stats.l3_read_tokens_wasted + tokens
-            )
-
-
-def _copies_in_flight(pipe: BufferPipeline) -> set[int]:
-    """Device slots whose H2D copy has not run yet."""
-    queued = set(manual_io(pipe).queued("load"))
-    return {
-        int(slot)
-        for r in pipe.records.values()
-        if r.state == "consumed" and r.op_id in queued and r.device_indices is not None
-        for slot in r.device_indices.tolist()
-    }
+            assert_books_close(pipe)
 
 
 def configured(tp: int, agreement: type[RankAgreement] = RankAgreement) -> type[RankFuzzer]:
