@@ -148,10 +148,10 @@ class ProcessCluster:
         self.size = size
         ProcessCluster.programs += 1
         storage = FileStorage(l3 / f"program-{ProcessCluster.programs}")
-        producer = _rank_pipeline(TorchGroup(), size, storage, RankAgreement)
-        consumer = _rank_pipeline(TorchGroup(), size, storage, agreement)
-        self._group = TorchGroup()
-        self.local = [(self._group.rank, consumer, producer)]
+        self._group = group = TorchGroup()  # this process's rank of the default group
+        producer = _rank_pipeline(group, size, storage, RankAgreement)
+        consumer = _rank_pipeline(group, size, storage, agreement)
+        self.local = [(group.rank, consumer, producer)]
 
     def together(self, calls: Sequence[Callable[[], object]]) -> None:
         for call in calls:
