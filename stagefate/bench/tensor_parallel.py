@@ -83,8 +83,7 @@ def _local(size: int) -> tuple[float, float]:
 
         return body
 
-    results = groups[0].run(*(rank(g) for g in groups))
-    return max(r[0] for r in results), max(r[1] for r in results)
+    return _slowest(groups[0].run(*(rank(g) for g in groups)))
 
 
 def _gloo_rank(rank: int, size: int) -> tuple[float, float]:
@@ -93,8 +92,12 @@ def _gloo_rank(rank: int, size: int) -> tuple[float, float]:
 
 
 def _gloo(size: int) -> tuple[float, float]:
-    results = run_ranks_over_gloo(_gloo_rank, size, timeout=300)
-    return max(r[0] for r in results), max(r[1] for r in results)
+    return _slowest(run_ranks_over_gloo(_gloo_rank, size, timeout=300))
+
+
+def _slowest(by_rank: list[tuple[float, float]]) -> tuple[float, float]:
+    """The slowest rank's figures: a pass ends when the last rank's does."""
+    return max(r[0] for r in by_rank), max(r[1] for r in by_rank)
 
 
 def run() -> Section:
