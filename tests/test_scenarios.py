@@ -232,6 +232,19 @@ def test_full_miss_then_paced_retry_stages_once_written() -> None:
     assert_quiescent(consumer)
 
 
+def _admit_on_an_empty_device(pair: Pair, tokens: list[int], mark: float) -> None:
+    """Admit ``r`` with nothing of ``tokens`` on the device: its hold splices all of them, with
+    the producer's KV, and the consumer is quiescent after the copies' acks."""
+    consumer = pair.consumer
+    kv_tokens, _aux = consumer.plan_staged_splice("r", 0)
+    assert kv_tokens == len(tokens)
+    assert consumer.init_load_back("r", torch.empty(0, dtype=torch.int64)).numel() == len(tokens)
+    pair.settle()
+    indices = consumer.tree.match_prefix(tokens).device_indices
+    assert kv_marks(consumer, indices) == [mark] * len(tokens)
+    assert_quiescent(consumer)
+
+
 @pytest.mark.invariant("retry_discipline")
 def test_a_covered_prompt_evicted_while_it_waits_is_fetched_by_its_retry() -> None:
     """A span too short to fetch arms the paced retry: the device prefix that made it short can
@@ -254,12 +267,7 @@ def test_a_covered_prompt_evicted_while_it_waits_is_fetched_by_its_retry() -> No
     assert _stage(pair, seq, matched_len=matched) == "no_anchor"
     assert consumer.state("r") == "staged"
     assert not consumer.retries.pending("r")
-    kv_tokens, _aux = consumer.plan_staged_splice("r", 0)
-    assert kv_tokens == len(seq)
-    assert consumer.init_load_back("r", torch.empty(0, dtype=torch.int64)).numel() == len(seq)
-    pair.settle()
-    assert kv_marks(consumer, consumer.tree.match_prefix(seq).device_indices) == [9.0] * len(seq)
-    assert_quiescent(consumer)
+    _admit_on_an_empty_device(pair, seq, mark=9)
 
 
 @pytest.mark.invariant("splice_correctness")
@@ -280,12 +288,7 @@ def test_a_hit_the_device_came_to_hold_is_read_and_splices_once_the_device_copy_
     pair.settle()
     assert consumer.state("r") == "staged"
     assert consumer.tree.evict(len(head)) == len(head)  # the device copy goes while r waits
-    kv_tokens, _aux = consumer.plan_staged_splice("r", 0)
-    assert kv_tokens == len(head)
-    assert consumer.init_load_back("r", torch.empty(0, dtype=torch.int64)).numel() == len(head)
-    pair.settle()
-    assert kv_marks(consumer, consumer.tree.match_prefix(head).device_indices) == [9.0] * 5
-    assert_quiescent(consumer)
+    _admit_on_an_empty_device(pair, head, mark=9)
 
 
 def _retry_when_due(pair: Pair, waiting: list[str]) -> list[str]:
@@ -331,13 +334,8 @@ def test_a_prefix_evicted_after_eight_retries_is_fetched_within_the_default_budg
     assert _retry_when_due(pair, waiting) == ["r"]
     assert _stage(pair, seq, matched_len=0) == "no_anchor"
     assert consumer.state("r") == "staged"
-    kv_tokens, _aux = consumer.plan_staged_splice("r", 0)
-    assert kv_tokens == len(shared)
-    assert consumer.init_load_back("r", torch.empty(0, dtype=torch.int64)).numel() == len(shared)
-    pair.settle()
-    assert kv_marks(consumer, consumer.tree.match_prefix(shared).device_indices) == [9.0] * 5
     assert consumer.stats.retries_exhausted == 0
-    assert_quiescent(consumer)
+    _admit_on_an_empty_device(pair, shared, mark=9)
 
 
 @pytest.mark.invariant("retry_discipline")
