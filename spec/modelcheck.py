@@ -53,9 +53,9 @@ from __future__ import annotations
 
 import gc
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Hashable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import NamedTuple, NoReturn, cast
+from typing import Generic, NamedTuple, NoReturn, TypeVar, cast
 
 from .schema import SAME, BranchSpec, LifecycleSpec
 
@@ -73,6 +73,9 @@ INVARIANTS = frozenset(
 )
 """The spec's invariant ids this checker raises violations of: exactly those whose
 ``checked_by`` lists ``model_checker`` (a test holds the two equal)."""
+RANK_INVARIANTS = frozenset({"lockstep", "rank_bytes"})
+"""What the product of tensor-parallel ranks (:mod:`.modelcheck_ranks`) checks beyond each
+rank's own: exactly the ids whose ``checked_by`` lists ``rank_model_checker``."""
 NOT_MODELLED_GUARDS = frozenset({"aux_cut"})
 """Guards of parts the abstract world leaves out (no sliding-window aux pool)."""
 
@@ -141,6 +144,8 @@ class Args:
     tokens: int = 0
     error: bool = False
     prefix: int = 0
+    host_slack: int = 0
+    """The agreed bounce room minus this rank's own (at most 0; tensor parallelism only)."""
 
 
 class Step(NamedTuple):
@@ -151,6 +156,9 @@ class Step(NamedTuple):
     what: str
     pages: int = 0
     """Pages a short completion finds."""
+    slack: int = 0
+    """At the IO commit: the host room the ranks agreed minus this rank's own
+    (:mod:`.modelcheck_ranks`; 0 on one rank)."""
 
 
 _EVICT = Step("world", -1, "evict")
@@ -162,8 +170,9 @@ class Violation(Exception):
     (``invariant`` None); ``str`` names it."""
 
     def __init__(self, invariant: str | None, message: str) -> None:
-        assert invariant is None or invariant in INVARIANTS, invariant
+        assert invariant is None or invariant in INVARIANTS | RANK_INVARIANTS, invariant
         self.invariant = invariant
+        self.message = message
         super().__init__(message if invariant is None else f"{invariant}: {message}")
 
 
@@ -414,7 +423,7 @@ class ModelChecker:
 
     def describe(self, step: Step) -> str:
         """``step`` for a counterexample."""
-        kind, _index, what, _pages = step
+        kind, what = step.kind, step.what
         if kind == "world":
             return {
                 "evict": "world: evict one page",
@@ -445,7 +454,7 @@ class ModelChecker:
         that reads another record outside the commit fails loudly (:data:`HIDDEN`). ``pinned``:
         the state's pinned total, when the caller has it.
         """
-        kind, i, what, _pages = step
+        kind, i, what = step.kind, step.request, step.what
         if kind == "world":  # no record changes: the state stays canonical
             return (state[0] + (1 if what == "publish" else -1), *state[1:])
         own = state[2 + i]
@@ -492,11 +501,11 @@ class ModelChecker:
 
     def apply(self, draft: _Draft, step: Step, edges: set[Edge]) -> None:
         """Run a request's ``step`` on ``draft`` through the spec's rows."""
-        kind, i, what, _pages = step
+        kind, i, what = step.kind, step.request, step.what
         if kind == "issue":
             self._issue(draft, i, what == "stale", edges)
         elif kind == "event":
-            self._fire(draft, i, what, Args(), edges)
+            self._fire(draft, i, what, Args(host_slack=step.slack), edges)
         elif kind == "live":
             args = Args(prefix=draft.device)
             if what == "consume":  # init_load_back: make room, then consume, in one call
@@ -533,23 +542,23 @@ class ModelChecker:
         draft.records[index] = record._replace(op="")
         self._fire(draft, index, event, Args(tokens=found, error=mode == "error"), edges)
 
-    # ------------------------------------------------------------------ state reduction
-
     # ------------------------------------------------------------------ invariants
 
-    def check(self, state: State) -> None:
+    def check(self, state: State, host_pages: int = -1) -> None:
         """The invariants of one state: the pools and the cap over all requests, then each
-        request's own (remembered per request, slot and device: they read nothing else)."""
+        request's own (remembered per request, slot and device: they read nothing else).
+        ``host_pages``: the bounce capacity, where a rank's differs from the bounds'."""
         b = self.bounds
+        host_pages = b.host_pages if host_pages < 0 else host_pages
         device, host_free, numbers = state[0], state[1], state[2:]
         if not 0 <= device <= min(b.pages, b.device_pages):
             raise Violation(
                 "aux_and_ownership", f"device conservation: device holds {device} pages"
             )
         bounce = sum([self._bounce_of[number] for number in numbers])
-        if host_free < 0 or host_free + bounce != b.host_pages:
+        if host_free < 0 or host_free + bounce != host_pages:
             raise Violation(
-                "hold_release", f"{host_free} free + {bounce} owned != {b.host_pages} host pages"
+                "hold_release", f"{host_free} free + {bounce} owned != {host_pages} host pages"
             )
         pinned = sum([self._pin_charge[number] for number in numbers])
         if pinned > b.cap_pages:
@@ -591,77 +600,117 @@ class ModelChecker:
     # ------------------------------------------------------------------ search
 
     def run(self) -> Result:
-        """Breadth first over canonical states; the collector is off while millions of small
-        tuples are made (none of them forms a cycle)."""
-        collecting = gc.isenabled()
-        gc.disable()
-        try:
-            return self._search()
-        finally:
-            if collecting:
-                gc.enable()
-
-    def _search(self) -> Result:
-        start = self.initial()
-        parents: dict[State, tuple[State, Step] | None] = {start: None}
+        """Breadth first over canonical states (:func:`breadth_first`)."""
         edges: set[Edge] = set()
-        queue = deque([start])
-        truncated = False
-        limit = self.bounds.max_states
-        charges = self._pin_charge
-        while queue:
-            world = queue.popleft()
-            pinned = sum([charges[number] for number in world[2:]])
-            for step in self.actions(world):
-                try:
-                    successor = self.successor(world, step, edges, pinned)
-                except Violation as violation:
-                    return self._failed(parents, world, step, violation, edges)
-                if successor in parents:
-                    continue
-                if len(parents) >= limit:
-                    truncated = True
-                    continue
-                parents[successor] = (world, step)
-                try:
-                    self.check(successor)
-                except Violation as violation:
-                    return self._failed(parents, world, step, violation, edges)
-                queue.append(successor)
-        result = Result(len(parents), edges, self._reached(edges), truncated=truncated)
+        return self.result(self.explore(edges), edges, self.describe)
+
+    def explore(self, edges: set[Edge]) -> Search[State, Step]:
+        """Every reachable state, the edges fired on the way added to ``edges``."""
+        return breadth_first(
+            self.initial(),
+            lambda world: self._successors(world, edges),
+            self.check,
+            self.bounds.max_states,
+        )
+
+    def _successors(
+        self, world: State, edges: set[Edge]
+    ) -> Iterator[tuple[Step, State | Violation]]:
+        pinned = sum([self._pin_charge[number] for number in world[2:]])
+        for step in self.actions(world):
+            try:
+                yield step, self.successor(world, step, edges, pinned)
+            except Violation as violation:
+                yield step, violation
+
+    def result(
+        self, search: Search[StateT, StepT], edges: set[Edge], describe: Callable[[StepT], str]
+    ) -> Result:
+        """What ``search`` found: its counterexample as numbered steps, or what it reached."""
+        reached = {state for edge in edges for state in (edge[0], self._targets[edge])}
+        if search.failure is not None:
+            path, violation = search.failure
+            steps = [describe(taken) for taken in path]
+            return Result(
+                len(search.parents), edges, reached, steps, str(violation), violation.invariant
+            )
+        result = Result(len(search.parents), edges, reached, truncated=search.truncated)
         result.unreached_edges = [
             edge
             for edge in self.all_edges()
             if edge not in edges and edge[2] not in NOT_MODELLED_GUARDS
         ]
-        result.unreached_states = [s for s in self.spec.states if s not in result.states_reached]
+        result.unreached_states = [s for s in self.spec.states if s not in reached]
         return result
-
-    def _reached(self, edges: set[Edge]) -> set[str]:
-        return {state for edge in edges for state in (edge[0], self._targets[edge])}
 
     def all_edges(self) -> list[Edge]:
         return self.spec.edges()
 
-    def _failed(
-        self,
-        parents: dict[State, tuple[State, Step] | None],
-        world: State,
-        step: Step,
-        violation: Violation,
-        edges: set[Edge],
-    ) -> Result:
-        """The shortest path to the violation, as numbered steps."""
-        path = [step]
-        node = world
-        while (parent := parents[node]) is not None:
-            node, previous = parent
-            path.append(previous)
-        path.reverse()
-        steps = [self.describe(taken) for taken in path]
-        return Result(
-            len(parents), edges, self._reached(edges), steps, str(violation), violation.invariant
-        )
+
+StateT = TypeVar("StateT", bound=Hashable)
+StepT = TypeVar("StepT")
+
+
+@dataclass
+class Search(Generic[StateT, StepT]):
+    """What :func:`breadth_first` explored: each state's parent and the step from it."""
+
+    parents: dict[StateT, tuple[StateT, StepT] | None]
+    truncated: bool = False
+    failure: tuple[list[StepT], Violation] | None = None
+    """The shortest path to the first violation, and the violation."""
+
+
+def breadth_first(
+    start: StateT,
+    successors: Callable[[StateT], Iterable[tuple[StepT, StateT | Violation]]],
+    check: Callable[[StateT], None],
+    limit: int,
+) -> Search[StateT, StepT]:
+    """Every state reachable from ``start`` (up to ``limit``), each ``check``-ed once; a step
+    that cannot run yields its :class:`Violation` in place of a state. BFS makes the first
+    counterexample a shortest one. The collector is off while millions of small tuples are made
+    (none of them forms a cycle)."""
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        search: Search[StateT, StepT] = Search({start: None})
+        parents = search.parents
+        queue = deque([start])
+        while queue:
+            world = queue.popleft()
+            for step, successor in successors(world):
+                if isinstance(successor, Violation):
+                    search.failure = (_path_to(parents, world, step), successor)
+                    return search
+                if successor in parents:
+                    continue
+                if len(parents) >= limit:
+                    search.truncated = True
+                    continue
+                parents[successor] = (world, step)
+                try:
+                    check(successor)
+                except Violation as violation:
+                    search.failure = (_path_to(parents, world, step), violation)
+                    return search
+                queue.append(successor)
+        return search
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def _path_to(
+    parents: dict[StateT, tuple[StateT, StepT] | None], world: StateT, step: StepT
+) -> list[StepT]:
+    path = [step]
+    node = world
+    while (parent := parents[node]) is not None:
+        node, previous = parent
+        path.append(previous)
+    path.reverse()
+    return path
 
 
 # ---------------------------------------------------------------------- guards over positions
@@ -697,7 +746,7 @@ GUARDS: dict[str, Guard] = {
     "parked_ahead": lambda mc, d, i, r, a: any(
         o is not None and o.state == "parked" for o in d.records
     ),
-    "host_short": lambda mc, d, i, r, a: d.host_free < _read_pages(r),
+    "host_short": lambda mc, d, i, r, a: d.host_free + a.host_slack < _read_pages(r),
     "read_empty": lambda mc, d, i, r, a: a.error or a.tokens == 0,
     "prefix_shrank": lambda mc, d, i, r, a: a.prefix < r.matched,
     "span_device_resident": lambda mc, d, i, r, a: a.prefix >= r.span_end,

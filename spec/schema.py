@@ -69,7 +69,10 @@ class InvariantSpec(_Frozen):
     id: str
     statement: str
     checked_by: tuple[
-        Literal["static", "model_checker", "stateful", "rank_fuzzer", "scenarios"], ...
+        Literal[
+            "static", "model_checker", "stateful", "rank_fuzzer", "rank_model_checker", "scenarios"
+        ],
+        ...,
     ] = Field(min_length=1)
 
 

@@ -47,6 +47,7 @@ def test_the_rank_fuzzers_invariants_are_exactly_the_spec_ids_it_is_listed_for()
 
 def test_the_model_checker_raises_exactly_the_invariants_it_is_listed_for() -> None:
     assert _claimed("model_checker") == modelcheck.INVARIANTS
+    assert _claimed("rank_model_checker") == modelcheck.RANK_INVARIANTS
 
 
 def test_each_static_claim_is_proved_by_named_static_checks_that_exist() -> None:

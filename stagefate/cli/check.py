@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import argparse
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from ..spec import load_spec, run_static_checks
 from ..spec.load import DEFAULT_SPEC_PATH
 from ..spec.modelcheck import Bounds
+from ..spec.modelcheck_ranks import RANK_BOUNDS
 from ..spec.schema import LifecycleSpec
 from .common import console, count, positive_int, report_unreached
 
@@ -20,30 +22,65 @@ def add_parser(sub: Any) -> None:
     )
     check.add_argument("--spec", help="spec file (default: the shipped lifecycle.yaml)")
     check.add_argument("--static", action="store_true", help="static checks only")
-    defaults = Bounds()
-    for flag, default, kind, meaning in (
-        ("--pages", defaults.pages, positive_int, "pages of the abstract token line"),
-        ("--requests", defaults.requests, positive_int, "requests (request i wants pages - i)"),
-        ("--host-pages", defaults.host_pages, count, "bounce capacity in pages"),
-        ("--device-pages", defaults.device_pages, positive_int, "device pool capacity in pages"),
-        ("--cap-pages", defaults.cap_pages, count, "anchor-pin cap in pages"),
-        ("--threshold-pages", defaults.threshold_pages, count, "prefetch threshold in pages"),
-        ("--issues", defaults.issues_per_request, positive_int, "prefetches per request"),
-        ("--max-states", defaults.max_states, positive_int, "states explored at the most"),
+    check.add_argument(
+        "--ranks",
+        type=positive_int("tensor-parallel ranks"),
+        default=1,
+        help="tensor-parallel ranks, each with its own L3 outcomes, agreed (default 1)",
+    )
+    check.add_argument(
+        "--fuller-host",
+        type=count("host pages the last rank lacks"),
+        default=1,
+        help="with --ranks: host pages the last rank's bounce pool lacks (default 1)",
+    )
+    one, ranked = Bounds(), RANK_BOUNDS
+    for field, flag, kind, meaning in (
+        ("pages", "--pages", positive_int, "pages of the abstract token line"),
+        ("requests", "--requests", positive_int, "requests (request i wants pages - i)"),
+        ("host_pages", "--host-pages", count, "bounce capacity in pages"),
+        ("device_pages", "--device-pages", positive_int, "device pool capacity in pages"),
+        ("cap_pages", "--cap-pages", count, "anchor-pin cap in pages"),
+        ("threshold_pages", "--threshold-pages", count, "prefetch threshold in pages"),
+        ("issues_per_request", "--issues", positive_int, "prefetches per request"),
+        ("max_states", "--max-states", positive_int, "states explored at the most"),
     ):
+        single, several = getattr(one, field), getattr(ranked, field)
+        defaults = f"{single}" if single == several else f"{single}; {several} with --ranks"
         check.add_argument(
-            flag, type=kind(meaning), default=default, help=f"model check: {meaning}"
+            flag,
+            type=kind(meaning),
+            dest=field,
+            metavar="N",
+            help=f"model check: {meaning} (default {defaults})",
         )
     check.set_defaults(func=run)
+
+
+def _bounds(args: argparse.Namespace) -> Bounds:
+    """The bounds given, the rest from the defaults of one rank or of several."""
+    base = RANK_BOUNDS if args.ranks > 1 else Bounds()
+    given = {
+        name: value
+        for name in Bounds.__dataclass_fields__
+        if (value := getattr(args, name, None)) is not None
+    }
+    return replace(base, **given)
 
 
 def run(args: argparse.Namespace) -> int:
     from ..statemachine.bindings import implemented_names
 
-    if args.requests > args.pages:
+    bounds = _bounds(args)
+    if bounds.requests > bounds.pages:
         raise ValueError(
-            f"--requests {args.requests} needs as many --pages (request i wants pages - i): "
-            f"pass --pages {args.requests} or more"
+            f"--requests {bounds.requests} needs as many --pages (request i wants pages - i): "
+            f"pass --pages {bounds.requests} or more"
+        )
+    if args.ranks > 1 and args.fuller_host > bounds.host_pages:
+        raise ValueError(
+            f"--fuller-host {args.fuller_host}: the last rank has only {bounds.host_pages} "
+            f"host pages to lack; pass at most {bounds.host_pages} or raise --host-pages"
         )
     spec_path = Path(args.spec) if args.spec else DEFAULT_SPEC_PATH
     spec = load_spec(spec_path)
@@ -57,31 +94,26 @@ def run(args: argparse.Namespace) -> int:
         f"static checks passed: {len(spec.states)} states, {len(spec.rows())} (state, event) rows, "
         f"{len(spec.guards)} guards, {len(spec.effects)} effects, all implemented"
     )
-    return 0 if args.static else _model_check(spec, args)
+    return 0 if args.static else _model_check(spec, bounds, args.ranks, args.fuller_host)
 
 
-def _model_check(spec: LifecycleSpec, args: argparse.Namespace) -> int:
+def _model_check(spec: LifecycleSpec, bounds: Bounds, ranks: int, fuller_host: int) -> int:
     from ..spec.modelcheck import NOT_MODELLED_GUARDS, ModelChecker
+    from ..spec.modelcheck_ranks import RankModelChecker
 
-    bounds = Bounds(
-        pages=args.pages,
-        requests=args.requests,
-        host_pages=args.host_pages,
-        device_pages=args.device_pages,
-        cap_pages=args.cap_pages,
-        threshold_pages=args.threshold_pages,
-        issues_per_request=args.issues,
-        max_states=args.max_states,
-    )
     started = time.perf_counter()
-    checker = ModelChecker(spec, bounds)
-    result = checker.run()
+    if ranks > 1:
+        result = RankModelChecker(spec, bounds, ranks, fuller_host).run()
+        world = f"{ranks} ranks, L3 per rank, the last rank's host pool {fuller_host} smaller; "
+    else:
+        result = ModelChecker(spec, bounds).run()
+        world = ""
     seconds = time.perf_counter() - started
     console.print(
         f"model check: {result.states:,} states explored in {seconds:.1f} s "
-        f"({bounds.pages} pages, {bounds.requests} requests, host {bounds.host_pages}, device "
-        f"{bounds.device_pages}, cap {bounds.cap_pages}, threshold {bounds.threshold_pages}, "
-        f"{bounds.issues_per_request} issues each)"
+        f"({world}{bounds.pages} pages, {bounds.requests} requests, host {bounds.host_pages}, "
+        f"device {bounds.device_pages}, cap {bounds.cap_pages}, threshold "
+        f"{bounds.threshold_pages}, {bounds.issues_per_request} issues each)"
     )
     if result.violation is not None:
         console.print(f"[red]VIOLATION[/red] {result.violation}", markup=True)
@@ -92,8 +124,9 @@ def _model_check(spec: LifecycleSpec, args: argparse.Namespace) -> int:
     modelled = [
         e for e in ModelChecker(spec, bounds).all_edges() if e[2] not in NOT_MODELLED_GUARDS
     ]
+    checked = "invariants hold" if ranks == 1 else "every rank's invariants and lockstep hold"
     console.print(
-        f"invariants hold in every state; {len(modelled) - len(result.unreached_edges)} of "
+        f"{checked} in every state; {len(modelled) - len(result.unreached_edges)} of "
         f"{len(modelled)} modelled edges reached (not modelled: {sorted(NOT_MODELLED_GUARDS)})"
     )
     report_unreached(result.unreached_edges)
