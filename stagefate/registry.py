@@ -19,6 +19,7 @@ from .runtime.prefix_tree import TreeFactory
 from .sim.blind import BlindPolicy
 from .sim.live import LivePolicy
 from .sim.policy import Policy, PolicyFactory, PolicyInputs
+from .sim.ranks import build_replay
 from .sim.replay import Replay, ReplayMetrics, ReplayOptions
 from .sim.trace import TraceRequest
 from .statemachine.pipeline import BufferPipeline
@@ -61,7 +62,10 @@ def tree_factory(name: str) -> TreeFactory:
 
 def _pipeline(inputs: PolicyInputs) -> BufferPipeline:
     return BufferPipeline(
-        inputs.config, storage=inputs.storage, tree_factory=tree_factory(inputs.tree)
+        inputs.config,
+        storage=inputs.storage,
+        tree_factory=tree_factory(inputs.tree),
+        group=inputs.group,
     )
 
 
@@ -132,7 +136,7 @@ def run_replay(
 
     target = target_for(policy, options.tree)
     if target is None:  # no SGLang in it: nothing reads sglang_env
-        return make_replay(policy, trace, options).run()
+        return build_replay(policy_factories([policy])[policy], trace, options).run()
     dumped = call_in(target, _replay_one, policy, trace, options, sglang_env=sglang_env)
     return ReplayMetrics.model_validate(dumped)
 
@@ -171,7 +175,7 @@ def policies_for_all(
 
 def _replay_one(policy: str, trace: list[TraceRequest], options: ReplayOptions) -> dict[str, Any]:
     """One replay, here (module level, so a process pool or a release's worker can call it)."""
-    return make_replay(policy, trace, options).run().model_dump()
+    return build_replay(policy_factories([policy])[policy], trace, options).run().model_dump()
 
 
 def _replay_task(

@@ -14,7 +14,8 @@ branch taken: its guard's name, or ``else``; ``reason`` is null unless the recor
 
 The first step that breaks a rule is reported with its line number. Any implementation that
 writes this format (another engine's pipeline, a replayed production log) can be checked the same
-way: the log is the ground truth of what happened, the spec of what may happen.
+way: the log is the ground truth of what happened, the spec of what may happen. Tensor-parallel
+ranks in lockstep write identical logs (:func:`first_difference` names where two part).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import json
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from itertools import zip_longest
 from pathlib import Path
 from typing import IO
 
@@ -183,4 +185,18 @@ def _check_step(
         return f"{edge} leads to {wanted!r}, not {step.target!r}"
     if step.reason != branch.reason:
         return f"{edge} ends with reason {branch.reason!r}, not {step.reason!r}"
+    return None
+
+
+def first_difference(first: Path, second: Path) -> str | None:
+    """Where two logs part (``line N: …`` with both lines, or which one is longer), or None
+    when they are identical: tensor-parallel ranks in lockstep write identical logs."""
+    with first.open(encoding="utf-8") as a, second.open(encoding="utf-8") as b:
+        for number, (mine, theirs) in enumerate(zip_longest(a, b), start=1):
+            if mine == theirs:
+                continue
+            if mine is None or theirs is None:
+                shorter = first if mine is None else second
+                return f"line {number}: {shorter} ends there, the other goes on"
+            return f"line {number}: {mine.strip()} against {theirs.strip()}"
     return None

@@ -88,6 +88,8 @@ def test_bounds_too_small_to_reach_every_edge_are_a_finding(
         (["check", "--host-pages", "-1"], "argument --host-pages: must be at least 0"),
         (["replay", "--page-size", "0"], "argument --page-size: must be at least 1 (tokens per"),
         (["replay", "--speed", "0"], "argument --speed: must be greater than 0"),
+        (["replay", "--tp", "0"], "argument --tp: must be at least 1 (tensor-parallel ranks)"),
+        (["check", "--ranks", "0"], "argument --ranks: must be at least 1 (tensor-parallel"),
         (["replay", "--limit", "ten"], "argument --limit: takes a whole number"),
     ],
 )

@@ -108,8 +108,20 @@ def add_parser(sub: Any) -> None:
     replay.add_argument(
         "--no-dedup", action="store_true", help="live: read spans a sibling is already reading"
     )
+    replay.add_argument(
+        "--tp",
+        type=positive_int("tensor-parallel ranks"),
+        default=1,
+        help="replay the live pipeline as N tensor-parallel ranks in lockstep, each its own "
+        "engine over its KV shard; the cost model's tensor_parallel becomes N (default 1: one "
+        "pipeline, the preset's GPUs in the time model only)",
+    )
     replay.add_argument("--json", help="write {policy: metrics} to this file")
-    replay.add_argument("--log", help="write the live run's transition log (JSON lines) here")
+    replay.add_argument(
+        "--log",
+        help="write the live run's transition log (JSON lines) here; with --tp N one per rank, "
+        "PATH's name with .rank0 … before its suffix",
+    )
     replay.add_argument(
         "--tree",
         default="stagefate",
@@ -129,6 +141,9 @@ def _replay_options(args: argparse.Namespace, speed: float) -> ReplayOptions:
         max_prefill_tokens=args.max_prefill_tokens,
         chunked_prefill_size=args.chunked_prefill_size,
     )
+    costs = load_costs(args.model, args.costs)
+    if args.tp > 1:
+        costs = costs.model_copy(update={"tensor_parallel": args.tp})
     return ReplayOptions(
         page_size=args.page_size,
         device_tokens=args.device_tokens,
@@ -138,7 +153,8 @@ def _replay_options(args: argparse.Namespace, speed: float) -> ReplayOptions:
         dedup_inflight=not args.no_dedup,
         storage=args.storage,
         tree=args.tree,
-        costs=load_costs(args.model, args.costs),
+        tp_size=args.tp,
+        costs=costs,
         engine=engine,
     )
 
@@ -153,12 +169,22 @@ def _parse_speeds(text: str) -> list[float]:
     return sorted(set(speeds))
 
 
-def _policies(choice: str, storage: str, releases: str | None) -> list[str]:
+def _policies(choice: str, storage: str, releases: str | None, tp: int = 1) -> list[str]:
     """``--policy``: a comma-separated list, or all: live, blind and SGLang where installed
-    (each of ``--releases``; else the newest, or a hint naming the install)."""
+    (each of ``--releases``; else the newest, or a hint naming the install); with ``--tp``
+    above one, live alone."""
     from ..registry import policies_for_all
 
     names = [name.strip() for name in choice.split(",") if name.strip()]
+    if tp > 1 and names not in (["live"], ["all"]):
+        raise ValueError(
+            f"--tp {tp} replays the live pipeline as {tp} ranks; blind (outside the lifecycle) "
+            "and SGLang's pipeline run as one rank: pass --policy live, or drop --tp"
+        )
+    if tp > 1:
+        if names == ["all"]:
+            console.print(f"--policy all with --tp {tp}: live only (the pipeline run as ranks)")
+        return ["live"]
     if not names or len(set(names)) != len(names):
         raise ValueError(
             f"--policy {choice!r}: name each policy once, e.g. live,blind,sglang==0.5.19, or all"
@@ -184,11 +210,11 @@ def _run_policies(
     policies: list[str],
     options: ReplayOptions,
     sglang_env: dict[str, str],
-    logs: list[TransitionLog],
+    logs: list[list[TransitionLog]],
 ) -> tuple[dict[str, ReplayMetrics], dict[str, Policy]]:
-    """Every policy once: those this interpreter can run here, with progress bars (the live
-    run watched by ``logs``), each other SGLang release in its own environment's process; the
-    figures of each, and the policies run here."""
+    """Every policy once: those this interpreter can run here, with progress bars (rank r's
+    live run watched by ``logs[r]``), each other SGLang release in its own environment's
+    process; the figures of each, and the policies run here."""
     from ..registry import run_replay, target_for
     from ..sim.report import replay_policies
     from ..targets.sglang.worker import environment_set
@@ -244,7 +270,7 @@ def run(args: argparse.Namespace) -> int:
         )
     args.seed = seeds[0]  # one seed is today's single run under that seed
     trace = load_trace(args.trace, args.limit)
-    policies = _policies(args.policy, args.storage, args.releases)
+    policies = _policies(args.policy, args.storage, args.releases, args.tp)
     sglang_env = parse_sglang_env(args.sglang_env)
     releases = sglang_releases(policies, args.tree)  # an uninstalled release is refused here
     if releases:  # its per-request warnings are its operational log; figures here
@@ -256,6 +282,7 @@ def run(args: argparse.Namespace) -> int:
         f"replaying {len(trace):,} requests of {source} on {costs.model}, {costs.gpu} "
         f"({first.device_tokens or costs.device_kv_tokens():,} device KV tokens), "
         f"prefetch policy {first.engine.prefetch_policy}, {first.engine.schedule}"
+        + (f", {args.tp} tensor-parallel ranks" if args.tp > 1 else "")
     )
     arrival_ms = trace[-1].timestamp_ms - trace[0].timestamp_ms
     if args.log and (speeds or "live" not in policies):
@@ -275,13 +302,22 @@ def run(args: argparse.Namespace) -> int:
         console.print(sweep_table(sweep))
         _save(args, sweep, write_sweep_json, write_sweep_plot)
         return 0
-    log = TransitionLog.open(args.log) if args.log else None
+    paths = [
+        rank_log_path(Path(args.log), rank, args.tp) for rank in range(args.tp if args.log else 0)
+    ]
+    logs = [TransitionLog.open(path) for path in paths]
     try:
-        results, ran = _run_policies(trace, policies, first, sglang_env, [log] if log else [])
+        results, ran = _run_policies(trace, policies, first, sglang_env, [[log] for log in logs])
     finally:
-        if log is not None:
+        for log in logs:
             log.close()
-            console.print(f"wrote {args.log} ({log.seq:,} transitions; `stagefate validate` it)")
+        if logs:
+            console.print(
+                f"wrote {', '.join(map(str, paths))} ({logs[0].seq:,} transitions"
+                + (" each" if len(logs) > 1 else "")
+                + f"; `stagefate validate {' '.join(map(str, paths))}`"
+                + (": identical logs say the ranks kept lockstep)" if len(logs) > 1 else ")")
+            )
     console.print(metrics_table(results))
     if any(m.wasted_by_reason for m in results.values()):
         console.print(wasted_table(results))
@@ -289,6 +325,12 @@ def run(args: argparse.Namespace) -> int:
         console.print(line, markup=False)
     _save(args, results, write_json, write_plot)
     return 0
+
+
+def rank_log_path(path: Path, rank: int, ranks: int) -> Path:
+    """Rank ``rank``'s transition log: ``path`` itself for one rank, else ``live.rank1.jsonl``
+    for ``live.jsonl``."""
+    return path if ranks == 1 else path.with_name(f"{path.stem}.rank{rank}{path.suffix}")
 
 
 def parse_seeds(text: str, first: int) -> list[int]:

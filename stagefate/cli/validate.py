@@ -8,6 +8,7 @@ from typing import Any
 
 from ..spec import load_spec
 from ..spec.load import DEFAULT_SPEC_PATH
+from ..spec.schema import LifecycleSpec
 from .common import console
 
 
@@ -15,23 +16,54 @@ def add_parser(sub: Any) -> None:
     validate = sub.add_parser(
         "validate", help="check a transition log (JSON lines) against the lifecycle spec"
     )
-    validate.add_argument("log", help="the log: one transition a line (stagefate replay --log)")
+    validate.add_argument(
+        "logs",
+        nargs="+",
+        metavar="log",
+        help="the log: one transition a line (stagefate replay --log); several (one per "
+        "tensor-parallel rank, replay --tp N --log): each checked, then all checked identical",
+    )
     validate.add_argument("--spec", help="spec file (default: the shipped lifecycle.yaml)")
     validate.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..transition_log import validate_log
+    from ..transition_log import first_difference
 
     spec = load_spec(Path(args.spec) if args.spec else DEFAULT_SPEC_PATH)
-    path = Path(args.log)
-    if not path.is_file():
-        raise ValueError(f"transition log {path} does not exist; write one with --log FILE")
+    paths = [Path(log) for log in args.logs]
+    for path in paths:
+        if not path.is_file():
+            raise ValueError(f"transition log {path} does not exist; write one with --log FILE")
+    for path in paths:
+        if not _validate(path, spec):
+            return 1
+    if len(paths) > 1:
+        for other in paths[1:]:
+            difference = first_difference(paths[0], other)
+            if difference is not None:
+                console.print(
+                    f"[red]OUT OF LOCKSTEP[/red] {paths[0]} and {other} differ at {difference}",
+                    soft_wrap=True,
+                )
+                return 1
+        console.print(
+            f"the {len(paths)} ranks' logs are identical: every rank fired the same "
+            "transitions in the same order",
+            markup=False,
+            soft_wrap=True,
+        )
+    return 0
+
+
+def _validate(path: Path, spec: LifecycleSpec) -> bool:
+    from ..transition_log import validate_log
+
     with path.open(encoding="utf-8") as lines:
         summary = validate_log(lines, spec)
     if summary.violation is not None:
         console.print(f"[red]INVALID[/red] {path}:{summary.violation}", soft_wrap=True)
-        return 1
+        return False
     ended = ", ".join(f"{reason} {n:,}" for reason, n in summary.ended.most_common()) or "none"
     live = ", ".join(f"{state} {n:,}" for state, n in summary.live.most_common()) or "none"
     console.print(
@@ -41,4 +73,4 @@ def run(args: argparse.Namespace) -> int:
         markup=False,
         soft_wrap=True,
     )
-    return 0
+    return True

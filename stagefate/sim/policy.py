@@ -21,6 +21,7 @@ from ..runtime.io import OpKind
 from ..runtime.pools import SlotPool
 from ..runtime.prefix_tree import Node, PrefixMatch, PrefixTree
 from ..statemachine.config import PipelineConfig
+from ..statemachine.group import Group
 
 EMPTY = torch.empty(0, dtype=torch.int64)
 """What ``admit`` returns when nothing was spliced."""
@@ -41,6 +42,8 @@ class PolicyInputs:
     """``stagefate``, ``sglang-python`` or ``sglang-rust``."""
     prefetch_policy: str
     """The engine's ``best_effort`` / ``wait_complete`` / ``timeout``."""
+    group: Group | None = None
+    """The tensor-parallel ranks this policy's pipeline agrees with (None: one rank)."""
 
 
 class ReplayIO(Protocol):

@@ -37,6 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..runtime import Storage, TokenKey
 from ..statemachine.config import PipelineConfig
+from ..statemachine.group import Group
 from .costs import CostModel
 from .engine import Engine, EngineMetrics, EngineOptions, EngineRequest
 from .policy import PolicyFactory, PolicyInputs
@@ -67,6 +68,9 @@ class ReplayOptions(BaseModel):
     tree: str = "stagefate"
     """The radix tree: stagefate's, or ``sglang-python`` / ``sglang-rust`` (``make sglang``)."""
     io_jitter: float = Field(0.2, ge=0, lt=1)
+    tp_size: int = Field(1, ge=1)
+    """Tensor-parallel ranks: one engine and pipeline per rank over its shard, agreeing every
+    pass (:mod:`.ranks`)."""
     costs: CostModel = CostModel()
     engine: EngineOptions = EngineOptions()
 
@@ -113,7 +117,10 @@ class Replay:
         trace: list[TraceRequest],
         options: ReplayOptions | None = None,
         storage: Storage | None = None,
+        group: Group | None = None,
     ) -> None:
+        """``group``: this replay is one tensor-parallel rank of ``options.tp_size``
+        (:mod:`.ranks` builds them all)."""
         self.options = opts = options or ReplayOptions()
         page = opts.page_size
         longest = max(request.input_length + request.output_length for request in trace)
@@ -129,7 +136,7 @@ class Replay:
         config = PipelineConfig(
             page_size=page,
             layers=1,
-            kv_heads=1,
+            kv_heads=opts.tp_size,  # one head a rank: the replay's KV is only a placeholder
             head_dim=1,
             device_tokens=device_tokens,
             host_tokens=-(-opts.host_tokens // page) * page,
@@ -139,8 +146,10 @@ class Replay:
             io="manual",
             dedup_inflight=opts.dedup_inflight,
             storage=opts.storage,
+            tp_size=opts.tp_size,
+            tp_rank=0 if group is None else group.rank,
         )
-        inputs = PolicyInputs(config, storage, opts.tree, opts.engine.prefetch_policy)
+        inputs = PolicyInputs(config, storage, opts.tree, opts.engine.prefetch_policy, group)
         self.policy = policy(inputs)
         self.engine = Engine(
             self.policy.tree,

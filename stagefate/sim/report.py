@@ -17,6 +17,7 @@ from ..statemachine.stats import Stats
 from .blind import BlindPolicy
 from .live import LivePolicy
 from .policy import Policy, PolicyFactory
+from .ranks import RankedReplay, build_replay, replays_of
 from .replay import Replay, ReplayMetrics, ReplayOptions
 from .spread import Spread, compare, summary, summary_json
 from .trace import TraceRequest
@@ -43,18 +44,20 @@ def replay_policies(
     policies: Mapping[str, PolicyFactory],
     options: ReplayOptions,
     console: Console | None = None,
-    live_instruments: Sequence[Instrument] = (),
-) -> dict[str, Replay]:
+    live_instruments: Sequence[Sequence[Instrument]] = (),
+) -> dict[str, Replay | RankedReplay]:
     """Each policy (``{name: factory}``, :func:`stagefate.registry.policy_factories`) on a
-    fresh engine over the same trace and seed, with a progress bar each; ``live_instruments``
-    watch the live policy's pipeline (a transition log, metrics)."""
-    replays: dict[str, Replay] = {}
+    fresh engine over the same trace and seed (as ``options.tp_size`` ranks where it is more
+    than one), with a progress bar each; ``live_instruments[r]`` watch rank ``r``'s live
+    pipeline (a transition log, metrics)."""
+    replays: dict[str, Replay | RankedReplay] = {}
     with Progress(console=console, transient=False, disable=console is None) as progress:
         for name, factory in policies.items():
             task = progress.add_task(f"replay {name} ×{options.speed:g}", total=len(trace))
-            replays[name] = replay = Replay(factory, trace, options)
-            if isinstance(replay.policy, LivePolicy):
-                replay.policy.pipe.instruments.extend(live_instruments)
+            replays[name] = replay = build_replay(factory, trace, options)
+            for rank, instruments in zip(replays_of(replay), live_instruments, strict=False):
+                if isinstance(rank.policy, LivePolicy):
+                    rank.policy.pipe.instruments.extend(instruments)
             replay.run(on_request=functools.partial(progress.advance, task))
     return replays
 
