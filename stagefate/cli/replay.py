@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -142,8 +143,10 @@ def _replay_options(args: argparse.Namespace, speed: float) -> ReplayOptions:
         chunked_prefill_size=args.chunked_prefill_size,
     )
     costs = load_costs(args.model, args.costs)
-    if args.tp > 1:
-        costs = costs.model_copy(update={"tensor_parallel": args.tp})
+    if args.tp > 1 and costs.tensor_parallel != args.tp:
+        one_gpu = re.sub(r"^\d+x |\s*\(TP \d+\)$", "", costs.gpu)  # "4x H200 SXM (TP 4)"
+        gpus = f"{args.tp}x {one_gpu} (TP {args.tp})"
+        costs = costs.model_copy(update={"tensor_parallel": args.tp, "gpu": gpus})
     return ReplayOptions(
         page_size=args.page_size,
         device_tokens=args.device_tokens,
