@@ -227,7 +227,8 @@ def test_cli_json_has_exactly_the_keys_for_one_and_all_policies(tmp_path: Path) 
         out = tmp_path / f"{policy}.json"
         assert main(["replay", "--limit", "40", "--policy", policy, "--json", str(out)]) == 0
         payload = json.loads(out.read_text())
-        assert list(payload) == expected
+        assert list(payload) == [*expected, "bounds"]
+        assert list(payload.pop("bounds")) == ["hit_rate", "reusable_tokens", "prompt_tokens"]
         for metrics in payload.values():
             assert list(metrics) == KEYS
             assert list(metrics["engine"]) == ENGINE_KEYS
@@ -246,7 +247,7 @@ def test_cli_all_without_sglang_runs_live_and_blind_and_names_the_fix(
     monkeypatch.setenv("STAGEFATE_TARGETS", "/nonexistent")  # no release environments either
     out = tmp_path / "all.json"
     assert main(["replay", "--limit", "20", "--json", str(out)]) == 0
-    assert list(json.loads(out.read_text())) == ["live", "blind"]
+    assert list(json.loads(out.read_text())) == ["live", "blind", "bounds"]
     printed = " ".join(capsys.readouterr().out.split())  # rich wraps long lines
     assert "--policy all: live and blind only" in printed and "make sglang" in printed
 
@@ -267,7 +268,8 @@ def test_cli_sweep_writes_json_and_a_png(tmp_path: Path) -> None:
     assert main(args) == 0
     payload = json.loads(out.read_text())
     assert list(payload) == ["0.5", "2"]
-    assert all(list(by_policy) == policies_for_all()[0] for by_policy in payload.values())
+    expected = [*policies_for_all()[0], "bounds"]
+    assert all(list(by_policy) == expected for by_policy in payload.values())
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 

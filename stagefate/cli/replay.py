@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 import os
 import re
@@ -250,7 +251,10 @@ def sglang_releases(policies: list[str], tree: str) -> dict[str, str]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..sim.bound import hit_rate_bound
     from ..sim.report import (
+        at_the_bound,
+        bound_line,
         metrics_table,
         story,
         sweep_table,
@@ -288,6 +292,7 @@ def run(args: argparse.Namespace) -> int:
         + (f", {args.tp} tensor-parallel ranks" if args.tp > 1 else "")
     )
     arrival_ms = trace[-1].timestamp_ms - trace[0].timestamp_ms
+    bound = hit_rate_bound(trace, args.page_size)
     if args.log and (speeds or "live" not in policies):
         raise ValueError(
             "--log records the live pipeline's transitions in one run: use it without --sweep, "
@@ -303,7 +308,10 @@ def run(args: argparse.Namespace) -> int:
             for speed in speeds
         }
         console.print(sweep_table(sweep))
-        _save(args, sweep, write_sweep_json, write_sweep_plot)
+        advice = [at_the_bound(sweep[speed], bound, speed) for speed in speeds]
+        for line in [bound_line(bound), *[line for line in advice if line]]:
+            console.print(line, markup=False)
+        _save(args, sweep, functools.partial(write_sweep_json, bound=bound), write_sweep_plot)
         return 0
     paths = [
         rank_log_path(Path(args.log), rank, args.tp) for rank in range(args.tp if args.log else 0)
@@ -321,12 +329,15 @@ def run(args: argparse.Namespace) -> int:
                 + f"; `stagefate validate {' '.join(map(str, paths))}`"
                 + (": identical logs say the ranks kept lockstep)" if len(logs) > 1 else ")")
             )
-    console.print(metrics_table(results))
+    console.print(metrics_table(results, bound))
     if any(m.wasted_by_reason for m in results.values()):
         console.print(wasted_table(results))
-    for line in story(results, arrival_ms / 1e3 / args.speed, ran, releases):
-        console.print(line, markup=False)
-    _save(args, results, write_json, write_plot)
+    lines = story(results, arrival_ms / 1e3 / args.speed, ran, releases)
+    lines += [bound_line(bound), at_the_bound(results, bound, args.speed) or ""]
+    for line in lines:
+        if line:
+            console.print(line, markup=False)
+    _save(args, results, functools.partial(write_json, bound=bound), write_plot)
     return 0
 
 

@@ -15,6 +15,7 @@ from rich.table import Table
 from ..statemachine.record import Instrument
 from ..statemachine.stats import Stats
 from .blind import BlindPolicy
+from .bound import TraceBound
 from .live import LivePolicy
 from .policy import Policy, PolicyFactory
 from .ranks import RankedReplay, build_replay, replays_of
@@ -95,7 +96,8 @@ def metric_rows(results: dict[str, ReplayMetrics]) -> list[list[str]]:
     return rows
 
 
-def metrics_table(results: dict[str, ReplayMetrics]) -> Table:
+def metrics_table(results: dict[str, ReplayMetrics], bound: TraceBound | None = None) -> Table:
+    """Every figure, one column per policy; with ``bound``, each hit rate's share of it."""
     table = Table(title="stagefate replay")
     table.add_column("metric")
     for name in results:
@@ -103,7 +105,39 @@ def metrics_table(results: dict[str, ReplayMetrics]) -> Table:
     for row in metric_rows(results):
         if not row[0].startswith("wasted: "):  # the wasted table shows them with meanings
             table.add_row(*row)
+        if row[0] == "hit_rate" and bound is not None:
+            shares = [format_metric(_share(m.hit_rate, bound)) for m in results.values()]
+            table.add_row(f"hit_rate / bound {bound.hit_rate:.3f}", *shares)
     return table
+
+
+def _share(hit_rate: float, bound: TraceBound) -> float:
+    return round(hit_rate / bound.hit_rate, 6) if bound.hit_rate else 0.0
+
+
+AT_THE_BOUND = 0.995
+"""A hit rate within half a percent of the bound is at it: nothing was left to reuse."""
+
+
+def bound_line(bound: TraceBound) -> str:
+    """The bound in words."""
+    return (
+        f"the trace's bound: {bound.reusable_tokens:,} of {bound.prompt_tokens:,} prompt tokens "
+        f"are in pages an earlier request wrote (hit rate {bound.hit_rate:.3f} with infinite "
+        "device memory and L3)"
+    )
+
+
+def at_the_bound(results: dict[str, ReplayMetrics], bound: TraceBound, speed: float) -> str | None:
+    """What to do when every policy reaches the bound (None when one does not)."""
+    if not all(_share(m.hit_rate, bound) >= AT_THE_BOUND for m in results.values()):
+        return None
+    return (
+        f"every policy reaches the bound at {speed:g}x: this load leaves nothing to decide "
+        "(every reusable page is served in time); raise it with --speed (e.g. "
+        f"--speed {speed * 2:g}) or --sweep {speed:g},{speed * 2:g},{speed * 4:g} to compare "
+        "the designs where they differ"
+    )
 
 
 def wasted_table(results: dict[str, ReplayMetrics]) -> Table:
@@ -229,19 +263,24 @@ def _compare_with_sglang(
 # ---------------------------------------------------------------------- files
 
 
-def write_json(results: dict[str, ReplayMetrics], path: Path) -> None:
-    """One object keyed by policy name, also for a single policy."""
-    path.write_text(json.dumps(_dump(results), indent=2) + "\n")
+def write_json(results: dict[str, ReplayMetrics], path: Path, bound: TraceBound) -> None:
+    """One object keyed by policy name (also for a single policy), and ``bounds``."""
+    path.write_text(json.dumps(_dump(results, bound), indent=2) + "\n")
 
 
-def write_sweep_json(sweep: dict[float, dict[str, ReplayMetrics]], path: Path) -> None:
-    """``{speed: {policy: metrics}}``."""
-    payload = {f"{speed:g}": _dump(results) for speed, results in sweep.items()}
+def write_sweep_json(
+    sweep: dict[float, dict[str, ReplayMetrics]], path: Path, bound: TraceBound
+) -> None:
+    """``{speed: {policy: metrics, "bounds": …}}``."""
+    payload = {f"{speed:g}": _dump(results, bound) for speed, results in sweep.items()}
     path.write_text(json.dumps(payload, indent=2) + "\n")
 
 
-def _dump(results: dict[str, ReplayMetrics]) -> dict[str, Any]:
-    return {name: metrics.model_dump() for name, metrics in results.items()}
+def _dump(results: dict[str, ReplayMetrics], bound: TraceBound) -> dict[str, Any]:
+    return {
+        **{name: metrics.model_dump() for name, metrics in results.items()},
+        "bounds": bound.model_dump(),
+    }
 
 
 def _pyplot() -> Any:

@@ -1,0 +1,72 @@
+"""The hit-rate bound of a trace: what any design could reuse, with infinite device memory and L3.
+
+A prompt token can be served from cache only if an earlier request's prompt held the same
+token at the same place with the same prefix before it, and only in whole pages of the
+cacheable key (the prompt without its last token, which is always computed: the engine's
+``EngineRequest.key``). So the bound counts, request by request in arrival order, the leading
+pages of its key that some earlier request's key already holds, as a radix tree that never
+evicts would match them. It reads the trace alone: no timing, no memory, no policy; a policy's
+hit rate divided by it says how much of what was there to reuse the design reused.
+
+The one way a replay can pass it is a retraction: a request retracted mid-prefill re-runs over
+its own pages (the engine block counts retractions); without one, no policy exceeds the bound.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from pydantic import BaseModel, ConfigDict
+
+from .trace import BLOCK_TOKENS, TraceRequest
+
+
+class TraceBound(BaseModel):
+    """The JSON's ``bounds``: the reusable share of the trace's prompt tokens."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    hit_rate: float
+    reusable_tokens: int
+    """Tokens in pages of a key an earlier request's key already holds (page-aligned)."""
+    prompt_tokens: int
+
+
+def hit_rate_bound(trace: list[TraceRequest], page_size: int) -> TraceBound:
+    """The bound of ``trace`` (in arrival order) at ``page_size`` tokens a page."""
+    seen: set[int] = set()
+    reusable = prompt = 0
+    for request in sorted(trace, key=lambda r: (r.timestamp_ms, r.index)):
+        prompt += request.input_length
+        found = True
+        for page in _page_chain(request, page_size):
+            if found and page in seen:
+                reusable += page_size
+            else:
+                found = False
+                seen.add(page)
+    return TraceBound(
+        hit_rate=round(reusable / prompt, 6) if prompt else 0.0,
+        reusable_tokens=reusable,
+        prompt_tokens=prompt,
+    )
+
+
+def _page_chain(request: TraceRequest, page_size: int) -> Iterator[int]:
+    """One id per whole page of the request's key, each naming its page and every page before
+    it (so equal ids mean equal prefixes). Token ``j`` of block ``h`` is ``h * 512 + j``
+    (:meth:`TraceRequest.tokens`), so a page is named by the blocks and offsets it covers,
+    without synthesizing a token."""
+    key_tokens = (request.input_length - 1) // page_size * page_size
+    chain = 0
+    for start in range(0, key_tokens, page_size):
+        pieces = []
+        position, end = start, start + page_size
+        while position < end:
+            block = position // BLOCK_TOKENS
+            stop = min((block + 1) * BLOCK_TOKENS, end)
+            offset = block * BLOCK_TOKENS
+            pieces.append((request.hash_ids[block], position - offset, stop - offset))
+            position = stop
+        chain = hash((chain, tuple(pieces)))
+        yield chain
