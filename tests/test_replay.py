@@ -42,6 +42,8 @@ ENGINE_KEYS = [
     "evicted_tokens",
     "peak_running",
     "simulated_seconds",
+    "busy_fraction",
+    "queue_wait_ms",
 ]
 # A device pool of a few prompts, so that the replay evicts, re-reads from L3 and trims for real.
 SMALL = ReplayOptions(device_tokens=40 * 1024, host_tokens=64 * 1024, speed=1.0)

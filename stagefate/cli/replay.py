@@ -51,12 +51,22 @@ def add_parser(sub: Any) -> None:
     add_sglang_env(replay, "its SGLang runs")
     replay.add_argument(
         "--speed",
-        type=positive("arrival speed; 2 = arrivals twice as fast"),
-        default=DEFAULT_SPEED,
-        help=f"arrival speed (timestamps divided by it; default {DEFAULT_SPEED}: one H200 "
-        "carries about a third of the trace's rate, docs/replay.md)",
+        type=_speed,
+        help="arrival speed (timestamps divided by it), or auto: the speed at which the engine "
+        f"is busy --utilization of the time (default: auto with --trace; {DEFAULT_SPEED} on "
+        "the embedded slice, where one H200 carries about a third of its rate, docs/replay.md)",
     )
-    replay.add_argument("--sweep", help="run every policy at each speed, e.g. 0.5,1,2,4")
+    replay.add_argument(
+        "--utilization",
+        type=_utilization,
+        default=0.9,
+        help="--speed auto: the share of time the engine should be busy, in (0, 1] (default 0.9)",
+    )
+    replay.add_argument(
+        "--sweep",
+        help="run every policy at each speed, e.g. 0.5,1,2,4; a speed ending in a is a "
+        "multiple of --speed auto's (0.5a,1a,2a)",
+    )
     replay.add_argument("--model", choices=sorted(PRESETS), default=DEFAULT_PRESET)
     replay.add_argument("--costs", help="YAML/JSON file of cost-model fields to override")
     replay.add_argument(
@@ -163,14 +173,61 @@ def _replay_options(args: argparse.Namespace, speed: float) -> ReplayOptions:
     )
 
 
-def _parse_speeds(text: str) -> list[float]:
-    try:
-        speeds = [float(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        raise ValueError(f"--sweep takes speeds like 0.5,1,2,4; got {text!r}") from None
-    if not speeds or any(speed <= 0 for speed in speeds):
-        raise ValueError(f"--sweep takes positive speeds like 0.5,1,2,4; got {text!r}")
-    return sorted(set(speeds))
+def _speed(text: str) -> float | str:
+    """``--speed``: ``auto`` or a positive number."""
+    return "auto" if text == "auto" else positive("arrival speed; 2 = arrivals twice as fast")(text)
+
+
+def _utilization(text: str) -> float:
+    share = positive("share of time the engine is busy")(text)
+    if share > 1:
+        raise argparse.ArgumentTypeError(
+            f"must lie in (0, 1] (the share of time the engine is busy, e.g. 0.9); got {text}"
+        )
+    return share
+
+
+def _parse_speeds(text: str) -> list[tuple[float, bool]]:
+    """``--sweep``: ``(speed, relative)`` pairs; a relative one is a multiple of auto's."""
+    fix = "e.g. 0.5,1,2,4 or 0.5a,1a,2a (multiples of --speed auto's)"
+    speeds = []
+    for part in (part.strip() for part in text.split(",")):
+        if not part:
+            continue
+        relative = part.endswith("a")
+        try:
+            speeds.append((float(part.removesuffix("a")), relative))
+        except ValueError:
+            raise ValueError(f"--sweep takes speeds {fix}; got {text!r}") from None
+    if not speeds or any(speed <= 0 for speed, _relative in speeds):
+        raise ValueError(f"--sweep takes positive speeds, {fix}; got {text!r}")
+    return speeds
+
+
+def _resolve_speeds(
+    args: argparse.Namespace, trace: list[TraceRequest], sweep: list[tuple[float, bool]]
+) -> list[float]:
+    """``args.speed`` made a number (searched for when auto, and by default with ``--trace``
+    and no ``--sweep``) and the sweep's speeds with it, in order."""
+    from ..sim.load import find_speed
+
+    by_default = args.speed is None and args.trace is not None and not sweep
+    auto = args.speed == "auto" or by_default
+    if not auto and not any(relative for _speed, relative in sweep):
+        args.speed = args.speed or DEFAULT_SPEED
+        return sorted({speed for speed, _relative in sweep})
+    options = _replay_options(args, DEFAULT_SPEED).model_copy(update={"tp_size": 1})
+    search = find_speed(policy_factories(["live"])["live"], trace, options, args.utilization)
+    console.print(
+        f"--speed auto: {search.speed:.3g}x keeps the engine busy {search.busy_fraction:.3f} "
+        f"of the time (target {search.utilization:g}) over the first {search.requests:,} "
+        f"requests; {search.evaluations} replays of them in {search.seconds:.1f} s"
+        + ("" if search.reached else "; the fastest speed tried stays below the target")
+    )
+    if auto:
+        args.speed = search.speed
+    args.speed = args.speed or DEFAULT_SPEED
+    return sorted({speed * (search.speed if relative else 1) for speed, relative in sweep})
 
 
 def _policies(choice: str, storage: str, releases: str | None, tp: int = 1) -> list[str]:
@@ -266,11 +323,11 @@ def run(args: argparse.Namespace) -> int:
     )
     from ..sim.trace import load_trace
 
-    speeds = _parse_speeds(args.sweep) if args.sweep else None
+    asked = _parse_speeds(args.sweep) if args.sweep else []
     seeds = [args.seed] if args.seeds is None else parse_seeds(args.seeds, args.seed)
     if len(seeds) > 1 and args.log:
         raise ValueError("--log records one run's transitions: drop --seeds or --log")
-    if len(seeds) > 1 and args.plot and not speeds:
+    if len(seeds) > 1 and args.plot and not asked:
         raise ValueError(
             "--plot with --seeds draws the sweep's median lines and bands: add --sweep, or drop "
             "--plot (the table shows median [min–max])"
@@ -282,6 +339,12 @@ def run(args: argparse.Namespace) -> int:
     releases = sglang_releases(policies, args.tree)  # an uninstalled release is refused here
     if releases:  # its per-request warnings are its operational log; figures here
         logging.getLogger("sglang").setLevel(logging.ERROR)
+    if args.log and (asked or "live" not in policies):
+        raise ValueError(
+            "--log records the live pipeline's transitions in one run: use it without --sweep, "
+            "with --policy live or all"
+        )
+    speeds = _resolve_speeds(args, trace, asked) or None
     source = args.trace or "the embedded Mooncake slice"
     first = _replay_options(args, speeds[0] if speeds else args.speed)
     costs = first.costs
@@ -293,11 +356,6 @@ def run(args: argparse.Namespace) -> int:
     )
     arrival_ms = trace[-1].timestamp_ms - trace[0].timestamp_ms
     bound = hit_rate_bound(trace, args.page_size)
-    if args.log and (speeds or "live" not in policies):
-        raise ValueError(
-            "--log records the live pipeline's transitions in one run: use it without --sweep, "
-            "with --policy live or all"
-        )
     if len(seeds) > 1:
         return _over_seeds(
             args, trace, policies, speeds or [args.speed], seeds, bool(speeds), sglang_env

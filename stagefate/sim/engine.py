@@ -46,6 +46,7 @@ SGLang's insert does. At the end, with nothing running, the device pool holds ex
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
@@ -106,6 +107,31 @@ class EngineMetrics(BaseModel):
     evicted_tokens: int
     peak_running: int
     simulated_seconds: float
+    busy_fraction: float
+    """Share of the simulated time the engine ran a step (the rest it waited on arrivals or
+    prefetches)."""
+    queue_wait_ms: QueueWait
+    """Admission waits: from a request's arrival to its first admission."""
+
+
+class QueueWait(BaseModel):
+    """Percentiles (nearest rank) of the admission waits, in ms."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    p50: float
+    p99: float
+
+    @classmethod
+    def of(cls, waits: list[float]) -> QueueWait:
+        ordered = sorted(waits)
+
+        def rank(share: float) -> float:
+            if not ordered:
+                return 0.0
+            return round(ordered[max(0, math.ceil(share * len(ordered)) - 1)], 3)
+
+        return cls(p50=rank(0.5), p99=rank(0.99))
 
 
 @dataclass(eq=False)
@@ -116,7 +142,11 @@ class EngineRequest:
     """The prompt's token ids (``input_length`` of them)."""
     key: TokenKey
     """The prompt cut to whole pages: what the tree and L3 can hold."""
+    arrived_ms: float = 0.0
+    """When it arrived on the replay's clock."""
     generated: int = 0
+    admitted: bool = False
+    """Admitted once already (a retracted request's re-admission is no queue wait)."""
     wait_started_ms: float | None = None
     """When admission first found its prefetch still on its way (the timeout's clock)."""
     requested_tokens: int = 0
@@ -184,6 +214,8 @@ class Engine:
         self.new_token_ratio = self._init_ratio
         self.steps = self.prefill_tokens = self.decode_tokens = 0
         self.retractions = self.evicted_tokens = self.peak_running = 0
+        self.busy_ms = 0.0
+        self.queue_waits: list[float] = []
 
     # ------------------------------------------------------------------ arrivals
 
@@ -237,6 +269,7 @@ class Engine:
         self._after_prefill(chunks)
         self._after_decode(decoding)
         self.peak_running = max(self.peak_running, len(self.running))
+        self.busy_ms += duration
         return duration
 
     # ------------------------------------------------------------------ admission
@@ -270,6 +303,9 @@ class Engine:
             if extend + reserve + self.page > room:
                 break  # SGLang's NO_TOKEN: the batch is full
             self.waiting.remove(request)
+            if not request.admitted:
+                request.admitted = True
+                self.queue_waits.append(now - request.arrived_ms)
             tail = self.policy.admit(request.request_id, prefix, self.make_room)
             spliced += tail.numel()
             self._lock_prefix(request, prefix.length + tail.numel())
@@ -466,4 +502,6 @@ class Engine:
             evicted_tokens=self.evicted_tokens,
             peak_running=self.peak_running,
             simulated_seconds=round(simulated_ms / 1e3, 3),
+            busy_fraction=round(self.busy_ms / simulated_ms, 6) if simulated_ms else 0.0,
+            queue_wait_ms=QueueWait.of(self.queue_waits),
         )

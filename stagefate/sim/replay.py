@@ -199,7 +199,7 @@ class Replay:
         # The last prompt token is always computed (it yields the first output token), so the
         # cacheable key stops before it, as SGLang's prefix match does.
         key = TokenKey.of(prompt[: item.input_length - 1]).whole_pages(self.options.page_size)
-        return EngineRequest(item, f"r{item.index}", prompt, key)
+        return EngineRequest(item, f"r{item.index}", prompt, key, self._arrival_ms(item))
 
     def _arrival_ms(self, item: TraceRequest) -> float:
         return (item.timestamp_ms - self.trace[0].timestamp_ms) / self.options.speed

@@ -8,6 +8,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel
 from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
@@ -83,10 +84,19 @@ def metric_rows(results: dict[str, ReplayMetrics]) -> list[list[str]]:
         for field in ReplayMetrics.model_fields
         if field not in _NESTED
     ]
-    rows += [
-        [f"engine.{field}", *(format_metric(getattr(m.engine, field)) for m in metrics)]
-        for field in type(metrics[0].engine).model_fields
-    ]
+    for field, value in metrics[0].engine:
+        if isinstance(value, BaseModel):  # queue_wait_ms: one row per percentile
+            rows += [
+                [
+                    f"engine.{field}.{part}",
+                    *(format_metric(getattr(getattr(m.engine, field), part)) for m in metrics),
+                ]
+                for part in type(value).model_fields
+            ]
+        else:
+            rows.append(
+                [f"engine.{field}", *(format_metric(getattr(m.engine, field)) for m in metrics)]
+            )
     for reason in sorted({r for m in metrics for r in m.wasted_by_reason}):
         cells = []
         for m in metrics:

@@ -1,0 +1,92 @@
+"""Load found for the user: the engine's busy fraction and queue waits, ``--speed auto`` and
+``--sweep`` in multiples of it, and bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from stagefate.cli import main
+from stagefate.cli.replay import _parse_speeds
+from stagefate.registry import make_replay, policy_factories
+from stagefate.sim.engine import QueueWait
+from stagefate.sim.load import find_speed
+from stagefate.sim.replay import ReplayOptions
+from stagefate.sim.trace import TraceRequest
+
+from .test_replay import SMALL, siblings_trace
+
+
+def test_queue_waits_are_nearest_rank_percentiles() -> None:
+    waits = [float(ms) for ms in range(1, 101)]  # 1 … 100 ms
+    assert QueueWait.of(waits) == QueueWait(p50=50.0, p99=99.0)
+    assert QueueWait.of([7.0]) == QueueWait(p50=7.0, p99=7.0)
+    assert QueueWait.of([]) == QueueWait(p50=0.0, p99=0.0)
+
+
+def test_a_lone_request_waits_nothing_and_the_engine_is_busy_only_while_it_runs() -> None:
+    alone = [TraceRequest(0, 0.0, 200, 16, (1,))]  # below the prefetch threshold: no L3 wait
+    metrics = make_replay("live", alone, SMALL).run()
+    assert metrics.engine.queue_wait_ms == QueueWait(p50=0.0, p99=0.0)
+    assert metrics.engine.busy_fraction == 1.0  # it arrives at 0 and runs to the end
+
+
+def test_busy_fraction_and_queue_waits_rise_with_the_load(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    siblings = siblings_trace(tmp_path_factory)
+    light, heavy = (
+        make_replay("live", siblings, SMALL.model_copy(update={"speed": speed})).run().engine
+        for speed in (0.5, 8.0)
+    )
+    assert 0 < light.busy_fraction < heavy.busy_fraction <= 1
+    assert light.queue_wait_ms.p50 <= light.queue_wait_ms.p99
+    assert light.queue_wait_ms.p99 < heavy.queue_wait_ms.p99
+
+
+def test_the_search_lands_near_its_target_on_a_small_trace(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    siblings = siblings_trace(tmp_path_factory)
+    live = policy_factories(["live"])["live"]
+    search = find_speed(live, siblings, SMALL, 0.6)
+    assert search.reached and abs(search.busy_fraction - 0.6) <= 0.05
+    again = make_replay("live", siblings, SMALL.model_copy(update={"speed": search.speed})).run()
+    assert again.engine.busy_fraction == search.busy_fraction  # the prefix is the whole trace
+
+
+def test_the_search_refuses_a_target_outside_the_unit_interval() -> None:
+    live = policy_factories(["live"])["live"]
+    with pytest.raises(ValueError, match=r"must lie in \(0, 1\]"):
+        find_speed(live, [TraceRequest(0, 0.0, 512, 1, (1,))], ReplayOptions(), 1.5)
+    with pytest.raises(ValueError, match="needs a trace with requests"):
+        find_speed(live, [], ReplayOptions(), 0.9)
+
+
+def test_a_sweep_takes_multiples_of_the_auto_speed() -> None:
+    assert _parse_speeds("0.5a, 1a,2") == [(0.5, True), (1.0, True), (2.0, False)]
+    with pytest.raises(ValueError, match=r"0\.5a,1a,2a"):
+        _parse_speeds("2x")
+
+
+def test_auto_on_an_empty_trace_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("\n")
+    assert main(["replay", "--trace", str(empty), "--speed", "auto"]) == 2
+    assert "holds no requests" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_auto_load_on_the_embedded_slice_lands_within_five_hundredths_of_the_target(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "auto.json"
+    assert main(["replay", "--policy", "live", "--speed", "auto", "--json", str(out)]) == 0
+    busy = json.loads(out.read_text())["live"]["engine"]["busy_fraction"]
+    assert abs(busy - 0.9) <= 0.05
+    printed = " ".join(capsys.readouterr().out.split())
+    assert "--speed auto:" in printed and "of the time (target 0.9) over the first 1,000" in printed
