@@ -12,7 +12,7 @@ import multiprocessing
 import os
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from .runtime import RadixTree, Storage
 from .runtime.prefix_tree import TreeFactory
@@ -23,6 +23,8 @@ from .sim.ranks import build_replay
 from .sim.replay import Replay, ReplayMetrics, ReplayOptions
 from .sim.trace import TraceRequest
 from .statemachine.pipeline import BufferPipeline
+
+RunKey = TypeVar("RunKey")
 
 if TYPE_CHECKING:
     from .targets.sglang.environments import Installed
@@ -178,6 +180,14 @@ def _replay_one(policy: str, trace: list[TraceRequest], options: ReplayOptions) 
     return build_replay(policy_factories([policy])[policy], trace, options).run().model_dump()
 
 
+def _one_thread() -> None:
+    """A pool worker's torch runs one intra-op thread: the processes are the parallelism (two
+    workers of two threads each on two cores take 3x as long as one thread each)."""
+    import torch
+
+    torch.set_num_threads(1)
+
+
 def _replay_task(
     policy: str,
     trace: list[TraceRequest],
@@ -198,27 +208,38 @@ def replay_over_seeds(
 ) -> dict[str, list[ReplayMetrics]]:
     """Each policy replayed once per IO-jitter seed, in ``jobs`` processes (default: the
     cores); ``{policy: [metrics of each seed, in seed order]}``."""
+    runs = {
+        (name, seed): (name, options.model_copy(update={"seed": seed}))
+        for name in policies
+        for seed in seeds
+    }
+    results = replay_in_processes(trace, runs, jobs, sglang_env)
+    return {name: [results[(name, seed)] for seed in seeds] for name in policies}
+
+
+def replay_in_processes(
+    trace: list[TraceRequest],
+    runs: Mapping[RunKey, tuple[str, ReplayOptions]],
+    jobs: int | None = None,
+    sglang_env: Mapping[str, str] | None = None,
+) -> dict[RunKey, ReplayMetrics]:
+    """Every run (``{key: (policy, options)}``) replayed in ``jobs`` processes (default: the
+    cores), each in the environment its SGLang release needs; the metrics by key."""
     from .targets.sglang.worker import build_native_hash, call_in
 
     targets = {  # an unknown or uninstalled one is refused before any process starts
         target.version: target
-        for target in (target_for(name, options.tree) for name in policies)
+        for target in (target_for(name, options.tree) for name, options in runs.values())
         if target is not None
     }
     for target in targets.values():  # before the processes fan out (build_native_hash says why)
         call_in(target, build_native_hash)
-    tasks = [(name, seed) for name in policies for seed in seeds]
-    workers = max(1, min(jobs or os.cpu_count() or 1, len(tasks)))
+    workers = max(1, min(jobs or os.cpu_count() or 1, len(runs)))
     # spawn, not fork: a child forked after torch ran a parallel op can hang in OpenMP
     spawn = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=workers, mp_context=spawn) as pool:
+    with ProcessPoolExecutor(workers, spawn, initializer=_one_thread) as pool:
         futures = {
-            (name, seed): pool.submit(
-                _replay_task, name, trace, options.model_copy(update={"seed": seed}), sglang_env
-            )
-            for name, seed in tasks
+            key: pool.submit(_replay_task, name, trace, options, sglang_env)
+            for key, (name, options) in runs.items()
         }
-        return {
-            name: [ReplayMetrics.model_validate(futures[(name, seed)].result()) for seed in seeds]
-            for name in policies
-        }
+        return {key: ReplayMetrics.model_validate(f.result()) for key, f in futures.items()}

@@ -109,8 +109,8 @@ def add_parser(sub: Any) -> None:
     )
     replay.add_argument(
         "--jobs",
-        type=positive_int("processes for --seeds"),
-        help="processes --seeds runs its replays in (default: the cores)",
+        type=positive_int("processes for --seeds and --sweep"),
+        help="processes --seeds and --sweep run their replays in (default: the cores)",
     )
     replay.add_argument(
         "--storage",
@@ -361,10 +361,7 @@ def run(args: argparse.Namespace) -> int:
             args, trace, policies, speeds or [args.speed], seeds, bool(speeds), sglang_env
         )
     if speeds:
-        sweep = {
-            speed: _run_policies(trace, policies, _replay_options(args, speed), sglang_env, [])[0]
-            for speed in speeds
-        }
+        sweep = _sweep(args, trace, policies, speeds, sglang_env)
         console.print(sweep_table(sweep))
         advice = [at_the_bound(sweep[speed], bound, speed) for speed in speeds]
         for line in [bound_line(bound), *[line for line in advice if line]]:
@@ -397,6 +394,25 @@ def run(args: argparse.Namespace) -> int:
             console.print(line, markup=False)
     _save(args, results, functools.partial(write_json, bound=bound), write_plot)
     return 0
+
+
+def _sweep(
+    args: argparse.Namespace,
+    trace: list[TraceRequest],
+    policies: list[str],
+    speeds: list[float],
+    sglang_env: dict[str, str],
+) -> dict[float, dict[str, ReplayMetrics]]:
+    """Every policy at every speed, each run in a process of a pool (``--jobs``)."""
+    from ..registry import replay_in_processes
+
+    runs = {
+        (speed, name): (name, _replay_options(args, speed)) for speed in speeds for name in policies
+    }
+    workers = min(args.jobs or os.cpu_count() or 1, len(runs))
+    console.print(f"{len(runs)} replays ({len(speeds)} speeds), in up to {workers} processes")
+    results = replay_in_processes(trace, runs, args.jobs, sglang_env)
+    return {speed: {name: results[(speed, name)] for name in policies} for speed in speeds}
 
 
 def rank_log_path(path: Path, rank: int, ranks: int) -> Path:
