@@ -11,7 +11,7 @@ import pytest
 from stagefate.cli import main
 from stagefate.cli.replay import _parse_speeds
 from stagefate.registry import make_replay, policy_factories
-from stagefate.sim.engine import QueueWait
+from stagefate.sim.engine import Percentiles
 from stagefate.sim.load import find_speed
 from stagefate.sim.replay import ReplayOptions
 from stagefate.sim.trace import TraceRequest
@@ -21,15 +21,15 @@ from .test_replay import SMALL, siblings_trace
 
 def test_queue_waits_are_nearest_rank_percentiles() -> None:
     waits = [float(ms) for ms in range(1, 101)]  # 1 … 100 ms
-    assert QueueWait.of(waits) == QueueWait(p50=50.0, p99=99.0)
-    assert QueueWait.of([7.0]) == QueueWait(p50=7.0, p99=7.0)
-    assert QueueWait.of([]) == QueueWait(p50=0.0, p99=0.0)
+    assert Percentiles.of(waits) == Percentiles(p50=50.0, p99=99.0)
+    assert Percentiles.of([7.0]) == Percentiles(p50=7.0, p99=7.0)
+    assert Percentiles.of([]) == Percentiles(p50=0.0, p99=0.0)
 
 
 def test_a_lone_request_waits_nothing_and_the_engine_is_busy_only_while_it_runs() -> None:
     alone = [TraceRequest(0, 0.0, 200, 16, (1,))]  # below the prefetch threshold: no L3 wait
     metrics = make_replay("live", alone, SMALL).run()
-    assert metrics.engine.queue_wait_ms == QueueWait(p50=0.0, p99=0.0)
+    assert metrics.engine.queue_wait_ms == Percentiles(p50=0.0, p99=0.0)
     assert metrics.engine.busy_fraction == 1.0  # it arrives at 0 and runs to the end
 
 

@@ -33,6 +33,7 @@ KEYS = [
     "wall_seconds",
     "wasted_by_reason",
     "engine",
+    "arrivals",
 ]
 ENGINE_KEYS = [
     "steps",

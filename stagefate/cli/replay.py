@@ -121,6 +121,13 @@ def add_parser(sub: Any) -> None:
         "--no-dedup", action="store_true", help="live: read spans a sibling is already reading"
     )
     replay.add_argument(
+        "--arrivals",
+        choices=["open", "causal"],
+        help="open: each request at its trace time; causal: a conversation's turn (inferred "
+        "from the hash chains) after the turn it follows has finished (default: causal where "
+        "the trace has turns, docs/replay.md)",
+    )
+    replay.add_argument(
         "--tp",
         type=positive_int("tensor-parallel ranks"),
         default=1,
@@ -168,9 +175,27 @@ def _replay_options(args: argparse.Namespace, speed: float) -> ReplayOptions:
         storage=args.storage,
         tree=args.tree,
         tp_size=args.tp,
+        arrivals=args.arrivals or "open",
         costs=costs,
         engine=engine,
     )
+
+
+def _choose_arrivals(args: argparse.Namespace, trace: list[TraceRequest]) -> None:
+    """``--arrivals``, by default causal where the trace's hash chains hold turns."""
+    from ..sim.conversations import infer_turns
+
+    turns = infer_turns(trace)
+    if args.arrivals is None:
+        args.arrivals = "causal" if turns.predecessor else "open"
+    if turns.predecessor or turns.shared_prefixes:
+        console.print(
+            f"arrivals {args.arrivals}: {len(turns.predecessor):,} turns of "
+            f"{turns.conversations:,} conversations follow an earlier turn "
+            f"({turns.shared_prefixes:,} prompts several later requests extend are shared "
+            "prefixes, not turns)"
+            + ("; each waits for the turn before" if args.arrivals == "causal" else "")
+        )
 
 
 def _speed(text: str) -> float | str:
@@ -334,6 +359,7 @@ def run(args: argparse.Namespace) -> int:
         )
     args.seed = seeds[0]  # one seed is today's single run under that seed
     trace = load_trace(args.trace, args.limit)
+    _choose_arrivals(args, trace)
     policies = _policies(args.policy, args.storage, args.releases, args.tp)
     sglang_env = parse_sglang_env(args.sglang_env)
     releases = sglang_releases(policies, args.tree)  # an uninstalled release is refused here

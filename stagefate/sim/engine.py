@@ -110,12 +110,12 @@ class EngineMetrics(BaseModel):
     busy_fraction: float
     """Share of the simulated time the engine ran a step (the rest it waited on arrivals or
     prefetches)."""
-    queue_wait_ms: QueueWait
+    queue_wait_ms: Percentiles
     """Admission waits: from a request's arrival to its first admission."""
 
 
-class QueueWait(BaseModel):
-    """Percentiles (nearest rank) of the admission waits, in ms."""
+class Percentiles(BaseModel):
+    """Percentiles (nearest rank) of some waits, in ms: admissions', delayed turns'."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -123,7 +123,7 @@ class QueueWait(BaseModel):
     p99: float
 
     @classmethod
-    def of(cls, waits: list[float]) -> QueueWait:
+    def of(cls, waits: list[float]) -> Percentiles:
         ordered = sorted(waits)
 
         def rank(share: float) -> float:
@@ -205,7 +205,6 @@ class Engine:
         self.running: list[EngineRequest] = []
         self.chunked: EngineRequest | None = None
         self.books = _Books()
-        self.finished = 0
         self._init_ratio = options.init_new_token_ratio
         self._min_ratio = self._init_ratio * options.min_new_token_ratio_factor
         self._ratio_decay = (
@@ -214,6 +213,9 @@ class Engine:
         self.new_token_ratio = self._init_ratio
         self.steps = self.prefill_tokens = self.decode_tokens = 0
         self.retractions = self.evicted_tokens = self.peak_running = 0
+        self.finished_indices: list[int] = []
+        """The trace indices of the requests finished, in order (not the requests: their
+        prompts would stay alive)."""
         self.busy_ms = 0.0
         self.queue_waits: list[float] = []
 
@@ -228,6 +230,10 @@ class Engine:
         matched = self.tree.match_prefix(request.key).length
         request.requested_tokens = len(request.key) - matched
         self.policy.issue(request.request_id, request.key, matched)
+
+    @property
+    def finished(self) -> int:
+        return len(self.finished_indices)
 
     def busy(self) -> bool:
         return bool(self.waiting or self.running or self.chunked is not None)
@@ -482,7 +488,7 @@ class Engine:
         prompt_pages = len(request.key)
         self.write_through(request.key, request.tree_indices[:prompt_pages])
         self._release(request)
-        self.finished += 1
+        self.finished_indices.append(request.trace.index)
 
     def _release(self, request: EngineRequest) -> None:
         """Give back the request's lock and the slots it owns (they never entered the tree)."""
@@ -503,5 +509,5 @@ class Engine:
             peak_running=self.peak_running,
             simulated_seconds=round(simulated_ms / 1e3, 3),
             busy_fraction=round(self.busy_ms / simulated_ms, 6) if simulated_ms else 0.0,
-            queue_wait_ms=QueueWait.of(self.queue_waits),
+            queue_wait_ms=Percentiles.of(self.queue_waits),
         )

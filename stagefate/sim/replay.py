@@ -30,14 +30,16 @@ import heapq
 import math
 import random
 import time
-from collections import deque
 from collections.abc import Callable
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..runtime import Storage, TokenKey
 from ..statemachine.config import PipelineConfig
 from ..statemachine.group import Group
+from .arrivals import ArrivalMetrics, Arrivals
+from .conversations import infer_turns
 from .costs import CostModel
 from .engine import Engine, EngineMetrics, EngineOptions, EngineRequest
 from .policy import PolicyFactory, PolicyInputs
@@ -68,6 +70,9 @@ class ReplayOptions(BaseModel):
     tree: str = "stagefate"
     """The radix tree: stagefate's, or ``sglang-python`` / ``sglang-rust`` (``make sglang``)."""
     io_jitter: float = Field(0.2, ge=0, lt=1)
+    arrivals: Literal["open", "causal"] = "open"
+    """``open``: each request at its trace time; ``causal``: a conversation's turn after the
+    turn it follows has finished (:mod:`.arrivals`)."""
     tp_size: int = Field(1, ge=1)
     """Tensor-parallel ranks: one engine and pipeline per rank over its shard, agreeing every
     pass (:mod:`.ranks`)."""
@@ -106,6 +111,7 @@ class ReplayMetrics(BaseModel):
     wasted_by_reason: dict[str, WastedReads]
     """Wasted reads and tokens by why (docs/replay.md); they add up to the two totals."""
     engine: EngineMetrics
+    arrivals: ArrivalMetrics
 
 
 class Replay:
@@ -160,6 +166,7 @@ class Replay:
             opts.engine,
         )
         self.trace = trace
+        self.arrivals = Arrivals(trace, opts.speed, infer_turns(trace), opts.arrivals == "causal")
         self._random = random.Random(opts.seed)
         self._due: list[tuple[float, int]] = []
         self._timed: set[int] = set()
@@ -171,43 +178,44 @@ class Replay:
     def run(self, on_request: Callable[[], None] | None = None) -> ReplayMetrics:
         """Replay the whole trace; the metrics are also kept as :attr:`metrics`."""
         started = time.perf_counter()
-        # Prompts are synthesized at arrival: a full trace's tokens at once would be ~0.5 GB.
-        arrivals = deque(self.trace)
+        arrivals = self.arrivals
         engine, io = self.engine, self.policy.io
         now = 0.0
         while arrivals or engine.busy() or io.pending():
-            while arrivals and self._arrival_ms(arrivals[0]) <= now:
-                engine.arrive(self._request(arrivals.popleft()))
+            # prompts are synthesized at arrival: a full trace's tokens at once would be ~0.5 GB
+            for item in arrivals.due(now):
+                engine.arrive(self._request(item, arrivals.arrived_ms[item.index]))
                 if on_request is not None:
                     on_request()
             self._complete_io(now)
             by_id = {request.request_id: request for request in engine.waiting}
             for request_id in self.policy.due_retries(list(by_id)):
                 engine.issue(by_id[request_id])
+            finished = engine.finished
             duration = engine.step(now)
             self._time_new_ops(now)
             if duration is not None:
                 now += duration
+                for index in engine.finished_indices[finished:]:
+                    arrivals.finished(index, now)
             elif arrivals or engine.busy() or io.pending():
-                now = self._next_event(now, arrivals)
+                now = self._next_event(now)
         self.policy.finish()
         self.metrics = self._metrics(now, time.perf_counter() - started)
         return self.metrics
 
-    def _request(self, item: TraceRequest) -> EngineRequest:
+    def _request(self, item: TraceRequest, arrived_ms: float) -> EngineRequest:
         prompt = item.tokens()
         # The last prompt token is always computed (it yields the first output token), so the
         # cacheable key stops before it, as SGLang's prefix match does.
         key = TokenKey.of(prompt[: item.input_length - 1]).whole_pages(self.options.page_size)
-        return EngineRequest(item, f"r{item.index}", prompt, key, self._arrival_ms(item))
+        return EngineRequest(item, f"r{item.index}", prompt, key, arrived_ms)
 
-    def _arrival_ms(self, item: TraceRequest) -> float:
-        return (item.timestamp_ms - self.trace[0].timestamp_ms) / self.options.speed
-
-    def _next_event(self, now: float, arrivals: deque[TraceRequest]) -> float:
+    def _next_event(self, now: float) -> float:
         times = [math.inf]
-        if arrivals:
-            times.append(self._arrival_ms(arrivals[0]))
+        upcoming_arrival = self.arrivals.next_ms()
+        if upcoming_arrival is not None:
+            times.append(upcoming_arrival)
         if self._due:
             times.append(self._due[0][0])
         deadline = self.engine.next_deadline()
@@ -265,5 +273,6 @@ class Replay:
             wall_seconds=round(wall_seconds, 3),
             wasted_by_reason=wasted,
             engine=self.engine.metrics(simulated_ms),
+            arrivals=self.arrivals.metrics(),
             **counters,
         )

@@ -69,10 +69,12 @@ def replay_policies(
 
 def format_metric(value: object) -> str:
     """A metric for people: thousands separated, rates to three decimals."""
+    if isinstance(value, str):
+        return value
     return f"{value:,.3f}" if isinstance(value, float) else f"{value:,}"
 
 
-_NESTED = ("wasted_by_reason", "engine")
+_NESTED = ("wasted_by_reason", "engine", "arrivals")
 
 
 def metric_rows(results: dict[str, ReplayMetrics]) -> list[list[str]]:
@@ -84,25 +86,26 @@ def metric_rows(results: dict[str, ReplayMetrics]) -> list[list[str]]:
         for field in ReplayMetrics.model_fields
         if field not in _NESTED
     ]
-    for field, value in metrics[0].engine:
-        if isinstance(value, BaseModel):  # queue_wait_ms: one row per percentile
-            rows += [
-                [
-                    f"engine.{field}.{part}",
-                    *(format_metric(getattr(getattr(m.engine, field), part)) for m in metrics),
-                ]
-                for part in type(value).model_fields
-            ]
-        else:
-            rows.append(
-                [f"engine.{field}", *(format_metric(getattr(m.engine, field)) for m in metrics)]
-            )
+    for block in ("engine", "arrivals"):
+        rows += _block_rows(block, [getattr(m, block) for m in metrics])
     for reason in sorted({r for m in metrics for r in m.wasted_by_reason}):
         cells = []
         for m in metrics:
             wasted = m.wasted_by_reason.get(reason)
             cells.append("-" if wasted is None else f"{wasted.reads:,} / {wasted.tokens:,}")
         rows.append([f"wasted: {reason}", *cells])
+    return rows
+
+
+def _block_rows(prefix: str, blocks: Sequence[BaseModel]) -> list[list[str]]:
+    """``[prefix.field, value per policy…]`` for a nested block, one row per leaf field."""
+    rows = []
+    for field, value in blocks[0]:
+        values = [getattr(block, field) for block in blocks]
+        if isinstance(value, BaseModel):  # queue_wait_ms, delay_ms: one row per percentile
+            rows += _block_rows(f"{prefix}.{field}", values)
+        else:
+            rows.append([f"{prefix}.{field}", *(format_metric(v) for v in values)])
     return rows
 
 
@@ -185,6 +188,13 @@ def story(
             f"the engine ran {m.engine.simulated_seconds:,.0f} s for {arrival_seconds:,.0f} s "
             f"of arrivals"
         )
+        arrivals = m.arrivals
+        if arrivals.delayed:
+            lines.append(
+                f"  {arrivals.delayed:,} of {arrivals.turns:,} turns arrived after their trace "
+                f"time, waiting for the turn before (p50 {arrivals.delay_ms.p50:,.0f} ms, p99 "
+                f"{arrivals.delay_ms.p99:,.0f} ms later)"
+            )
         biggest = sorted(m.wasted_by_reason.items(), key=lambda kv: -kv[1].tokens)
         for reason, wasted in biggest[:3]:
             what = f"{_count(wasted.reads, 'read')}, " if wasted.reads else ""
