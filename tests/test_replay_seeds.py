@@ -81,7 +81,9 @@ def test_several_seeds_keep_each_run_and_a_summary(tmp_path: Path) -> None:
     out = tmp_path / "seeds.json"
     argv = ["replay", "--limit", "30", "--policy", "live", "--seeds", "0,5", "--jobs", "1"]
     assert main([*argv, "--json", str(out)]) == 0
-    payload = json.loads(out.read_text())["live"]
+    whole = json.loads(out.read_text())
+    assert list(whole) == ["live", "bounds"]
+    payload = whole["live"]
     assert sorted(payload["seeds"]) == ["0", "5"]
     hit = [payload["seeds"][s]["hit_rate"] for s in ("0", "5")]
     assert payload["summary"]["hit_rate"] == {

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from ..registry import TREES, policy_factories
+from ..sim.bound import TraceBound
 from ..sim.costs import DEFAULT_PRESET, PRESETS, load_costs
 from ..sim.policy import Policy
 from ..sim.replay import DEFAULT_SPEED, ReplayMetrics, ReplayOptions
@@ -384,7 +385,7 @@ def run(args: argparse.Namespace) -> int:
     bound = hit_rate_bound(trace, args.page_size)
     if len(seeds) > 1:
         return _over_seeds(
-            args, trace, policies, speeds or [args.speed], seeds, bool(speeds), sglang_env
+            args, trace, policies, speeds or [args.speed], seeds, bool(speeds), sglang_env, bound
         )
     if speeds:
         sweep = _sweep(args, trace, policies, speeds, sglang_env)
@@ -472,6 +473,7 @@ def _over_seeds(
     seeds: list[int],
     sweeping: bool,
     sglang_env: dict[str, str],
+    bound: TraceBound,
 ) -> int:
     """Every policy once per seed (and speed), in processes; figures as median [min–max]."""
     from ..registry import replay_over_seeds
@@ -498,7 +500,7 @@ def _over_seeds(
     if sweeping:
         console.print(spread_sweep_table(sweep, seeds))
         if args.json:
-            write_spread_sweep_json(sweep, seeds, Path(args.json))
+            write_spread_sweep_json(sweep, seeds, Path(args.json), bound)
             console.print(f"wrote {args.json}")
         if args.plot:
             write_spread_sweep_plot(sweep, Path(args.plot))
@@ -509,7 +511,7 @@ def _over_seeds(
     for line in spread_story(runs, seeds):
         console.print(line, markup=False)
     if args.json:
-        write_spread_json(runs, seeds, Path(args.json))
+        write_spread_json(runs, seeds, Path(args.json), bound)
         console.print(f"wrote {args.json}")
     return 0
 

@@ -436,13 +436,14 @@ def spread_story(runs: SeedRuns, seeds: Sequence[int]) -> list[str]:
     return lines
 
 
-def write_spread_json(runs: SeedRuns, seeds: Sequence[int], path: Path) -> None:
-    """``{policy: {"seeds": {seed: metrics}, "summary": {figure: {median, min, max}}}}``."""
-    path.write_text(json.dumps(_dump_spread(runs, seeds), indent=2) + "\n")
+def write_spread_json(runs: SeedRuns, seeds: Sequence[int], path: Path, bound: TraceBound) -> None:
+    """``{policy: {"seeds": {seed: metrics}, "summary": {figure: {median, min, max}}}}`` and
+    ``bounds``."""
+    path.write_text(json.dumps(_dump_spread(runs, seeds, bound), indent=2) + "\n")
 
 
-def _dump_spread(runs: SeedRuns, seeds: Sequence[int]) -> dict[str, Any]:
-    return {
+def _dump_spread(runs: SeedRuns, seeds: Sequence[int], bound: TraceBound) -> dict[str, Any]:
+    payload: dict[str, Any] = {
         name: {
             "seeds": {
                 str(seed): m.model_dump() for seed, m in zip(seeds, policy_runs, strict=True)
@@ -451,11 +452,15 @@ def _dump_spread(runs: SeedRuns, seeds: Sequence[int]) -> dict[str, Any]:
         }
         for name, policy_runs in runs.items()
     }
+    payload["bounds"] = bound.model_dump()
+    return payload
 
 
-def write_spread_sweep_json(sweep: dict[float, SeedRuns], seeds: Sequence[int], path: Path) -> None:
-    """``{speed: {policy: {"seeds": …, "summary": …}}}``."""
-    payload = {f"{speed:g}": _dump_spread(runs, seeds) for speed, runs in sweep.items()}
+def write_spread_sweep_json(
+    sweep: dict[float, SeedRuns], seeds: Sequence[int], path: Path, bound: TraceBound
+) -> None:
+    """``{speed: {policy: {"seeds": …, "summary": …}, "bounds": …}}``."""
+    payload = {f"{speed:g}": _dump_spread(runs, seeds, bound) for speed, runs in sweep.items()}
     path.write_text(json.dumps(payload, indent=2) + "\n")
 
 
