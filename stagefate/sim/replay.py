@@ -114,6 +114,12 @@ class ReplayMetrics(BaseModel):
     arrivals: ArrivalMetrics
 
 
+STALLED = (
+    "the replay stalled: requests wait but nothing can run and no event is due (device pool too "
+    "small for what the prefetches pin); pass a larger --device-tokens"
+)
+
+
 class Replay:
     """One policy over one trace; :meth:`run` returns its metrics."""
 
@@ -124,9 +130,11 @@ class Replay:
         options: ReplayOptions | None = None,
         storage: Storage | None = None,
         group: Group | None = None,
+        arrivals: Arrivals | None = None,
     ) -> None:
         """``group``: this replay is one tensor-parallel rank of ``options.tp_size``
-        (:mod:`.ranks` builds them all)."""
+        (:mod:`.ranks` builds them all). ``arrivals``: the requests come from outside (an
+        instance behind a router, :mod:`.instances`), through :meth:`advance`."""
         self.options = opts = options or ReplayOptions()
         page = opts.page_size
         longest = max(request.input_length + request.output_length for request in trace)
@@ -166,7 +174,12 @@ class Replay:
             opts.engine,
         )
         self.trace = trace
-        self.arrivals = Arrivals(trace, opts.speed, infer_turns(trace), opts.arrivals == "causal")
+        self.owns_arrivals = arrivals is None
+        self.arrivals = arrivals or Arrivals(
+            trace, opts.speed, infer_turns(trace), opts.arrivals == "causal"
+        )
+        self.requests = 0
+        """Requests that arrived here."""
         self._random = random.Random(opts.seed)
         self._due: list[tuple[float, int]] = []
         self._timed: set[int] = set()
@@ -179,29 +192,51 @@ class Replay:
         """Replay the whole trace; the metrics are also kept as :attr:`metrics`."""
         started = time.perf_counter()
         arrivals = self.arrivals
-        engine, io = self.engine, self.policy.io
         now = 0.0
-        while arrivals or engine.busy() or io.pending():
-            # prompts are synthesized at arrival: a full trace's tokens at once would be ~0.5 GB
-            for item in arrivals.due(now):
-                engine.arrive(self._request(item, arrivals.arrived_ms[item.index]))
-                if on_request is not None:
-                    on_request()
-            self._complete_io(now)
-            by_id = {request.request_id: request for request in engine.waiting}
-            for request_id in self.policy.due_retries(list(by_id)):
-                engine.issue(by_id[request_id])
-            finished = engine.finished
-            duration = engine.step(now)
-            self._time_new_ops(now)
-            if duration is not None:
-                now += duration
-                for index in engine.finished_indices[finished:]:
-                    arrivals.finished(index, now)
-            elif arrivals or engine.busy() or io.pending():
-                now = self._next_event(now)
+        while arrivals or self.has_work():
+            now = self.advance(now, arrivals.due(now), on_request)
+            if now == math.inf:
+                raise RuntimeError(STALLED)
+        return self.close(now, time.perf_counter() - started)
+
+    def has_work(self) -> bool:
+        """Requests in the engine, or IO operations not yet completed."""
+        return self.engine.busy() or bool(self.policy.io.pending())
+
+    def advance(
+        self,
+        now: float,
+        arrived: list[TraceRequest],
+        on_request: Callable[[], None] | None = None,
+    ) -> float:
+        """One pass at ``now``: ``arrived`` join, IO due completes, due retries re-issue, one
+        engine step runs. When this engine next acts: the step's end, else its next event
+        (inf: it has work and no event will come, a stall), else ``now`` (it is idle)."""
+        engine = self.engine
+        for item in arrived:  # prompts are synthesized at arrival: a trace's would be ~0.5 GB
+            engine.arrive(self._request(item, self.arrivals.arrived_ms[item.index]))
+            self.requests += 1
+            if on_request is not None:
+                on_request()
+        self._complete_io(now)
+        by_id = {request.request_id: request for request in engine.waiting}
+        for request_id in self.policy.due_retries(list(by_id)):
+            engine.issue(by_id[request_id])
+        finished = engine.finished
+        duration = engine.step(now)
+        self._time_new_ops(now)
+        if duration is None:
+            pending_arrival = self.owns_arrivals and bool(self.arrivals)
+            return self._next_event(now) if self.has_work() or pending_arrival else now
+        now += duration
+        for index in engine.finished_indices[finished:]:
+            self.arrivals.finished(index, now)
+        return now
+
+    def close(self, now: float, wall_seconds: float) -> ReplayMetrics:
+        """The trace is done at ``now``: background work lands, the figures are taken."""
         self.policy.finish()
-        self.metrics = self._metrics(now, time.perf_counter() - started)
+        self.metrics = self._metrics(now, wall_seconds)
         return self.metrics
 
     def _request(self, item: TraceRequest, arrived_ms: float) -> EngineRequest:
@@ -212,8 +247,10 @@ class Replay:
         return EngineRequest(item, f"r{item.index}", prompt, key, arrived_ms)
 
     def _next_event(self, now: float) -> float:
+        """The earliest of this engine's own events (and the next arrival, where the replay
+        owns its arrivals); inf when there is none."""
         times = [math.inf]
-        upcoming_arrival = self.arrivals.next_ms()
+        upcoming_arrival = self.arrivals.next_ms() if self.owns_arrivals else None
         if upcoming_arrival is not None:
             times.append(upcoming_arrival)
         if self._due:
@@ -221,14 +258,7 @@ class Replay:
         deadline = self.engine.next_deadline()
         if deadline is not None:
             times.append(deadline)
-        upcoming = min(times)
-        if upcoming == math.inf:
-            raise RuntimeError(
-                "the replay stalled: requests wait but nothing can run and no event is due "
-                "(device pool too small for what the prefetches pin); pass a larger "
-                "--device-tokens"
-            )
-        return max(now, upcoming)
+        return max(now, min(times))
 
     # ------------------------------------------------------------------ IO on the clock
 
@@ -267,7 +297,7 @@ class Replay:
             for reason, (reads, tokens) in sorted(self.policy.wasted_by_reason().items())
         }
         return ReplayMetrics(
-            requests=len(self.trace),
+            requests=self.requests,
             prefill_tokens_computed=computed,
             hit_rate=round(hit, 6),
             wall_seconds=round(wall_seconds, 3),
