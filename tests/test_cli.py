@@ -92,6 +92,8 @@ def test_bounds_too_small_to_reach_every_edge_are_a_finding(
         (["replay", "--utilization", "0"], "argument --utilization: must be greater than 0"),
         (["replay", "--utilization", "1.2"], "argument --utilization: must lie in (0, 1]"),
         (["replay", "--speed", "fast"], "argument --speed: takes a number"),
+        (["replay", "--instances", "0"], "argument --instances: must be at least 1"),
+        (["replay", "--router", "nearest"], "argument --router: invalid choice: 'nearest'"),
         (["check", "--ranks", "0"], "argument --ranks: must be at least 1 (tensor-parallel"),
         (["replay", "--limit", "ten"], "argument --limit: takes a whole number"),
     ],

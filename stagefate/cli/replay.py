@@ -7,13 +7,14 @@ import functools
 import logging
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
 from ..registry import TREES, policy_factories
 from ..sim.bound import TraceBound
 from ..sim.costs import DEFAULT_PRESET, PRESETS, load_costs
+from ..sim.instances import ROUTERS
 from ..sim.policy import Policy
 from ..sim.replay import DEFAULT_SPEED, ReplayMetrics, ReplayOptions
 from ..sim.trace import TraceRequest
@@ -127,6 +128,20 @@ def add_parser(sub: Any) -> None:
         help="open: each request at its trace time; causal: a conversation's turn (inferred "
         "from the hash chains) after the turn it follows has finished (default: causal where "
         "the trace has turns, docs/replay.md)",
+    )
+    replay.add_argument(
+        "--instances",
+        type=positive_int("engine instances"),
+        default=1,
+        help="N engines on one clock, each its own tree, pools and pipeline, sharing one L3 "
+        "behind --router (default 1)",
+    )
+    replay.add_argument(
+        "--router",
+        choices=ROUTERS,
+        default="cache_aware",
+        help="--instances: where each request goes (default cache_aware: SGLang's router, "
+        "docs/replay.md)",
     )
     replay.add_argument(
         "--tp",
@@ -366,6 +381,8 @@ def run(args: argparse.Namespace) -> int:
     releases = sglang_releases(policies, args.tree)  # an uninstalled release is refused here
     if releases:  # its per-request warnings are its operational log; figures here
         logging.getLogger("sglang").setLevel(logging.ERROR)
+    if args.instances > 1:
+        _check_instances(args, policies, seeds, asked)
     if args.log and (asked or "live" not in policies):
         raise ValueError(
             "--log records the live pipeline's transitions in one run: use it without --sweep, "
@@ -383,6 +400,8 @@ def run(args: argparse.Namespace) -> int:
     )
     arrival_ms = trace[-1].timestamp_ms - trace[0].timestamp_ms
     bound = hit_rate_bound(trace, args.page_size)
+    if args.instances > 1:
+        return _behind_the_router(args, trace, policies, first, bound, arrival_ms)
     if len(seeds) > 1:
         return _over_seeds(
             args, trace, policies, speeds or [args.speed], seeds, bool(speeds), sglang_env, bound
@@ -440,6 +459,72 @@ def _sweep(
     console.print(f"{len(runs)} replays ({len(speeds)} speeds), in up to {workers} processes")
     results = replay_in_processes(trace, runs, args.jobs, sglang_env)
     return {speed: {name: results[(speed, name)] for name in policies} for speed in speeds}
+
+
+def _check_instances(
+    args: argparse.Namespace, policies: list[str], seeds: list[int], asked: Sequence[object]
+) -> None:
+    """What ``--instances N`` runs with, refused before any work."""
+    fix = f"--instances {args.instances}"
+    if [name for name in policies if name not in ("live", "blind")]:
+        raise ValueError(
+            f"{fix} runs stagefate's pipelines (live, blind) over one shared L3; SGLang's "
+            "pipeline keeps an L3 of its own: pass --policy live,blind"
+        )
+    for given, flag in ((args.tp > 1, "--tp"), (bool(args.log), "--log")):
+        if given:
+            raise ValueError(f"{fix} does not combine with {flag} yet: drop one of them")
+    if len(seeds) > 1 or asked:
+        raise ValueError(f"{fix} replays one speed and one seed: drop --seeds and --sweep")
+
+
+def _behind_the_router(
+    args: argparse.Namespace,
+    trace: list[TraceRequest],
+    policies: list[str],
+    options: ReplayOptions,
+    bound: TraceBound,
+    arrival_ms: float,
+) -> int:
+    """Every policy as ``--instances`` engines behind ``--router``, on the same arrivals."""
+    from ..sim.instances import InstancesReplay
+    from ..sim.report import (
+        at_the_bound,
+        bound_line,
+        instances_table,
+        metrics_table,
+        story,
+        write_instances_json,
+    )
+
+    results = {}
+    for name, factory in policy_factories(policies).items():
+        console.print(
+            f"replay {name} ×{options.speed:g} on {args.instances} instances behind {args.router}"
+        )
+        results[name] = InstancesReplay(factory, trace, options, args.instances, args.router).run()
+    totals = {name: m.total for name, m in results.items()}
+    console.print(metrics_table(totals, bound))
+    for name, metrics in results.items():
+        console.print(instances_table(name, metrics))
+    lines = story(totals, arrival_ms / 1e3 / args.speed)
+    for name, metrics in results.items():
+        read = metrics.total.l3_read_tokens
+        share = (
+            f" ({metrics.cross_instance_read_tokens / read:.0%} of its L3 reads)" if read else ""
+        )
+        lines.append(
+            f"{name}: {metrics.cross_instance_read_tokens:,} tokens read from L3 pages another "
+            f"instance wrote{share}"
+        )
+    lines += [bound_line(bound), at_the_bound(totals, bound, args.speed) or ""]
+    for line in lines:
+        if line:
+            console.print(line, markup=False)
+    if args.json:
+        write_instances_json(results, Path(args.json), bound)
+        console.print(f"wrote {args.json}")
+    return 0
 
 
 def rank_log_path(path: Path, rank: int, ranks: int) -> Path:

@@ -39,7 +39,7 @@ def hit_rate_bound(trace: list[TraceRequest], page_size: int) -> TraceBound:
     for request in sorted(trace, key=lambda r: (r.timestamp_ms, r.index)):
         prompt += request.input_length
         found = True
-        for page in _page_chain(request, page_size):
+        for page in page_chain(request, page_size):
             if found and page in seen:
                 reusable += page_size
             else:
@@ -52,7 +52,7 @@ def hit_rate_bound(trace: list[TraceRequest], page_size: int) -> TraceBound:
     )
 
 
-def _page_chain(request: TraceRequest, page_size: int) -> Iterator[int]:
+def page_chain(request: TraceRequest, page_size: int) -> Iterator[int]:
     """One id per whole page of the request's key, each naming its page and every page before
     it (so equal ids mean equal prefixes). Token ``j`` of block ``h`` is ``h * 512 + j``
     (:meth:`TraceRequest.tokens`), so a page is named by the blocks and offsets it covers,

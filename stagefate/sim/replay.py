@@ -114,6 +114,39 @@ class ReplayMetrics(BaseModel):
     arrivals: ArrivalMetrics
 
 
+def replay_config(
+    options: ReplayOptions, trace: list[TraceRequest], rank: int = 0
+) -> PipelineConfig:
+    """The pipeline a replay of ``trace`` runs (rank ``rank`` of ``options.tp_size``)."""
+    page = options.page_size
+    longest = max(request.input_length + request.output_length for request in trace)
+    max_context = -(-longest // page) * page + page
+    pool = options.device_tokens or options.costs.device_kv_tokens()
+    device_tokens = -(-pool // page) * page
+    if device_tokens < 2 * max_context:
+        raise ValueError(
+            f"a device pool of {device_tokens:,} tokens cannot hold the trace's longest "
+            f"request ({longest:,} tokens of prompt and output) twice over; pass "
+            f"--device-tokens {2 * max_context} or more (or a GPU with more memory)"
+        )
+    return PipelineConfig(
+        page_size=page,
+        layers=1,
+        kv_heads=options.tp_size,  # one head a rank: the replay's KV is only a placeholder
+        head_dim=1,
+        device_tokens=device_tokens,
+        host_tokens=-(-options.host_tokens // page) * page,
+        max_context_len=max_context,
+        prefetch_threshold=-(-options.prefetch_threshold // page) * page,
+        device="cpu",
+        io="manual",
+        dedup_inflight=options.dedup_inflight,
+        storage=options.storage,
+        tp_size=options.tp_size,
+        tp_rank=rank,
+    )
+
+
 STALLED = (
     "the replay stalled: requests wait but nothing can run and no event is due (device pool too "
     "small for what the prefetches pin); pass a larger --device-tokens"
@@ -136,33 +169,7 @@ class Replay:
         (:mod:`.ranks` builds them all). ``arrivals``: the requests come from outside (an
         instance behind a router, :mod:`.instances`), through :meth:`advance`."""
         self.options = opts = options or ReplayOptions()
-        page = opts.page_size
-        longest = max(request.input_length + request.output_length for request in trace)
-        max_context = -(-longest // page) * page + page
-        pool = opts.device_tokens or opts.costs.device_kv_tokens()
-        device_tokens = -(-pool // page) * page
-        if device_tokens < 2 * max_context:
-            raise ValueError(
-                f"a device pool of {device_tokens:,} tokens cannot hold the trace's longest "
-                f"request ({longest:,} tokens of prompt and output) twice over; pass "
-                f"--device-tokens {2 * max_context} or more (or a GPU with more memory)"
-            )
-        config = PipelineConfig(
-            page_size=page,
-            layers=1,
-            kv_heads=opts.tp_size,  # one head a rank: the replay's KV is only a placeholder
-            head_dim=1,
-            device_tokens=device_tokens,
-            host_tokens=-(-opts.host_tokens // page) * page,
-            max_context_len=max_context,
-            prefetch_threshold=-(-opts.prefetch_threshold // page) * page,
-            device="cpu",
-            io="manual",
-            dedup_inflight=opts.dedup_inflight,
-            storage=opts.storage,
-            tp_size=opts.tp_size,
-            tp_rank=0 if group is None else group.rank,
-        )
+        config = replay_config(opts, trace, 0 if group is None else group.rank)
         inputs = PolicyInputs(config, storage, opts.tree, opts.engine.prefetch_policy, group)
         self.policy = policy(inputs)
         self.engine = Engine(
@@ -180,6 +187,9 @@ class Replay:
         )
         self.requests = 0
         """Requests that arrived here."""
+        self.stepped = False
+        """Whether the last :meth:`advance` ran a step (else it waits for its next event, and
+        an arrival may wake it sooner)."""
         self._random = random.Random(opts.seed)
         self._due: list[tuple[float, int]] = []
         self._timed: set[int] = set()
@@ -225,6 +235,7 @@ class Replay:
         finished = engine.finished
         duration = engine.step(now)
         self._time_new_ops(now)
+        self.stepped = duration is not None
         if duration is None:
             pending_arrival = self.owns_arrivals and bool(self.arrivals)
             return self._next_event(now) if self.has_work() or pending_arrival else now

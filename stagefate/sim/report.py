@@ -17,6 +17,7 @@ from ..statemachine.record import Instrument
 from ..statemachine.stats import Stats
 from .blind import BlindPolicy
 from .bound import TraceBound
+from .instances import InstancesMetrics
 from .live import LivePolicy
 from .policy import Policy, PolicyFactory
 from .ranks import RankedReplay, build_replay, replays_of
@@ -151,6 +152,40 @@ def at_the_bound(results: dict[str, ReplayMetrics], bound: TraceBound, speed: fl
         f"--speed {speed * 2:g}) or --sweep {speed:g},{speed * 2:g},{speed * 4:g} to compare "
         "the designs where they differ"
     )
+
+
+_PER_INSTANCE = (
+    "requests",
+    "hit_rate",
+    "l3_reads",
+    "l3_reads_wasted",
+    "l3_read_tokens_wasted",
+    "tokens_spliced",
+)
+
+
+def instances_table(name: str, metrics: InstancesMetrics) -> Table:
+    """One policy behind the router: a few figures per instance, and the total."""
+    table = Table(title=f"{name}: per instance")
+    table.add_column("metric")
+    for index in range(len(metrics.instances)):
+        table.add_column(f"#{index}", justify="right")
+    table.add_column("total", justify="right")
+    for field in _PER_INSTANCE:
+        cells = [format_metric(getattr(m, field)) for m in [*metrics.instances, metrics.total]]
+        table.add_row(field, *cells)
+    busy = [format_metric(m.engine.busy_fraction) for m in [*metrics.instances, metrics.total]]
+    table.add_row("engine.busy_fraction", *busy)
+    return table
+
+
+def write_instances_json(
+    results: dict[str, InstancesMetrics], path: Path, bound: TraceBound
+) -> None:
+    """``{policy: {"total", "instances", "cross_instance_read_tokens"}, "bounds": …}``."""
+    payload: dict[str, Any] = {name: m.model_dump() for name, m in results.items()}
+    payload["bounds"] = bound.model_dump()
+    path.write_text(json.dumps(payload, indent=2) + "\n")
 
 
 def wasted_table(results: dict[str, ReplayMetrics]) -> Table:

@@ -1,0 +1,114 @@
+"""Many instances sharing one L3 behind a router: one instance is today's replay, the routers
+route as they say, the books close per instance and in total, and bad input is refused."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from stagefate.cli import main
+from stagefate.registry import make_replay, policy_factories
+from stagefate.sim.instances import InstancesMetrics, InstancesReplay
+from stagefate.sim.replay import ReplayOptions
+from stagefate.sim.trace import TraceRequest
+
+from .test_replay import SMALL, assert_books_close, siblings_trace
+
+LIVE = policy_factories(["live"])["live"]
+
+
+def _figures(metrics: object) -> dict[str, object]:
+    dumped = metrics.model_dump()  # type: ignore[attr-defined]
+    dumped.pop("wall_seconds")
+    return dumped  # type: ignore[no-any-return]
+
+
+def test_one_instance_is_todays_replay(tmp_path_factory: pytest.TempPathFactory) -> None:
+    siblings = siblings_trace(tmp_path_factory)
+    alone = InstancesReplay(LIVE, siblings, SMALL, 1, "round_robin").run()
+    today = _figures(make_replay("live", siblings, SMALL).run())
+    assert _figures(alone.instances[0]) == today == _figures(alone.total)
+    assert alone.cross_instance_read_tokens == 0
+
+
+def _request(index: int, ms: float, blocks: list[int]) -> TraceRequest:
+    return TraceRequest(index, ms, 512 * len(blocks), 4, tuple(blocks))
+
+
+@pytest.mark.parametrize(("router", "landed"), [("cache_aware", [2, 0]), ("round_robin", [1, 1])])
+def test_cache_aware_sends_a_returning_conversation_where_its_prefix_is(
+    router: str, landed: list[int]
+) -> None:
+    first = [1, 2, 3, 4]
+    trace = [_request(0, 0, first), _request(1, 1, [*first, 5])]
+    metrics = InstancesReplay(LIVE, trace, SMALL, 2, router).run()
+    assert [m.requests for m in metrics.instances] == landed
+
+
+def _assert_books_close(
+    replay: InstancesReplay, metrics: InstancesMetrics, trace: list[TraceRequest]
+) -> None:
+    """Each instance's books close over the requests it was sent (test_replay's checks), and
+    the total is their sum."""
+    by_index = {request.index: request for request in trace}
+    for instance, figures in zip(replay.replays, metrics.instances, strict=True):
+        sent = [by_index[index] for index in instance.engine.finished_indices]
+        assert figures.requests == len(sent)
+        assert_books_close(instance, figures, sent)
+    total = metrics.total
+    assert total.requests == len(trace)
+    for field in ("tokens_spliced", "l3_reads", "l3_reads_wasted", "prefill_tokens_computed"):
+        assert getattr(total, field) == sum(getattr(m, field) for m in metrics.instances)
+
+
+@pytest.mark.parametrize("router", ["round_robin", "random", "cache_aware"])
+def test_books_close_per_instance_and_in_total_and_instances_read_each_others_pages(
+    router: str, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    siblings = siblings_trace(tmp_path_factory)
+    replay = InstancesReplay(LIVE, siblings, SMALL, 2, router)
+    metrics = replay.run()
+    _assert_books_close(replay, metrics, siblings)
+    assert metrics.total.tokens_spliced > 0
+    assert 0 <= metrics.cross_instance_read_tokens <= metrics.total.l3_read_tokens
+
+
+def test_the_same_seed_gives_the_same_json(tmp_path: Path) -> None:
+    payloads = []
+    for run in range(2):
+        out = tmp_path / f"run{run}.json"
+        argv = ["replay", "--limit", "40", "--instances", "2", "--router", "random"]
+        assert main([*argv, "--policy", "live,blind", "--json", str(out)]) == 0
+        payload = json.loads(out.read_text())
+        for name in ("live", "blind"):
+            payload[name]["total"].pop("wall_seconds")
+            for instance in payload[name]["instances"]:
+                instance.pop("wall_seconds")
+        payloads.append(payload)
+    assert payloads[0] == payloads[1]
+    assert list(payloads[0]) == ["live", "blind", "bounds"]
+    assert list(payloads[0]["live"]) == ["total", "instances", "cross_instance_read_tokens"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["--policy", "sglang"], "pass --policy live,blind"),
+        (["--policy", "live", "--tp", "2"], "does not combine with --tp yet"),
+        (["--policy", "live", "--seeds", "2"], "drop --seeds and --sweep"),
+    ],
+)
+def test_what_instances_cannot_run_with_is_refused_with_the_fix(
+    argv: list[str], expected: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["replay", "--limit", "5", "--instances", "2", *argv]) == 2
+    assert expected in " ".join(capsys.readouterr().out.split())
+
+
+def test_an_instance_count_below_one_is_refused() -> None:
+    with pytest.raises(ValueError, match="at least one engine"):
+        InstancesReplay(LIVE, [_request(0, 0, [1])], ReplayOptions(), 0, "round_robin")
+    with pytest.raises(ValueError, match="unknown router 'nearest'"):
+        InstancesReplay(LIVE, [_request(0, 0, [1])], ReplayOptions(), 2, "nearest")
