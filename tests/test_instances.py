@@ -112,3 +112,19 @@ def test_an_instance_count_below_one_is_refused() -> None:
         InstancesReplay(LIVE, [_request(0, 0, [1])], ReplayOptions(), 0, "round_robin")
     with pytest.raises(ValueError, match="unknown router 'nearest'"):
         InstancesReplay(LIVE, [_request(0, 0, [1])], ReplayOptions(), 2, "nearest")
+
+
+@pytest.mark.slow
+def test_auto_speed_gives_each_instance_one_engines_load(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from .test_replay import siblings_rows
+
+    trace = tmp_path / "siblings.jsonl"
+    trace.write_text("\n".join(siblings_rows()) + "\n")
+    argv = ["replay", "--trace", str(trace), "--device-tokens", "40960", "--host-tokens", "65536"]
+    assert main([*argv, "--policy", "live", "--instances", "2", "--utilization", "0.6"]) == 0
+    printed = " ".join(capsys.readouterr().out.split())
+    one = float(printed.split("--speed auto: ")[1].split("x")[0])
+    both = float(printed.split("2 instances: ")[1].split("x")[0])
+    assert both == pytest.approx(2 * one, rel=0.01)

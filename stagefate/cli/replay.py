@@ -266,7 +266,9 @@ def _resolve_speeds(
         + ("" if search.reached else "; the fastest speed tried stays below the target")
     )
     if auto:
-        args.speed = search.speed
+        args.speed = search.speed * args.instances
+        if args.instances > 1:  # each engine then carries what one carries at the auto speed
+            console.print(f"{args.instances} instances: {args.speed:.3g}x")
     args.speed = args.speed or DEFAULT_SPEED
     return sorted({speed * (search.speed if relative else 1) for speed, relative in sweep})
 
