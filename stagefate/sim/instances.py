@@ -239,7 +239,7 @@ class InstancesReplay:
         summed = {
             field: sum(getattr(m, field) for m in each)
             for field, info in ReplayMetrics.model_fields.items()
-            if info.annotation in (int, "int")
+            if info.annotation is int
         }
         wasted: dict[str, WastedReads] = {}
         for metrics in each:
