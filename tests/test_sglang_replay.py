@@ -114,7 +114,7 @@ def test_cli_all_runs_the_three_policies(
     args = ["replay", "--trace", str(trace), *small, "--speed", str(SMALL.speed)]
     assert main([*args, "--json", str(out)]) == 0
     payload = json.loads(out.read_text())
-    assert list(payload) == ["live", "blind", "sglang"]
+    assert list(payload) == ["live", "blind", "sglang", "bounds"]
     assert payload["sglang"]["l3_reads"] > 0
     printed = " ".join(capsys.readouterr().out.split())  # rich wraps long lines
     assert "sglang (SGLang 0.5.23's own pipeline) wasted" in printed
