@@ -617,11 +617,9 @@ class ModelChecker:
         self, world: State, edges: set[Edge]
     ) -> Iterator[tuple[Step, State | Violation]]:
         pinned = sum([self._pin_charge[number] for number in world[2:]])
-        for step in self.actions(world):
-            try:
-                yield step, self.successor(world, step, edges, pinned)
-            except Violation as violation:
-                yield step, violation
+        return attempts(
+            self.actions(world), lambda step: self.successor(world, step, edges, pinned)
+        )
 
     def result(
         self, search: Search[StateT, StepT], edges: set[Edge], describe: Callable[[StepT], str]
@@ -699,6 +697,18 @@ def breadth_first(
     finally:
         if collecting:
             gc.enable()
+
+
+def attempts(
+    steps: Iterable[StepT], take: Callable[[StepT], StateT]
+) -> Iterator[tuple[StepT, StateT | Violation]]:
+    """Each step with the state ``take`` makes of it, or the :class:`Violation` it raised (what
+    :func:`breadth_first` expects of a checker's successors)."""
+    for step in steps:
+        try:
+            yield step, take(step)
+        except Violation as violation:
+            yield step, violation
 
 
 def _path_to(

@@ -51,6 +51,7 @@ from .modelcheck import (
     State,
     Step,
     Violation,
+    attempts,
     breadth_first,
 )
 from .schema import LifecycleSpec
@@ -258,11 +259,7 @@ class RankModelChecker:
     def _successors(
         self, world: State, edges: set[Edge]
     ) -> Iterator[tuple[RankStep, State | Violation]]:
-        for taken in self.actions(world):
-            try:
-                yield taken, self.successor(world, taken, edges)
-            except Violation as violation:
-                yield taken, violation
+        return attempts(self.actions(world), lambda taken: self.successor(world, taken, edges))
 
     def describe(self, taken: RankStep) -> str:
         rank, step = taken
