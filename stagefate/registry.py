@@ -180,6 +180,11 @@ def _replay_one(policy: str, trace: list[TraceRequest], options: ReplayOptions) 
     return build_replay(policy_factories([policy])[policy], trace, options).run().model_dump()
 
 
+def pool_size(jobs: int | None, runs: int) -> int:
+    """Processes for ``runs`` replays: ``jobs``, by default the cores, never more than runs."""
+    return max(1, min(jobs or os.cpu_count() or 1, runs))
+
+
 def _one_thread() -> None:
     """A pool worker's torch runs one intra-op thread: the processes are the parallelism (two
     workers of two threads each on two cores take 3x as long as one thread each)."""
@@ -234,7 +239,7 @@ def replay_in_processes(
     }
     for target in targets.values():  # before the processes fan out (build_native_hash says why)
         call_in(target, build_native_hash)
-    workers = max(1, min(jobs or os.cpu_count() or 1, len(runs)))
+    workers = pool_size(jobs, len(runs))
     # spawn, not fork: a child forked after torch ran a parallel op can hang in OpenMP
     spawn = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(workers, spawn, initializer=_one_thread) as pool:

@@ -452,12 +452,12 @@ def _sweep(
     sglang_env: dict[str, str],
 ) -> dict[float, dict[str, ReplayMetrics]]:
     """Every policy at every speed, each run in a process of a pool (``--jobs``)."""
-    from ..registry import replay_in_processes
+    from ..registry import pool_size, replay_in_processes
 
     runs = {
         (speed, name): (name, _replay_options(args, speed)) for speed in speeds for name in policies
     }
-    workers = min(args.jobs or os.cpu_count() or 1, len(runs))
+    workers = pool_size(args.jobs, len(runs))
     console.print(f"{len(runs)} replays ({len(speeds)} speeds), in up to {workers} processes")
     results = replay_in_processes(trace, runs, args.jobs, sglang_env)
     return {speed: {name: results[(speed, name)] for name in policies} for speed in speeds}

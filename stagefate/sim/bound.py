@@ -14,7 +14,7 @@ its own pages (the engine block counts retractions); without one, no policy exce
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Container, Iterator, Sequence
 
 from pydantic import BaseModel, ConfigDict
 
@@ -38,18 +38,25 @@ def hit_rate_bound(trace: list[TraceRequest], page_size: int) -> TraceBound:
     reusable = prompt = 0
     for request in sorted(trace, key=lambda r: (r.timestamp_ms, r.index)):
         prompt += request.input_length
-        found = True
-        for page in page_chain(request, page_size):
-            if found and page in seen:
-                reusable += page_size
-            else:
-                found = False
-                seen.add(page)
+        pages = list(page_chain(request, page_size))
+        reusable += leading_pages(pages, seen) * page_size
+        seen.update(pages)
     return TraceBound(
         hit_rate=round(reusable / prompt, 6) if prompt else 0.0,
         reusable_tokens=reusable,
         prompt_tokens=prompt,
     )
+
+
+def leading_pages(pages: Sequence[int], held: Container[int]) -> int:
+    """How many of ``pages`` (a :func:`page_chain`), from the first, ``held`` holds: the pages
+    a tree of them would match."""
+    count = 0
+    for page in pages:
+        if page not in held:
+            break
+        count += 1
+    return count
 
 
 def page_chain(request: TraceRequest, page_size: int) -> Iterator[int]:

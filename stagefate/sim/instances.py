@@ -42,7 +42,7 @@ from ..runtime import Storage
 from ..runtime.pools import KVLayout
 from ..runtime.storage import open_storage
 from .arrivals import Arrivals
-from .bound import page_chain
+from .bound import leading_pages, page_chain
 from .conversations import infer_turns
 from .engine import Percentiles
 from .policy import PolicyFactory
@@ -89,7 +89,7 @@ class CacheAware:
         if most - least > BALANCE_ABS_THRESHOLD and most > least * BALANCE_REL_THRESHOLD:
             chosen = loads.index(least)
         else:
-            matched = [_leading(pages, tree) for tree in self._trees]
+            matched = [leading_pages(pages, tree) for tree in self._trees]
             best = max(range(len(matched)), key=lambda i: matched[i])
             if pages and matched[best] / len(pages) > CACHE_THRESHOLD:
                 chosen = best
@@ -97,15 +97,6 @@ class CacheAware:
                 chosen = min(range(len(self._trees)), key=lambda i: len(self._trees[i]))
         self._trees[chosen].update(pages)
         return chosen
-
-
-def _leading(pages: list[int], tree: set[int]) -> int:
-    count = 0
-    for page in pages:
-        if page not in tree:
-            break
-        count += 1
-    return count
 
 
 def make_router(name: str, instances: int, seed: int, page_size: int) -> Router:

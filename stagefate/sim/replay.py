@@ -180,7 +180,6 @@ class Replay:
             opts.costs,
             opts.engine,
         )
-        self.trace = trace
         self.owns_arrivals = arrivals is None
         self.arrivals = arrivals or Arrivals(
             trace, opts.speed, infer_turns(trace), opts.arrivals == "causal"
