@@ -8,6 +8,8 @@ from typing import Literal
 import torch
 from pydantic import BaseModel, ConfigDict, field_validator, model_validator
 
+from ..runtime.pools import KVLayout
+
 _DTYPE_NAMES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
 
 
@@ -127,6 +129,11 @@ class PipelineConfig(BaseModel):
     def rank_kv_heads(self) -> int:
         """The KV heads this rank holds (its shard)."""
         return self.kv_heads // self.tp_size
+
+    @property
+    def layout(self) -> KVLayout:
+        """The KV layout of this rank's pools and L3 pages (its shard of the heads)."""
+        return KVLayout(self.layers, self.rank_kv_heads, self.head_dim, self.dtype)
 
     def fingerprint(self) -> int:
         """A digest of every field but the rank's own (``tp_rank``, ``device``)."""

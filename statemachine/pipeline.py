@@ -56,7 +56,6 @@ from ..runtime import (
     HostPool,
     IOExecutor,
     IOOp,
-    KVLayout,
     ManualIO,
     RadixTree,
     Storage,
@@ -108,7 +107,7 @@ class BufferPipeline:
     ) -> None:
         self.config = cfg = config or PipelineConfig()
         _check_group(cfg, group)
-        self.layout = KVLayout(cfg.layers, cfg.rank_kv_heads, cfg.head_dim, cfg.dtype)
+        self.layout = cfg.layout
         self.device_pool = DevicePool(self.layout, cfg.device_tokens, cfg.device)
         self.host_pool = HostPool(self.layout, cfg.host_tokens)
         window = cfg.sliding_window

@@ -39,7 +39,6 @@ import torch
 from pydantic import BaseModel, ConfigDict
 
 from ..runtime import Storage
-from ..runtime.pools import KVLayout
 from ..runtime.storage import open_storage
 from .arrivals import Arrivals
 from .bound import leading_pages, page_chain
@@ -168,8 +167,7 @@ class InstancesReplay:
         if instances < 1:
             raise ValueError(f"instances={instances}: at least one engine is needed")
         config = replay_config(options, trace)
-        layout = KVLayout(config.layers, config.rank_kv_heads, config.head_dim, config.dtype)
-        shared = open_storage(config.storage, layout, config.page_size)
+        shared = open_storage(config.storage, config.layout, config.page_size)
         writers: dict[str, int] = {}
         self.storages = [WriterTracking(shared, i, writers) for i in range(instances)]
         self.arrivals = Arrivals(

@@ -181,8 +181,10 @@ class Replay:
             opts.engine,
         )
         self.owns_arrivals = arrivals is None
-        self.arrivals = arrivals or Arrivals(
-            trace, opts.speed, infer_turns(trace), opts.arrivals == "causal"
+        self.arrivals = (
+            arrivals
+            if arrivals is not None  # an Arrivals is falsy once nothing is left to arrive
+            else Arrivals(trace, opts.speed, infer_turns(trace), opts.arrivals == "causal")
         )
         self.requests = 0
         """Requests that arrived here."""
