@@ -353,8 +353,7 @@ def sglang_releases(policies: list[str], tree: str) -> dict[str, str]:
 def run(args: argparse.Namespace) -> int:
     from ..sim.bound import hit_rate_bound
     from ..sim.report import (
-        at_the_bound,
-        bound_line,
+        bound_story,
         metrics_table,
         story,
         sweep_table,
@@ -411,8 +410,7 @@ def run(args: argparse.Namespace) -> int:
     if speeds:
         sweep = _sweep(args, trace, policies, speeds, sglang_env)
         console.print(sweep_table(sweep))
-        advice = [at_the_bound(sweep[speed], bound, speed) for speed in speeds]
-        for line in [bound_line(bound), *[line for line in advice if line]]:
+        for line in bound_story(sweep, bound):
             console.print(line, markup=False)
         _save(args, sweep, functools.partial(write_sweep_json, bound=bound), write_sweep_plot)
         return 0
@@ -436,10 +434,8 @@ def run(args: argparse.Namespace) -> int:
     if any(m.wasted_by_reason for m in results.values()):
         console.print(wasted_table(results))
     lines = story(results, arrival_ms / 1e3 / args.speed, ran, releases)
-    lines += [bound_line(bound), at_the_bound(results, bound, args.speed) or ""]
-    for line in lines:
-        if line:
-            console.print(line, markup=False)
+    for line in lines + bound_story({args.speed: results}, bound):
+        console.print(line, markup=False)
     _save(args, results, functools.partial(write_json, bound=bound), write_plot)
     return 0
 
@@ -491,8 +487,7 @@ def _behind_the_router(
     """Every policy as ``--instances`` engines behind ``--router``, on the same arrivals."""
     from ..sim.instances import InstancesReplay
     from ..sim.report import (
-        at_the_bound,
-        bound_line,
+        bound_story,
         instances_table,
         metrics_table,
         story,
@@ -519,10 +514,8 @@ def _behind_the_router(
             f"{name}: {metrics.cross_instance_read_tokens:,} tokens read from L3 pages another "
             f"instance wrote{share}"
         )
-    lines += [bound_line(bound), at_the_bound(totals, bound, args.speed) or ""]
-    for line in lines:
-        if line:
-            console.print(line, markup=False)
+    for line in lines + bound_story({args.speed: totals}, bound):
+        console.print(line, markup=False)
     if args.json:
         write_instances_json(results, Path(args.json), bound)
         console.print(f"wrote {args.json}")

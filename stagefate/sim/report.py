@@ -133,25 +133,24 @@ AT_THE_BOUND = 0.995
 """A hit rate within half a percent of the bound is at it: nothing was left to reuse."""
 
 
-def bound_line(bound: TraceBound) -> str:
-    """The bound in words."""
-    return (
+def bound_story(
+    by_speed: Mapping[float, Mapping[str, ReplayMetrics]], bound: TraceBound
+) -> list[str]:
+    """The bound in words, and, at each speed where every policy reaches it, what to do."""
+    lines = [
         f"the trace's bound: {bound.reusable_tokens:,} of {bound.prompt_tokens:,} prompt tokens "
         f"are in pages an earlier request wrote (hit rate {bound.hit_rate:.3f} with infinite "
         "device memory and L3)"
-    )
-
-
-def at_the_bound(results: dict[str, ReplayMetrics], bound: TraceBound, speed: float) -> str | None:
-    """What to do when every policy reaches the bound (None when one does not)."""
-    if not all(_share(m.hit_rate, bound) >= AT_THE_BOUND for m in results.values()):
-        return None
-    return (
-        f"every policy reaches the bound at {speed:g}x: this load leaves nothing to decide "
-        "(every reusable page is served in time); raise it with --speed (e.g. "
-        f"--speed {speed * 2:g}) or --sweep {speed:g},{speed * 2:g},{speed * 4:g} to compare "
-        "the designs where they differ"
-    )
+    ]
+    for speed, results in by_speed.items():
+        if all(_share(m.hit_rate, bound) >= AT_THE_BOUND for m in results.values()):
+            lines.append(
+                f"every policy reaches the bound at {speed:g}x: this load leaves nothing to "
+                "decide (every reusable page is served in time); raise it with --speed (e.g. "
+                f"--speed {speed * 2:g}) or --sweep {speed:g},{speed * 2:g},{speed * 4:g} to "
+                "compare the designs where they differ"
+            )
+    return lines
 
 
 _PER_INSTANCE = (
