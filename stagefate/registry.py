@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from .runtime import RadixTree, Storage
 from .runtime.prefix_tree import TreeFactory
 from .sim.blind import BlindPolicy
+from .sim.instances import InstancesMetrics, InstancesReplay
 from .sim.live import LivePolicy
 from .sim.policy import Policy, PolicyFactory, PolicyInputs
 from .sim.ranks import build_replay
@@ -141,6 +142,41 @@ def run_replay(
         return build_replay(policy_factories([policy])[policy], trace, options).run()
     dumped = call_in(target, _replay_one, policy, trace, options, sglang_env=sglang_env)
     return ReplayMetrics.model_validate(dumped)
+
+
+def run_instances(
+    policy: str,
+    trace: list[TraceRequest],
+    options: ReplayOptions,
+    instances: int,
+    router: str,
+    sglang_env: Mapping[str, str] | None = None,
+) -> InstancesMetrics:
+    """``instances`` engines of ``policy`` behind ``router`` over one L3, in the process of the
+    SGLang release it needs (as :func:`run_replay`)."""
+    from .targets.sglang.worker import call_in
+
+    target = target_for(policy, options.tree)
+    if target is None:
+        return _instances_one(policy, trace, options, instances, router)
+    dumped = call_in(
+        target, _instances_dumped, policy, trace, options, instances, router, sglang_env=sglang_env
+    )
+    return InstancesMetrics.model_validate(dumped)
+
+
+def _instances_one(
+    policy: str, trace: list[TraceRequest], options: ReplayOptions, instances: int, router: str
+) -> InstancesMetrics:
+    factory = policy_factories([policy])[policy]
+    return InstancesReplay(factory, trace, options, instances, router).run()
+
+
+def _instances_dumped(
+    policy: str, trace: list[TraceRequest], options: ReplayOptions, instances: int, router: str
+) -> dict[str, Any]:
+    """:func:`_instances_one` as plain data (module level: a release's worker calls it)."""
+    return _instances_one(policy, trace, options, instances, router).model_dump()
 
 
 def make_replay(

@@ -47,7 +47,26 @@ def test_cache_aware_sends_a_returning_conversation_where_its_prefix_is(
     assert [m.requests for m in metrics.instances] == landed
 
 
-def _assert_books_close(
+def returning_prompt() -> list[TraceRequest]:
+    """A prompt, and a minute later (the first long finished) the same prompt extended."""
+    first = [1, 2, 3, 4]
+    return [_request(0, 0, first), _request(1, 60_000, [*first, 5])]
+
+
+@pytest.mark.parametrize("policy", ["live", "blind"])
+def test_a_prompt_another_instance_wrote_is_spliced_from_its_pages(policy: str) -> None:
+    """Round-robin sends the return to the other instance: everything it splices is pages the
+    first instance wrote; cache_aware sends it home, where the device holds it."""
+    factory = policy_factories([policy])[policy]
+    apart = InstancesReplay(factory, returning_prompt(), SMALL, 2, "round_robin").run()
+    home, away = apart.instances
+    assert home.tokens_spliced == 0 and away.tokens_spliced > 0
+    assert apart.cross_instance_hits == away.tokens_spliced == apart.cross_instance_read_tokens
+    together = InstancesReplay(factory, returning_prompt(), SMALL, 2, "cache_aware").run()
+    assert together.total.l3_reads == 0 and together.cross_instance_hits == 0
+
+
+def assert_instances_books_close(
     replay: InstancesReplay, metrics: InstancesMetrics, trace: list[TraceRequest]
 ) -> None:
     """Each instance's books close over the requests it was sent (test_replay's checks), and
@@ -70,9 +89,11 @@ def test_books_close_per_instance_and_in_total_and_instances_read_each_others_pa
     siblings = siblings_trace(tmp_path_factory)
     replay = InstancesReplay(LIVE, siblings, SMALL, 2, router)
     metrics = replay.run()
-    _assert_books_close(replay, metrics, siblings)
+    assert_instances_books_close(replay, metrics, siblings)
     assert metrics.total.tokens_spliced > 0
     assert 0 <= metrics.cross_instance_read_tokens <= metrics.total.l3_read_tokens
+    assert 0 <= metrics.cross_instance_hits <= metrics.cross_instance_read_tokens
+    assert metrics.cross_instance_hits <= metrics.total.tokens_spliced
 
 
 def test_the_same_seed_gives_the_same_json(tmp_path: Path) -> None:
@@ -89,13 +110,17 @@ def test_the_same_seed_gives_the_same_json(tmp_path: Path) -> None:
         payloads.append(payload)
     assert payloads[0] == payloads[1]
     assert list(payloads[0]) == ["live", "blind", "bounds"]
-    assert list(payloads[0]["live"]) == ["total", "instances", "cross_instance_read_tokens"]
+    assert list(payloads[0]["live"]) == [
+        "total",
+        "instances",
+        "cross_instance_read_tokens",
+        "cross_instance_hits",
+    ]
 
 
 @pytest.mark.parametrize(
     ("argv", "expected"),
     [
-        (["--policy", "sglang"], "pass --policy live,blind"),
         (["--policy", "live", "--tp", "2"], "does not combine with --tp yet"),
         (["--policy", "live", "--seeds", "2"], "drop --seeds and --sweep"),
     ],

@@ -162,3 +162,21 @@ def test_an_expired_wait_ends_the_prefetch_on_this_interpreters_release() -> Non
     except TargetUnavailable as missing:
         pytest.skip(str(missing))
     assert one_expired_wait() == (True, False)
+
+
+@pytest.mark.slow
+def test_every_installed_release_runs_behind_the_router() -> None:
+    """Each release's pipeline, in its own process, as two instances over one store: the
+    prompt that returns to the other instance is spliced from pages the first one wrote."""
+    from stagefate.registry import run_instances
+
+    from .test_instances import returning_prompt
+    from .test_replay import SMALL
+
+    ready = installed()
+    if not ready:
+        pytest.skip("no SGLang release is installed: make sglang")
+    for version in ready:
+        metrics = run_instances(f"sglang=={version}", returning_prompt(), SMALL, 2, "round_robin")
+        away = metrics.instances[1].tokens_spliced
+        assert metrics.cross_instance_hits == away > 0, version

@@ -118,3 +118,26 @@ def test_cli_all_runs_the_three_policies(
     assert payload["sglang"]["l3_reads"] > 0
     printed = " ".join(capsys.readouterr().out.split())  # rich wraps long lines
     assert "sglang (SGLang 0.5.23's own pipeline) wasted" in printed
+
+
+@pytest.mark.slow
+def test_sglang_behind_the_router_shares_one_l3_through_its_backend(
+    siblings: list[TraceRequest],
+) -> None:
+    """Two SGLang instances over one store: the return of a prompt to the other instance is
+    spliced from the pages the first wrote through SGLang's backend, and the books close per
+    instance and in total on a trace that evicts, reads and trims."""
+    from stagefate.registry import policy_factories
+    from stagefate.sim.instances import InstancesReplay
+
+    from .test_instances import assert_instances_books_close, returning_prompt
+
+    factory = policy_factories(["sglang"])["sglang"]
+    apart = InstancesReplay(factory, returning_prompt(), SMALL, 2, "round_robin").run()
+    home, away = apart.instances
+    assert home.tokens_spliced == 0 and away.tokens_spliced > 0
+    assert apart.cross_instance_hits == away.tokens_spliced == apart.cross_instance_read_tokens
+    replay = InstancesReplay(factory, siblings, SMALL, 2, "random")
+    metrics = replay.run()
+    assert_instances_books_close(replay, metrics, siblings)
+    assert 0 < metrics.cross_instance_hits <= metrics.cross_instance_read_tokens

@@ -402,7 +402,7 @@ def run(args: argparse.Namespace) -> int:
     arrival_ms = trace[-1].timestamp_ms - trace[0].timestamp_ms
     bound = hit_rate_bound(trace, args.page_size)
     if args.instances > 1:
-        return _behind_the_router(args, trace, policies, first, bound, arrival_ms)
+        return _behind_the_router(args, trace, policies, first, bound, arrival_ms, sglang_env)
     if len(seeds) > 1:
         return _over_seeds(
             args, trace, policies, speeds or [args.speed], seeds, bool(speeds), sglang_env, bound
@@ -464,11 +464,6 @@ def _check_instances(
 ) -> None:
     """What ``--instances N`` runs with, refused before any work."""
     fix = f"--instances {args.instances}"
-    if [name for name in policies if name not in ("live", "blind")]:
-        raise ValueError(
-            f"{fix} runs stagefate's pipelines (live, blind) over one shared L3; SGLang's "
-            "pipeline keeps an L3 of its own: pass --policy live,blind"
-        )
     for given, flag in ((args.tp > 1, "--tp"), (bool(args.log), "--log")):
         if given:
             raise ValueError(f"{fix} does not combine with {flag} yet: drop one of them")
@@ -483,11 +478,13 @@ def _behind_the_router(
     options: ReplayOptions,
     bound: TraceBound,
     arrival_ms: float,
+    sglang_env: dict[str, str],
 ) -> int:
     """Every policy as ``--instances`` engines behind ``--router``, on the same arrivals."""
-    from ..sim.instances import InstancesReplay
+    from ..registry import run_instances
     from ..sim.report import (
         bound_story,
+        cross_instance_story,
         instances_table,
         metrics_table,
         story,
@@ -495,25 +492,16 @@ def _behind_the_router(
     )
 
     results = {}
-    for name, factory in policy_factories(policies).items():
+    for name in policies:
         console.print(
             f"replay {name} ×{options.speed:g} on {args.instances} instances behind {args.router}"
         )
-        results[name] = InstancesReplay(factory, trace, options, args.instances, args.router).run()
+        results[name] = run_instances(name, trace, options, args.instances, args.router, sglang_env)
     totals = {name: m.total for name, m in results.items()}
     console.print(metrics_table(totals, bound))
     for name, metrics in results.items():
         console.print(instances_table(name, metrics))
-    lines = story(totals, arrival_ms / 1e3 / args.speed)
-    for name, metrics in results.items():
-        read = metrics.total.l3_read_tokens
-        share = (
-            f" ({metrics.cross_instance_read_tokens / read:.0%} of its L3 reads)" if read else ""
-        )
-        lines.append(
-            f"{name}: {metrics.cross_instance_read_tokens:,} tokens read from L3 pages another "
-            f"instance wrote{share}"
-        )
+    lines = story(totals, arrival_ms / 1e3 / args.speed) + cross_instance_story(results)
     for line in lines + bound_story({args.speed: totals}, bound):
         console.print(line, markup=False)
     if args.json:

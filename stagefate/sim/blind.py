@@ -210,6 +210,7 @@ class BlindPolicy(OnPipeline):
         present = pipe.tree.insert(fetch.key.prefix(end), torch.cat([prefix.device_indices, slots]))
         assert present == prefix.length, "the match and the insert run back to back"
         self.books.spliced(tokens, 0)
+        self.last_splice = (request_id, fetch.keys[: tokens // pipe.config.page_size])
         self._drop(fetch, "filled", spliced=tokens)
         return slots
 

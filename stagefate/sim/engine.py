@@ -197,8 +197,12 @@ class Engine:
         write_through: Callable[[TokenKey, torch.Tensor], object],
         costs: CostModel,
         options: EngineOptions,
+        on_splice: Callable[[str], None] | None = None,
     ) -> None:
+        """``on_splice(request_id)``: called right after an admission spliced L3 pages (an
+        observer may then ask the policy which: :meth:`~.policy.Policy.spliced_keys`)."""
         self.tree, self.pool, self.policy = tree, device_pool, policy
+        self.on_splice = on_splice
         self.write_through, self.costs, self.options = write_through, costs, options
         self.page = tree.page_size
         self.waiting: list[EngineRequest] = []
@@ -314,6 +318,8 @@ class Engine:
                 self.queue_waits.append(now - request.arrived_ms)
             tail = self.policy.admit(request.request_id, prefix, self.make_room)
             spliced += tail.numel()
+            if tail.numel() and self.on_splice is not None:
+                self.on_splice(request.request_id)
             self._lock_prefix(request, prefix.length + tail.numel())
             self._count_admission(request, prefix.length, tail.numel())
             tokens = self._chunk(request, min(budget_tokens, chunk_tokens))

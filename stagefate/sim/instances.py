@@ -23,12 +23,18 @@ Routers (``--router``):
   the tree is kept in whole pages of the cacheable key and is not evicted (the router's
   ``max_tree_size`` of 2**24 characters is far above any trace here).
 
-Each instance's writes are recorded by key, so the L3 pages an instance read that another
-instance wrote are counted (``cross_instance_read_tokens``).
+Each instance's writes are recorded by key (the first writer owns a page), so the L3 pages an
+instance read that another instance wrote are counted (``cross_instance_read_tokens``), and of
+them the pages its admissions spliced (``cross_instance_hits``: each policy names the keys an
+admission spliced, :meth:`~.policy.Policy.spliced_keys`); the rest of those reads are wasted
+work another instance's writes invited. Every policy runs behind the router the same way:
+stagefate's pipelines read the shared store directly, SGLang's through its backend interface
+(``stagefate.targets.sglang.shared_l3``), under its own keys.
 """
 
 from __future__ import annotations
 
+import functools
 import random
 import time
 from collections.abc import Callable, Sequence
@@ -115,6 +121,7 @@ class WriterTracking:
     def __init__(self, shared: Storage, instance: int, writers: dict[str, int]) -> None:
         self._shared, self._instance, self._writers = shared, instance, writers
         self.foreign_pages_read = 0
+        self.foreign_pages_spliced = 0
 
     def batch_exists(self, keys: Sequence[str]) -> int:
         return self._shared.batch_exists(keys)
@@ -137,9 +144,16 @@ class WriterTracking:
     def delete(self, keys: Sequence[str]) -> None:
         self._shared.delete(keys)
 
+    def spliced(self, keys: Sequence[str]) -> None:
+        """An admission of this instance spliced the pages of ``keys``."""
+        self.foreign_pages_spliced += self._foreign(keys)
+
     def _count(self, keys: Sequence[str]) -> None:
+        self.foreign_pages_read += self._foreign(keys)
+
+    def _foreign(self, keys: Sequence[str]) -> int:
         mine = self._instance
-        self.foreign_pages_read += sum(self._writers.get(key, mine) != mine for key in keys)
+        return sum(self._writers.get(key, mine) != mine for key in keys)
 
 
 class InstancesMetrics(BaseModel):
@@ -151,6 +165,8 @@ class InstancesMetrics(BaseModel):
     instances: list[ReplayMetrics]
     cross_instance_read_tokens: int
     """Tokens read from L3 pages another instance wrote."""
+    cross_instance_hits: int
+    """Of those, the tokens spliced: prompt tokens served from another instance's writes."""
 
 
 class InstancesReplay:
@@ -174,12 +190,23 @@ class InstancesReplay:
             trace, options.speed, infer_turns(trace), options.arrivals == "causal"
         )
         self.replays = [
-            Replay(policy, trace, options, storage, arrivals=self.arrivals)
-            for storage in self.storages
+            Replay(
+                policy,
+                trace,
+                options,
+                storage,
+                arrivals=self.arrivals,
+                on_splice=functools.partial(self._spliced, instance),
+            )
+            for instance, storage in enumerate(self.storages)
         ]
         self.router = make_router(router, instances, options.seed, options.page_size)
         self.options = options
         self.page = options.page_size
+
+    def _spliced(self, instance: int, request_id: str) -> None:
+        keys = self.replays[instance].policy.spliced_keys(request_id)
+        self.storages[instance].spliced(keys)
 
     def run(self, on_request: Callable[[], None] | None = None) -> InstancesMetrics:
         started = time.perf_counter()
@@ -217,6 +244,7 @@ class InstancesReplay:
             total=self._total(each, end, wall),
             instances=each,
             cross_instance_read_tokens=sum(s.foreign_pages_read for s in self.storages) * self.page,
+            cross_instance_hits=sum(s.foreign_pages_spliced for s in self.storages) * self.page,
         )
         return self.metrics
 

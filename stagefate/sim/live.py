@@ -43,15 +43,26 @@ class LivePolicy(OnPipeline):
         self.pipe.release_aborted_request(request_id)
 
     def admit(self, request_id: str, prefix: PrefixMatch, make_room: MakeRoom) -> torch.Tensor:
-        if self.pipe.state(request_id) not in self.holds:
+        pipe = self.pipe
+        if pipe.state(request_id) not in self.holds:
             return EMPTY
-        kv_tokens, _swa = self.pipe.plan_staged_splice(request_id, prefix.length)
+        record = pipe.records[request_id]  # once consumed it leaves the records: kept here
+        kv_tokens, _swa = pipe.plan_staged_splice(request_id, prefix.length)
         if not kv_tokens:
             return EMPTY  # released at the plan: shrunk or device_covered
         # the engine evicts (and counts it); if room cannot be made, the pipeline drops the
         # hold as device_capacity
         make_room(kv_tokens, prefix.last_node)
-        return self.pipe.init_load_back(request_id, prefix.device_indices)
+        slots = pipe.init_load_back(request_id, prefix.device_indices)
+        if slots.numel():
+            assert record.plan_prefix is not None
+            page = pipe.config.page_size
+            first = (record.plan_prefix - record.matched_len) // page  # the trimmed head
+            self.last_splice = (
+                request_id,
+                list(record.span_keys[first : first + len(slots) // page]),
+            )
+        return slots
 
     def due_retries(self, waiting: Sequence[str]) -> list[str]:
         return self.pipe.due_retries(waiting)

@@ -97,6 +97,12 @@ class Policy(Protocol):
         """Use what the prefetch staged; return the device slots spliced after ``prefix``."""
         ...
 
+    def spliced_keys(self, request_id: str) -> list[str]:
+        """The L3 keys of the pages ``request_id``'s last :meth:`admit` spliced, in order
+        (empty when it spliced none): who wrote them is a fact about the store, not the
+        policy (:mod:`.instances` counts the pages another instance wrote)."""
+        ...
+
     def due_retries(self, waiting: Sequence[str]) -> list[str]: ...
 
     def counters(self) -> dict[str, int]:

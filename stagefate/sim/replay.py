@@ -164,10 +164,12 @@ class Replay:
         storage: Storage | None = None,
         group: Group | None = None,
         arrivals: Arrivals | None = None,
+        on_splice: Callable[[str], None] | None = None,
     ) -> None:
         """``group``: this replay is one tensor-parallel rank of ``options.tp_size``
         (:mod:`.ranks` builds them all). ``arrivals``: the requests come from outside (an
-        instance behind a router, :mod:`.instances`), through :meth:`advance`."""
+        instance behind a router, :mod:`.instances`), through :meth:`advance`. ``on_splice``:
+        the engine's observer of admissions that spliced (:class:`~.engine.Engine`)."""
         self.options = opts = options or ReplayOptions()
         config = replay_config(opts, trace, 0 if group is None else group.rank)
         inputs = PolicyInputs(config, storage, opts.tree, opts.engine.prefetch_policy, group)
@@ -179,6 +181,7 @@ class Replay:
             self.policy.write_through,
             opts.costs,
             opts.engine,
+            on_splice,
         )
         self.owns_arrivals = arrivals is None
         self.arrivals = (

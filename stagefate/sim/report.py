@@ -178,10 +178,31 @@ def instances_table(name: str, metrics: InstancesMetrics) -> Table:
     return table
 
 
+def cross_instance_story(results: dict[str, InstancesMetrics]) -> list[str]:
+    """Per policy: what it spliced from pages another instance wrote, and how much of what it
+    wasted such pages account for."""
+    lines = []
+    for name, metrics in results.items():
+        total, hits = metrics.total, metrics.cross_instance_hits
+        wasted = metrics.cross_instance_read_tokens - hits
+        spliced = f" ({hits / total.tokens_spliced:.0%} of its spliced tokens)" if hits else ""
+        of_waste = (
+            f" ({wasted / total.l3_read_tokens_wasted:.0%} of its wasted tokens)"
+            if total.l3_read_tokens_wasted
+            else ""
+        )
+        lines.append(
+            f"{name}: {hits:,} tokens spliced from L3 pages another instance wrote{spliced}; "
+            f"{wasted:,} read from such pages went unspliced{of_waste}"
+        )
+    return lines
+
+
 def write_instances_json(
     results: dict[str, InstancesMetrics], path: Path, bound: TraceBound
 ) -> None:
-    """``{policy: {"total", "instances", "cross_instance_read_tokens"}, "bounds": …}``."""
+    """``{policy: {"total", "instances", "cross_instance_read_tokens", "cross_instance_hits"},
+    "bounds": …}``."""
     payload: dict[str, Any] = {name: m.model_dump() for name, m in results.items()}
     payload["bounds"] = bound.model_dump()
     path.write_text(json.dumps(payload, indent=2) + "\n")

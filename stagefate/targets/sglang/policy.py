@@ -59,6 +59,7 @@ from ...sim.policy import MakeRoom, PolicyInputs
 from ...statemachine.books import ReadBooks
 from .generations import stepped_sglang
 from .pipeline import SteppedSGLang
+from .shared_l3 import attach
 from .tree import SGLangTree
 
 _EMPTY = torch.empty(0, dtype=torch.int64)
@@ -82,8 +83,9 @@ class SGLangIO:
         self._ops: dict[int, tuple[OpKind, Any]] = {}
         self._ids: dict[tuple[OpKind, int], int] = {}  # (kind, id(operation)) -> op id
         self._next_id = 0
-        self.reads: list[tuple[str, int]] = []
-        """``(rid, tokens read)`` of each read completed since the policy last looked."""
+        self.reads: list[tuple[str, int, list[str]]] = []
+        """``(rid, tokens read, keys of the pages read)`` of each read completed since the
+        policy last looked."""
 
     def queued(self, kind: OpKind | None = None) -> list[int]:
         """Ids of the operations waiting in SGLang's queues (of one kind), oldest first."""
@@ -138,7 +140,9 @@ class SGLangIO:
                 ),
                 default=0,
             )
-            self.reads.append((operation.request_id, read))
+            self.reads.append(
+                (operation.request_id, read, operation.hash_value[: read // self.page])
+            )
 
 
 class SGLangPolicy:
@@ -146,7 +150,7 @@ class SGLangPolicy:
 
     def __init__(self, inputs: PolicyInputs) -> None:
         config = inputs.config
-        if config.storage != "memory" or inputs.storage is not None:
+        if config.storage != "memory" and inputs.storage is None:
             raise ValueError(
                 "the sglang policy reads SGLang's own file backend (a temporary directory), not "
                 f"{config.storage!r}: drop --storage, or replay --policy live/blind with it"
@@ -166,13 +170,17 @@ class SGLangPolicy:
         )
         consumer = self.driver.consumer
         self.cache = consumer.cache
+        if inputs.storage is not None:  # an L3 shared with other instances
+            attach(self.cache, inputs.storage)
         self.tree = SGLangTree(
             core, config.page_size, self.device_pool, cache=(consumer.cache, consumer.allocator)
         )
         self.io = SGLangIO(self.driver)
         self._hit_end: dict[str, int | None] = {}
-        self._unsettled: dict[str, list[int]] = {}
-        """Tokens of each request's reads not yet spliced or wasted."""
+        self._unsettled: dict[str, list[tuple[int, list[str]]]] = {}
+        """``(tokens, page keys)`` of each request's reads not yet spliced or wasted."""
+        self.last_splice: tuple[str, list[str]] = ("", [])
+        """``(rid, L3 keys)`` of the last admission that spliced."""
         self._admitted: set[str] = set()
         self.books = ReadBooks()
         self._watch_released_holds()
@@ -227,11 +235,11 @@ class SGLangPolicy:
     # ------------------------------------------------------------------ the books
 
     def _take_reads(self) -> None:
-        for rid, tokens in self.io.reads:
+        for rid, tokens, keys in self.io.reads:
             if not tokens:
                 continue
             self.books.read(tokens)
-            self._unsettled.setdefault(rid, []).append(tokens)
+            self._unsettled.setdefault(rid, []).append((tokens, keys))
             if rid in self._admitted:  # it landed after its request was let go
                 self._settle(rid, 0, "aborted")
         self.io.reads.clear()
@@ -241,10 +249,11 @@ class SGLangPolicy:
         was trimmed), the others are wasted under ``reason``."""
         reads = self._unsettled.pop(rid, [])
         if spliced:
-            last = reads.pop()
+            last, keys = reads.pop()
             self.books.spliced(spliced, last - spliced)
             self.books.waste("trimmed", 0, last - spliced)
-        for tokens in reads:
+            self.last_splice = (rid, keys[len(keys) - spliced // self.io.page :])  # the tail
+        for tokens, _keys in reads:
             self.books.waste(reason, 1, tokens)
 
     # ------------------------------------------------------------------ the scheduler's calls
@@ -288,6 +297,10 @@ class SGLangPolicy:
             return _EMPTY
         span = request.tokens[: prefix.length + loaded]  # the tokens it was issued with
         return self.tree.match_prefix(span).device_indices[prefix.length :]
+
+    def spliced_keys(self, request_id: str) -> list[str]:
+        rid, keys = self.last_splice
+        return keys if rid == request_id else []
 
     def due_retries(self, waiting: Sequence[str]) -> list[str]:
         due = self.driver.due_retries(waiting)
