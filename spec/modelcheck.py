@@ -116,6 +116,9 @@ class Rec(NamedTuple):
     plan: int = -1
     op: str = ""
     """The IO operation in flight: ``exists``, ``read``, ``load`` or ``""`` (none)."""
+    queued: int = 0
+    """A parked hit's place in the FIFO (kept by :mod:`.witnesses` only; 0 here, where any
+    parked hit may be the head)."""
 
 
 class Slot(NamedTuple):
@@ -252,6 +255,7 @@ class ModelChecker:
         self.spec = spec
         self.bounds = bounds or Bounds()
         self._rows = {(state, event): branches for state, event, branches in spec.rows()}
+        self.effects = EFFECTS
         self.owning = spec.group("owning")
         self.pre_commit = spec.group("pre_commit")
         self.holds = spec.group("hold")
@@ -303,7 +307,7 @@ class ModelChecker:
         edges.add((record.state, event, branch.guard or "else"))
         source = record.state
         for effect in branch.effects:
-            record = EFFECTS[effect](self, draft, index, record, args)
+            record = self.effects[effect](self, draft, index, record, args)
             draft.records[index] = record
         target = source if branch.to == SAME else branch.to
         record = record._replace(state=target)
@@ -664,10 +668,12 @@ def breadth_first(
     successors: Callable[[StateT], Iterable[tuple[StepT, StateT | Violation]]],
     check: Callable[[StateT], None],
     limit: int,
+    done: Callable[[], bool] = lambda: False,
 ) -> Search[StateT, StepT]:
     """Every state reachable from ``start`` (up to ``limit``), each ``check``-ed once; a step
     that cannot run yields its :class:`Violation` in place of a state. BFS makes the first
-    counterexample a shortest one. The collector is off while millions of small tuples are made
+    counterexample a shortest one. ``done``: asked after each state's successors, stops the
+    search early when True. The collector is off while millions of small tuples are made
     (none of them forms a cycle)."""
     collecting = gc.isenabled()
     gc.disable()
@@ -679,7 +685,7 @@ def breadth_first(
             world = queue.popleft()
             for step, successor in successors(world):
                 if isinstance(successor, Violation):
-                    search.failure = (_path_to(parents, world, step), successor)
+                    search.failure = (path_to(parents, world, step), successor)
                     return search
                 if successor in parents:
                     continue
@@ -690,9 +696,11 @@ def breadth_first(
                 try:
                     check(successor)
                 except Violation as violation:
-                    search.failure = (_path_to(parents, world, step), violation)
+                    search.failure = (path_to(parents, world, step), violation)
                     return search
                 queue.append(successor)
+            if done():
+                break
         return search
     finally:
         if collecting:
@@ -711,7 +719,7 @@ def attempts(
             yield step, violation
 
 
-def _path_to(
+def path_to(
     parents: dict[StateT, tuple[StateT, StepT] | None], world: StateT, step: StepT
 ) -> list[StepT]:
     path = [step]

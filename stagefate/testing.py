@@ -12,6 +12,8 @@ a test decides exactly when each storage read, existence query and H2D copy comp
 * :func:`run_ranks_over_gloo`: a function run as N tensor-parallel ranks, one process each,
   joined by torch.distributed over gloo on 127.0.0.1;
 * :func:`tree_snapshot`: a tree's whole shape, slots, locks and LRU order, to compare two runs;
+* :class:`LineWorld`: the model checker's abstract world made of real objects, which the tests
+  generated from the spec (``stagefate check --emit-tests``, tests/generated/) run on;
 * the fuzz world (:data:`SEQUENCES` sharing heads, :data:`NAMESPACES`, :func:`mark` and
   :func:`write_marked` for KV that names its token and namespace) and
   :func:`~stagefate.fuzz.machine.configured`, to run stagefate's stateful fuzzer over your own
@@ -36,6 +38,7 @@ from .fuzz.machine import PipelineFuzzer, configured
 from .fuzz.world import NAMESPACES, SEQUENCES, mark, write_marked
 from .runtime import ManualIO, MemoryStorage
 from .runtime.prefix_tree import PrefixTree
+from .spec.modelcheck import Bounds
 from .statemachine.config import PipelineConfig
 from .statemachine.pipeline import BufferPipeline
 from .statemachine.record import TransitionEvent
@@ -43,6 +46,7 @@ from .statemachine.record import TransitionEvent
 __all__ = [
     "NAMESPACES",
     "SEQUENCES",
+    "LineWorld",
     "Pair",
     "PipelineFuzzer",
     "assert_quiescent",
@@ -208,6 +212,154 @@ def tree_snapshot(tree: PrefixTree) -> list[NodeSnapshot]:
         )
         for node in tree.nodes()
     )
+
+
+Expected = str | None
+"""A request's predicted state: its record's state, or None (no live record)."""
+
+
+class LineWorld:
+    """The model checker's abstract world (``spec/modelcheck.py``) made of real objects.
+
+    One token line of ``bounds.pages`` pages of :attr:`PAGE` tokens in one namespace; request
+    ``i`` (``"r{i}"``) wants its first ``pages - i`` pages; L3 holds the whole line from the
+    start (a producer wrote it through), so an existence query or a read finds less only when
+    the test says so; the consumer's pools and anchor-pin cap are the bounds' (in pages); IO
+    runs on a :class:`ManualIO`. Each method is one step of a generated program: the
+    scheduler's calls as a scheduler makes them (the live match, the live prefix) and the
+    world's moves (complete an operation then poll, evict the line's last page, a sibling
+    publishes the next one). :meth:`expect` compares the whole state with the model's.
+    """
+
+    PAGE = 2
+
+    def __init__(self, bounds: Bounds | None = None) -> None:
+        b = self.bounds = bounds or Bounds()
+        page = self.PAGE
+        device, cap = b.device_pages * page, b.cap_pages * page
+        self.config = PipelineConfig(
+            page_size=page,
+            layers=1,
+            kv_heads=1,
+            head_dim=1,
+            device_tokens=device,
+            host_tokens=b.host_pages * page,
+            prefetch_threshold=b.threshold_pages * page,
+            anchor_lock_cap_fraction=1.0,
+            max_context_len=device - cap,  # the cap is min(device, device - max_context_len)
+            device="cpu",
+            io="manual",
+        )
+        self.line = list(range(1, b.pages * page + 1))
+        self.storage = MemoryStorage()
+        producer = BufferPipeline(
+            self.config.model_copy(update={"device_tokens": len(self.line)}), storage=self.storage
+        )
+        slots = producer.device_pool.alloc(len(self.line))
+        assert slots is not None
+        producer.tree.insert(self.line, slots)
+        producer.write_through(self.line, slots)
+        self.pipe = BufferPipeline(self.config, storage=self.storage)
+        self.io = manual_io(self.pipe)
+
+    def key(self, request: int) -> list[int]:
+        return self.line[: (self.bounds.pages - request) * self.PAGE]
+
+    @property
+    def device(self) -> int:
+        """Pages of the line on the device."""
+        return self.pipe.tree.match_prefix(self.line).length // self.PAGE
+
+    def _live_match(self, request: int) -> int:
+        return min(self.device, self.bounds.pages - request) * self.PAGE
+
+    # ------------------------------------------------------------------ the scheduler's calls
+
+    def issue(self, request: int, stale: bool = False) -> str:
+        """``prefetch_from_storage`` with the live match (``stale``: one page past it)."""
+        matched = min(self._live_match(request) + stale * self.PAGE, len(self.key(request)))
+        return self.pipe.prefetch_from_storage(f"r{request}", self.key(request), matched)
+
+    def lock(self, request: int) -> str:
+        return self.pipe.try_lock_anchor(f"r{request}")
+
+    def plan(self, request: int) -> tuple[int, int]:
+        return self.pipe.plan_staged_splice(f"r{request}", self._live_match(request))
+
+    def consume(self, request: int) -> torch.Tensor:
+        prefix = self.pipe.tree.match_prefix(self.key(request)).device_indices
+        return self.pipe.init_load_back(f"r{request}", prefix)
+
+    def release_hold(self, request: int) -> bool:
+        return self.pipe.release_staged_hold(f"r{request}")
+
+    def abort(self, request: int) -> None:
+        self.pipe.release_aborted_request(f"r{request}")
+
+    def poll(self) -> None:
+        self.pipe.poll()
+
+    # ------------------------------------------------------------------ the world's moves
+
+    def complete(self, request: int, mode: str = "full", pages: int = 0) -> None:
+        """The request's operation in flight completes (``full``, ``short`` finding ``pages``
+        pages, or ``error``), then one scheduling pass."""
+        record = self.pipe.records[f"r{request}"]
+        op_id = record.op_id
+        assert op_id is not None, f"r{request} has no operation in flight"
+        if mode == "short" and op_id in self.io.queued("exists"):
+            # L3 drops the span's pages past the first ``pages`` while the query runs
+            dropped = list(record.span_keys[pages:])
+            kept = self.storage.batch_get(dropped)
+            self.storage.delete(dropped)
+            self.io.complete(op_id)
+            self.storage.batch_set(dropped, [page for page in kept if page is not None])
+        elif mode == "short":
+            self.io.complete_short(op_id, pages * self.PAGE)
+        elif mode == "error":
+            self.io.fail(op_id)
+        else:
+            self.io.complete(op_id)
+        self.pipe.poll()
+
+    def evict(self) -> None:
+        """The line's last page leaves the device (the node is split there first)."""
+        tree, page = self.pipe.tree, self.PAGE
+        tree.match_prefix(self.line[: (self.device - 1) * page])
+        assert tree.evict(page) == page, "the line's last page is pinned or was not a leaf"
+
+    def publish(self) -> None:
+        """A sibling computes the line's next page and inserts it."""
+        pipe, page, device = self.pipe, self.PAGE, self.device
+        slots = pipe.device_pool.alloc(page)
+        assert slots is not None, "the device pool is full"
+        prefix = pipe.tree.match_prefix(self.line[: device * page]).device_indices
+        pipe.tree.insert(self.line[: (device + 1) * page], torch.cat([prefix, slots]))
+
+    # ------------------------------------------------------------------ checks
+
+    def expect(self, device: int, host_free: int, pinned: int, **states: Expected) -> None:
+        """The whole state is the model's: the device prefix, free bounce and pinned pages, and
+        every request's state."""
+        pipe, page = self.pipe, self.PAGE
+        actual = {
+            "device": self.device,
+            "host_free": pipe.host_pool.available() // page,
+            "pinned": pipe.pinned_tokens // page,
+            **{f"r{i}": pipe.state(f"r{i}") for i in range(self.bounds.requests)},
+        }
+        expected = {"device": device, "host_free": host_free, "pinned": pinned, **states}
+        assert actual == expected, f"the model predicts {expected}, the pipeline is at {actual}"
+
+    def finish(self) -> None:
+        """Every request is let go and every operation completes: the pipeline is quiescent
+        (pins balanced, each bounce slot freed once, each record ended once, books closed)."""
+        for request in range(self.bounds.requests):
+            self.abort(request)
+        for _ in range(4):  # a read lands, its hold is aborted, a copy lands: a few passes
+            self.io.complete_all()
+            self.pipe.poll()
+        assert_quiescent(self.pipe)
 
 
 T = TypeVar("T")

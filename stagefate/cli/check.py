@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import difflib
+import itertools
 import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from ..spec import load_spec, run_static_checks
+from ..spec.generated_tests import FILE_NAME
 from ..spec.load import DEFAULT_SPEC_PATH
 from ..spec.modelcheck import Bounds
 from ..spec.modelcheck_ranks import RANK_BOUNDS
@@ -33,6 +36,18 @@ def add_parser(sub: Any) -> None:
         type=count("host pages the last rank lacks"),
         default=1,
         help="with --ranks: host pages the last rank's bounce pool lacks (default 1)",
+    )
+    check.add_argument(
+        "--emit-tests",
+        metavar="DIR",
+        help="write a test per edge of the spec (the model checker's shortest program of public "
+        f"calls for it) to DIR/{FILE_NAME} instead of model checking (tests/generated here)",
+    )
+    check.add_argument(
+        "--diff",
+        action="store_true",
+        help="with --emit-tests: write nothing; exit 1, showing the difference, if DIR's tests "
+        "are not what the spec generates",
     )
     one, ranked = Bounds(), RANK_BOUNDS
     for field, flag, kind, meaning in (
@@ -94,7 +109,38 @@ def run(args: argparse.Namespace) -> int:
         f"static checks passed: {len(spec.states)} states, {len(spec.rows())} (state, event) rows, "
         f"{len(spec.guards)} guards, {len(spec.effects)} effects, all implemented"
     )
+    if args.emit_tests:
+        source = args.spec or "spec/lifecycle.yaml"
+        return _emit_tests(spec, bounds, source, Path(args.emit_tests), args.diff)
+    if args.diff:
+        raise ValueError("--diff compares generated tests: pass --emit-tests DIR with it")
     return 0 if args.static else _model_check(spec, bounds, args.ranks, args.fuller_host)
+
+
+def _emit_tests(spec: LifecycleSpec, bounds: Bounds, source: str, out: Path, diff: bool) -> int:
+    from ..spec.generated_tests import COMMAND, render
+
+    started = time.perf_counter()
+    text = render(spec, bounds, source)
+    path = out / FILE_NAME
+    cases = text.count("\ndef test_")
+    took = f"{cases} edge tests from the shortest programs in {time.perf_counter() - started:.0f} s"
+    if not diff:
+        out.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        console.print(f"wrote {path}: {took}")
+        return 0
+    committed = path.read_text() if path.is_file() else ""
+    if committed == text:
+        console.print(f"{path} is what the spec generates ({took})")
+        return 0
+    lines = difflib.unified_diff(
+        committed.splitlines(), text.splitlines(), str(path), "generated", lineterm="", n=1
+    )
+    for line in itertools.islice(lines, 80):
+        console.print(line, markup=False, highlight=False)
+    console.print(f"[red]STALE[/red] {path}: run `{COMMAND}` and commit it")
+    return 1
 
 
 def _model_check(spec: LifecycleSpec, bounds: Bounds, ranks: int, fuller_host: int) -> int:

@@ -1,0 +1,1644 @@
+"""Written by `stagefate check --emit-tests tests/generated` from spec/lifecycle.yaml.
+
+Do not edit: a spec change shows up here as a diff of tests. One test per modelled edge of the spec
+(88 of 90; not modelled: the branches guarded by aux_cut), each the model checker's shortest program
+of public calls that takes it (spec/witnesses.py), on the model's world made of real objects
+(stagefate.testing.LineWorld). After every step: the state the model predicts. At the end: every
+request let go, the pipeline quiescent.
+"""
+
+from __future__ import annotations
+
+from stagefate.spec.modelcheck import Bounds
+from stagefate.testing import LineWorld
+
+BOUNDS = Bounds(
+    pages=5,
+    requests=3,
+    host_pages=2,
+    device_pages=4,
+    cap_pages=2,
+    threshold_pages=2,
+    issues_per_request=2,
+)
+
+
+def test_issued__lock__below_threshold() -> None:
+    """(issued) --lock--> released (declined_too_short)
+
+    when below_threshold: the span is shorter than prefetch_threshold tokens
+    """
+    world = LineWorld(BOUNDS)
+    world.publish()
+    world.expect(device=1, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.issue(2, stale=True)
+    world.expect(device=1, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.finish()
+
+
+def test_issued__lock__root_prefix() -> None:
+    """(issued) --lock--> no_anchor
+
+    when root_prefix: the matched prefix is empty, so the anchor is the root
+    """
+    world = LineWorld(BOUNDS)
+    world.issue(0)
+    world.expect(device=0, host_free=2, pinned=0, r0="no_anchor", r1=None, r2=None)
+    world.finish()
+
+
+def test_issued__lock__live_match_short() -> None:
+    """(issued) --lock--> anchor_lost
+
+    when live_match_short: a live re-match under the request namespace is shorter than
+    matched_len
+    """
+    world = LineWorld(BOUNDS)
+    world.issue(0, stale=True)
+    world.expect(device=0, host_free=2, pinned=0, r0="anchor_lost", r1=None, r2=None)
+    world.finish()
+
+
+def test_issued__lock__over_cap() -> None:
+    """(issued) --lock--> cap_skip
+
+    when over_cap: pinning the anchor would push prefetch-pinned tokens over the cap
+    """
+    world = LineWorld(BOUNDS)
+    world.publish()
+    world.expect(device=1, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.issue(0)
+    world.expect(device=1, host_free=2, pinned=1, r0="locked", r1=None, r2=None)
+    world.issue(1)
+    world.expect(device=1, host_free=2, pinned=2, r0="locked", r1="locked", r2=None)
+    world.issue(2)
+    world.expect(device=1, host_free=2, pinned=2, r0="locked", r1="locked", r2="cap_skip")
+    world.finish()
+
+
+def test_issued__lock__else() -> None:
+    """(issued) --lock--> locked
+
+    when otherwise
+    """
+    world = LineWorld(BOUNDS)
+    world.publish()
+    world.expect(device=1, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.issue(0)
+    world.expect(device=1, host_free=2, pinned=1, r0="locked", r1=None, r2=None)
+    world.finish()
+
+
+def test_locked__lock__else() -> None:
+    """(locked) --lock--> locked
+
+    when otherwise
+    """
+    world = LineWorld(BOUNDS)
+    world.publish()
+    world.expect(device=1, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.issue(0)
+    world.expect(device=1, host_free=2, pinned=1, r0="locked", r1=None, r2=None)
+    world.lock(0)
+    world.expect(device=1, host_free=2, pinned=1, r0="locked", r1=None, r2=None)
+    world.finish()
+
+
+def test_no_anchor__lock__else() -> None:
+    """(no_anchor) --lock--> no_anchor
+
+    when otherwise
+    """
+    world = LineWorld(BOUNDS)
+    world.issue(0)
+    world.expect(device=0, host_free=2, pinned=0, r0="no_anchor", r1=None, r2=None)
+    world.lock(0)
+    world.expect(device=0, host_free=2, pinned=0, r0="no_anchor", r1=None, r2=None)
+    world.finish()
+
+
+def test_cap_skip__lock__live_match_short() -> None:
+    """(cap_skip) --lock--> anchor_lost
+
+    when live_match_short: a live re-match under the request namespace is shorter than
+    matched_len
+    """
+    world = LineWorld(BOUNDS)
+    world.publish()
+    world.expect(device=1, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.issue(0)
+    world.expect(device=1, host_free=2, pinned=1, r0="locked", r1=None, r2=None)
+    world.publish()
+    world.expect(device=2, host_free=2, pinned=1, r0="locked", r1=None, r2=None)
+    world.issue(1)
+    world.expect(device=2, host_free=2, pinned=1, r0="locked", r1="cap_skip", r2=None)
+    world.evict()
+    world.expect(device=1, host_free=2, pinned=1, r0="locked", r1="cap_skip", r2=None)
+    world.lock(1)
+    world.expect(device=1, host_free=2, pinned=1, r0="locked", r1="anchor_lost", r2=None)
+    world.finish()
+
+
+def test_cap_skip__lock__over_cap() -> None:
+    """(cap_skip) --lock--> cap_skip
+
+    when over_cap: pinning the anchor would push prefetch-pinned tokens over the cap
+    """
+    world = LineWorld(BOUNDS)
+    world.publish()
+    world.expect(device=1, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.issue(0)
+    world.expect(device=1, host_free=2, pinned=1, r0="locked", r1=None, r2=None)
+    world.issue(1)
+    world.expect(device=1, host_free=2, pinned=2, r0="locked", r1="locked", r2=None)
+    world.issue(2)
+    world.expect(device=1, host_free=2, pinned=2, r0="locked", r1="locked", r2="cap_skip")
+    world.lock(2)
+    world.expect(device=1, host_free=2, pinned=2, r0="locked", r1="locked", r2="cap_skip")
+    world.finish()
+
+
+def test_cap_skip__lock__else() -> None:
+    """(cap_skip) --lock--> locked
+
+    when otherwise
+    """
+    world = LineWorld(BOUNDS)
+    world.publish()
+    world.expect(device=1, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.issue(0)
+    world.expect(device=1, host_free=2, pinned=1, r0="locked", r1=None, r2=None)
+    world.issue(1)
+    world.expect(device=1, host_free=2, pinned=2, r0="locked", r1="locked", r2=None)
+    world.issue(2)
+    world.expect(device=1, host_free=2, pinned=2, r0="locked", r1="locked", r2="cap_skip")
+    world.abort(0)
+    world.expect(device=1, host_free=2, pinned=1, r0=None, r1="locked", r2="cap_skip")
+    world.lock(2)
+    world.expect(device=1, host_free=2, pinned=2, r0=None, r1="locked", r2="locked")
+    world.finish()
+
+
+def test_anchor_lost__lock__live_match_short() -> None:
+    """(anchor_lost) --lock--> anchor_lost
+
+    when live_match_short: a live re-match under the request namespace is shorter than
+    matched_len
+    """
+    world = LineWorld(BOUNDS)
+    world.issue(0, stale=True)
+    world.expect(device=0, host_free=2, pinned=0, r0="anchor_lost", r1=None, r2=None)
+    world.lock(0)
+    world.expect(device=0, host_free=2, pinned=0, r0="anchor_lost", r1=None, r2=None)
+    world.finish()
+
+
+def test_anchor_lost__lock__over_cap() -> None:
+    """(anchor_lost) --lock--> cap_skip
+
+    when over_cap: pinning the anchor would push prefetch-pinned tokens over the cap
+    """
+    world = LineWorld(BOUNDS)
+    world.issue(0, stale=True)
+    world.expect(device=0, host_free=2, pinned=0, r0="anchor_lost", r1=None, r2=None)
+    world.publish()
+    world.expect(device=1, host_free=2, pinned=0, r0="anchor_lost", r1=None, r2=None)
+    world.issue(1)
+    world.expect(device=1, host_free=2, pinned=1, r0="anchor_lost", r1="locked", r2=None)
+    world.issue(2)
+    world.expect(device=1, host_free=2, pinned=2, r0="anchor_lost", r1="locked", r2="locked")
+    world.lock(0)
+    world.expect(device=1, host_free=2, pinned=2, r0="cap_skip", r1="locked", r2="locked")
+    world.finish()
+
+
+def test_anchor_lost__lock__else() -> None:
+    """(anchor_lost) --lock--> locked
+
+    when otherwise
+    """
+    world = LineWorld(BOUNDS)
+    world.issue(0, stale=True)
+    world.expect(device=0, host_free=2, pinned=0, r0="anchor_lost", r1=None, r2=None)
+    world.publish()
+    world.expect(device=1, host_free=2, pinned=0, r0="anchor_lost", r1=None, r2=None)
+    world.lock(0)
+    world.expect(device=1, host_free=2, pinned=1, r0="locked", r1=None, r2=None)
+    world.finish()
+
+
+def test_locked__hit__zero_pages() -> None:
+    """(locked) --hit--> released (revoked_full_miss)
+
+    when zero_pages: storage has no page of the span
+    """
+    world = LineWorld(BOUNDS)
+    world.publish()
+    world.expect(device=1, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.issue(0)
+    world.expect(device=1, host_free=2, pinned=1, r0="locked", r1=None, r2=None)
+    world.complete(0, "error")
+    world.expect(device=1, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.finish()
+
+
+def test_locked__hit__hit_below_threshold() -> None:
+    """(locked) --hit--> released (revoked_insufficient)
+
+    when hit_below_threshold: pages found times page_size is below prefetch_threshold
+    """
+    world = LineWorld(BOUNDS)
+    world.publish()
+    world.expect(device=1, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.issue(0)
+    world.expect(device=1, host_free=2, pinned=1, r0="locked", r1=None, r2=None)
+    world.complete(0, "short", pages=1)
+    world.expect(device=1, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.finish()
+
+
+def test_locked__hit__else() -> None:
+    """(locked) --hit--> locked
+
+    when otherwise
+    """
+    world = LineWorld(BOUNDS)
+    world.publish()
+    world.expect(device=1, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.issue(0)
+    world.expect(device=1, host_free=2, pinned=1, r0="locked", r1=None, r2=None)
+    world.complete(0)
+    world.expect(device=1, host_free=2, pinned=1, r0="parked", r1=None, r2=None)
+    world.finish()
+
+
+def test_no_anchor__hit__zero_pages() -> None:
+    """(no_anchor) --hit--> released (revoked_full_miss)
+
+    when zero_pages: storage has no page of the span
+    """
+    world = LineWorld(BOUNDS)
+    world.issue(0)
+    world.expect(device=0, host_free=2, pinned=0, r0="no_anchor", r1=None, r2=None)
+    world.complete(0, "error")
+    world.expect(device=0, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.finish()
+
+
+def test_no_anchor__hit__hit_below_threshold() -> None:
+    """(no_anchor) --hit--> released (revoked_insufficient)
+
+    when hit_below_threshold: pages found times page_size is below prefetch_threshold
+    """
+    world = LineWorld(BOUNDS)
+    world.issue(0)
+    world.expect(device=0, host_free=2, pinned=0, r0="no_anchor", r1=None, r2=None)
+    world.complete(0, "short", pages=1)
+    world.expect(device=0, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.finish()
+
+
+def test_no_anchor__hit__else() -> None:
+    """(no_anchor) --hit--> no_anchor
+
+    when otherwise
+    """
+    world = LineWorld(BOUNDS)
+    world.issue(0)
+    world.expect(device=0, host_free=2, pinned=0, r0="no_anchor", r1=None, r2=None)
+    world.complete(0)
+    world.expect(device=0, host_free=2, pinned=0, r0="parked", r1=None, r2=None)
+    world.finish()
+
+
+def test_cap_skip__hit__zero_pages() -> None:
+    """(cap_skip) --hit--> released (revoked_full_miss)
+
+    when zero_pages: storage has no page of the span
+    """
+    world = LineWorld(BOUNDS)
+    world.publish()
+    world.expect(device=1, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.issue(0)
+    world.expect(device=1, host_free=2, pinned=1, r0="locked", r1=None, r2=None)
+    world.issue(1)
+    world.expect(device=1, host_free=2, pinned=2, r0="locked", r1="locked", r2=None)
+    world.issue(2)
+    world.expect(device=1, host_free=2, pinned=2, r0="locked", r1="locked", r2="cap_skip")
+    world.complete(2, "error")
+    world.expect(device=1, host_free=2, pinned=2, r0="locked", r1="locked", r2=None)
+    world.finish()
+
+
+def test_cap_skip__hit__hit_below_threshold() -> None:
+    """(cap_skip) --hit--> released (revoked_insufficient)
+
+    when hit_below_threshold: pages found times page_size is below prefetch_threshold
+    """
+    world = LineWorld(BOUNDS)
+    world.publish()
+    world.expect(device=1, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.issue(0)
+    world.expect(device=1, host_free=2, pinned=1, r0="locked", r1=None, r2=None)
+    world.issue(1)
+    world.expect(device=1, host_free=2, pinned=2, r0="locked", r1="locked", r2=None)
+    world.issue(2)
+    world.expect(device=1, host_free=2, pinned=2, r0="locked", r1="locked", r2="cap_skip")
+    world.complete(2, "short", pages=1)
+    world.expect(device=1, host_free=2, pinned=2, r0="locked", r1="locked", r2=None)
+    world.finish()
+
+
+def test_cap_skip__hit__else() -> None:
+    """(cap_skip) --hit--> cap_skip
+
+    when otherwise
+    """
+    world = LineWorld(BOUNDS)
+    world.publish()
+    world.expect(device=1, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.issue(0)
+    world.expect(device=1, host_free=2, pinned=1, r0="locked", r1=None, r2=None)
+    world.issue(1)
+    world.expect(device=1, host_free=2, pinned=2, r0="locked", r1="locked", r2=None)
+    world.issue(2)
+    world.expect(device=1, host_free=2, pinned=2, r0="locked", r1="locked", r2="cap_skip")
+    world.complete(2)
+    world.expect(device=1, host_free=0, pinned=2, r0="locked", r1="locked", r2="reading")
+    world.finish()
+
+
+def test_anchor_lost__hit__zero_pages() -> None:
+    """(anchor_lost) --hit--> released (revoked_full_miss)
+
+    when zero_pages: storage has no page of the span
+    """
+    world = LineWorld(BOUNDS)
+    world.issue(0, stale=True)
+    world.expect(device=0, host_free=2, pinned=0, r0="anchor_lost", r1=None, r2=None)
+    world.complete(0, "error")
+    world.expect(device=0, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.finish()
+
+
+def test_anchor_lost__hit__hit_below_threshold() -> None:
+    """(anchor_lost) --hit--> released (revoked_insufficient)
+
+    when hit_below_threshold: pages found times page_size is below prefetch_threshold
+    """
+    world = LineWorld(BOUNDS)
+    world.issue(0, stale=True)
+    world.expect(device=0, host_free=2, pinned=0, r0="anchor_lost", r1=None, r2=None)
+    world.complete(0, "short", pages=1)
+    world.expect(device=0, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.finish()
+
+
+def test_anchor_lost__hit__else() -> None:
+    """(anchor_lost) --hit--> anchor_lost
+
+    when otherwise
+    """
+    world = LineWorld(BOUNDS)
+    world.issue(0, stale=True)
+    world.expect(device=0, host_free=2, pinned=0, r0="anchor_lost", r1=None, r2=None)
+    world.complete(0)
+    world.expect(device=0, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.finish()
+
+
+def test_cap_skip__commit__live_match_short() -> None:
+    """(cap_skip) --commit--> released (declined_anchor_lost)
+
+    when live_match_short: a live re-match under the request namespace is shorter than
+    matched_len
+    """
+    world = LineWorld(BOUNDS)
+    world.publish()
+    world.expect(device=1, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.issue(0)
+    world.expect(device=1, host_free=2, pinned=1, r0="locked", r1=None, r2=None)
+    world.publish()
+    world.expect(device=2, host_free=2, pinned=1, r0="locked", r1=None, r2=None)
+    world.issue(1)
+    world.expect(device=2, host_free=2, pinned=1, r0="locked", r1="cap_skip", r2=None)
+    world.evict()
+    world.expect(device=1, host_free=2, pinned=1, r0="locked", r1="cap_skip", r2=None)
+    world.complete(1)
+    world.expect(device=1, host_free=2, pinned=1, r0="locked", r1=None, r2=None)
+    world.finish()
+
+
+def test_cap_skip__commit__device_covers_span() -> None:
+    """(cap_skip) --commit--> released (declined_device_covered)
+
+    when device_covers_span: the live device tree already holds the whole span
+    """
+    world = LineWorld(BOUNDS)
+    world.issue(2, stale=True)
+    world.expect(device=0, host_free=2, pinned=0, r0=None, r1=None, r2="anchor_lost")
+    world.publish()
+    world.expect(device=1, host_free=2, pinned=0, r0=None, r1=None, r2="anchor_lost")
+    world.publish()
+    world.expect(device=2, host_free=2, pinned=0, r0=None, r1=None, r2="anchor_lost")
+    world.issue(0)
+    world.expect(device=2, host_free=2, pinned=2, r0="locked", r1=None, r2="anchor_lost")
+    world.lock(2)
+    world.expect(device=2, host_free=2, pinned=2, r0="locked", r1=None, r2="cap_skip")
+    world.publish()
+    world.expect(device=3, host_free=2, pinned=2, r0="locked", r1=None, r2="cap_skip")
+    world.complete(2)
+    world.expect(device=3, host_free=2, pinned=2, r0="locked", r1=None, r2=None)
+    world.finish()
+
+
+def test_cap_skip__commit__span_inflight() -> None:
+    """(cap_skip) --commit--> released (declined_inflight)
+
+    when span_inflight: every page key the read would bring is owned by one live sibling record
+    (reading, staged, trimmed or consumed): it is already fetching this span
+    """
+    world = LineWorld(BOUNDS)
+    world.issue(0, stale=True)
+    world.expect(device=0, host_free=2, pinned=0, r0="anchor_lost", r1=None, r2=None)
+    world.publish()
+    world.expect(device=1, host_free=2, pinned=0, r0="anchor_lost", r1=None, r2=None)
+    world.complete(0, "short", pages=2)
+    world.expect(device=1, host_free=0, pinned=1, r0="reading", r1=None, r2=None)
+    world.issue(1)
+    world.expect(device=1, host_free=0, pinned=2, r0="reading", r1="locked", r2=None)
+    world.issue(2)
+    world.expect(device=1, host_free=0, pinned=2, r0="reading", r1="locked", r2="cap_skip")
+    world.complete(2)
+    world.expect(device=1, host_free=0, pinned=2, r0="reading", r1="locked", r2=None)
+    world.finish()
+
+
+def test_cap_skip__commit__parked_ahead() -> None:
+    """(cap_skip) --commit--> parked
+
+    when parked_ahead: a hit parked before this one still waits for bounce room (a newer hit
+    does not take the room the parked head waits for)
+    """
+    world = LineWorld(BOUNDS)
+    world.publish()
+    world.expect(device=1, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.issue(0)
+    world.expect(device=1, host_free=2, pinned=1, r0="locked", r1=None, r2=None)
+    world.complete(0)
+    world.expect(device=1, host_free=2, pinned=1, r0="parked", r1=None, r2=None)
+    world.issue(1)
+    world.expect(device=1, host_free=2, pinned=2, r0="parked", r1="locked", r2=None)
+    world.issue(2)
+    world.expect(device=1, host_free=2, pinned=2, r0="parked", r1="locked", r2="cap_skip")
+    world.complete(2)
+    world.expect(device=1, host_free=2, pinned=2, r0="parked", r1="locked", r2="parked")
+    world.finish()
+
+
+def test_cap_skip__commit__host_short() -> None:
+    """(cap_skip) --commit--> parked
+
+    when host_short: the host pool cannot hold the span (and its aux window) now
+    """
+    world = LineWorld(BOUNDS)
+    world.publish()
+    world.expect(device=1, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.issue(0)
+    world.expect(device=1, host_free=2, pinned=1, r0="locked", r1=None, r2=None)
+    world.issue(2)
+    world.expect(device=1, host_free=2, pinned=2, r0="locked", r1=None, r2="locked")
+    world.issue(1)
+    world.expect(device=1, host_free=2, pinned=2, r0="locked", r1="cap_skip", r2="locked")
+    world.complete(1)
+    world.expect(device=1, host_free=2, pinned=2, r0="locked", r1="parked", r2="locked")
+    world.finish()
+
+
+def test_cap_skip__commit__else() -> None:
+    """(cap_skip) --commit--> reading
+
+    when otherwise
+    """
+    world = LineWorld(BOUNDS)
+    world.publish()
+    world.expect(device=1, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.issue(0)
+    world.expect(device=1, host_free=2, pinned=1, r0="locked", r1=None, r2=None)
+    world.issue(1)
+    world.expect(device=1, host_free=2, pinned=2, r0="locked", r1="locked", r2=None)
+    world.issue(2)
+    world.expect(device=1, host_free=2, pinned=2, r0="locked", r1="locked", r2="cap_skip")
+    world.complete(2)
+    world.expect(device=1, host_free=0, pinned=2, r0="locked", r1="locked", r2="reading")
+    world.finish()
+
+
+def test_anchor_lost__commit__live_match_short() -> None:
+    """(anchor_lost) --commit--> released (declined_anchor_lost)
+
+    when live_match_short: a live re-match under the request namespace is shorter than
+    matched_len
+    """
+    world = LineWorld(BOUNDS)
+    world.issue(0, stale=True)
+    world.expect(device=0, host_free=2, pinned=0, r0="anchor_lost", r1=None, r2=None)
+    world.complete(0)
+    world.expect(device=0, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.finish()
+
+
+def test_anchor_lost__commit__device_covers_span() -> None:
+    """(anchor_lost) --commit--> released (declined_device_covered)
+
+    when device_covers_span: the live device tree already holds the whole span
+    """
+    world = LineWorld(BOUNDS)
+    world.issue(2, stale=True)
+    world.expect(device=0, host_free=2, pinned=0, r0=None, r1=None, r2="anchor_lost")
+    world.publish()
+    world.expect(device=1, host_free=2, pinned=0, r0=None, r1=None, r2="anchor_lost")
+    world.publish()
+    world.expect(device=2, host_free=2, pinned=0, r0=None, r1=None, r2="anchor_lost")
+    world.publish()
+    world.expect(device=3, host_free=2, pinned=0, r0=None, r1=None, r2="anchor_lost")
+    world.complete(2)
+    world.expect(device=3, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.finish()
+
+
+def test_anchor_lost__commit__span_inflight() -> None:
+    """(anchor_lost) --commit--> released (declined_inflight)
+
+    when span_inflight: every page key the read would bring is owned by one live sibling record
+    (reading, staged, trimmed or consumed): it is already fetching this span
+    """
+    world = LineWorld(BOUNDS)
+    world.issue(0, stale=True)
+    world.expect(device=0, host_free=2, pinned=0, r0="anchor_lost", r1=None, r2=None)
+    world.issue(1, stale=True)
+    world.expect(device=0, host_free=2, pinned=0, r0="anchor_lost", r1="anchor_lost", r2=None)
+    world.publish()
+    world.expect(device=1, host_free=2, pinned=0, r0="anchor_lost", r1="anchor_lost", r2=None)
+    world.complete(0, "short", pages=2)
+    world.expect(device=1, host_free=0, pinned=1, r0="reading", r1="anchor_lost", r2=None)
+    world.complete(1, "short", pages=2)
+    world.expect(device=1, host_free=0, pinned=1, r0="reading", r1=None, r2=None)
+    world.finish()
+
+
+def test_anchor_lost__commit__parked_ahead() -> None:
+    """(anchor_lost) --commit--> parked
+
+    when parked_ahead: a hit parked before this one still waits for bounce room (a newer hit
+    does not take the room the parked head waits for)
+    """
+    world = LineWorld(BOUNDS)
+    world.issue(0)
+    world.expect(device=0, host_free=2, pinned=0, r0="no_anchor", r1=None, r2=None)
+    world.complete(0)
+    world.expect(device=0, host_free=2, pinned=0, r0="parked", r1=None, r2=None)
+    world.issue(1, stale=True)
+    world.expect(device=0, host_free=2, pinned=0, r0="parked", r1="anchor_lost", r2=None)
+    world.publish()
+    world.expect(device=1, host_free=2, pinned=0, r0="parked", r1="anchor_lost", r2=None)
+    world.complete(1)
+    world.expect(device=1, host_free=2, pinned=0, r0="parked", r1="parked", r2=None)
+    world.finish()
+
+
+def test_anchor_lost__commit__host_short() -> None:
+    """(anchor_lost) --commit--> parked
+
+    when host_short: the host pool cannot hold the span (and its aux window) now
+    """
+    world = LineWorld(BOUNDS)
+    world.issue(0, stale=True)
+    world.expect(device=0, host_free=2, pinned=0, r0="anchor_lost", r1=None, r2=None)
+    world.publish()
+    world.expect(device=1, host_free=2, pinned=0, r0="anchor_lost", r1=None, r2=None)
+    world.complete(0)
+    world.expect(device=1, host_free=2, pinned=0, r0="parked", r1=None, r2=None)
+    world.finish()
+
+
+def test_anchor_lost__commit__else() -> None:
+    """(anchor_lost) --commit--> reading
+
+    when otherwise
+    """
+    world = LineWorld(BOUNDS)
+    world.issue(0, stale=True)
+    world.expect(device=0, host_free=2, pinned=0, r0="anchor_lost", r1=None, r2=None)
+    world.publish()
+    world.expect(device=1, host_free=2, pinned=0, r0="anchor_lost", r1=None, r2=None)
+    world.complete(0, "short", pages=2)
+    world.expect(device=1, host_free=0, pinned=1, r0="reading", r1=None, r2=None)
+    world.finish()
+
+
+def test_parked__commit__live_match_short() -> None:
+    """(parked) --commit--> released (declined_anchor_lost)
+
+    when live_match_short: a live re-match under the request namespace is shorter than
+    matched_len
+    """
+    world = LineWorld(BOUNDS)
+    world.issue(0, stale=True)
+    world.expect(device=0, host_free=2, pinned=0, r0="anchor_lost", r1=None, r2=None)
+    world.publish()
+    world.expect(device=1, host_free=2, pinned=0, r0="anchor_lost", r1=None, r2=None)
+    world.complete(0)
+    world.expect(device=1, host_free=2, pinned=0, r0="parked", r1=None, r2=None)
+    world.evict()
+    world.expect(device=0, host_free=2, pinned=0, r0="parked", r1=None, r2=None)
+    world.poll()
+    world.expect(device=0, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.finish()
+
+
+def test_parked__commit__device_covers_span() -> None:
+    """(parked) --commit--> released (declined_device_covered)
+
+    when device_covers_span: the live device tree already holds the whole span
+    """
+    world = LineWorld(BOUNDS)
+    world.issue(2)
+    world.expect(device=0, host_free=2, pinned=0, r0=None, r1=None, r2="no_anchor")
+    world.complete(2)
+    world.expect(device=0, host_free=2, pinned=0, r0=None, r1=None, r2="parked")
+    world.publish()
+    world.expect(device=1, host_free=2, pinned=0, r0=None, r1=None, r2="parked")
+    world.publish()
+    world.expect(device=2, host_free=2, pinned=0, r0=None, r1=None, r2="parked")
+    world.publish()
+    world.expect(device=3, host_free=2, pinned=0, r0=None, r1=None, r2="parked")
+    world.poll()
+    world.expect(device=3, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.finish()
+
+
+def test_parked__commit__span_inflight() -> None:
+    """(parked) --commit--> released (declined_inflight)
+
+    when span_inflight: every page key the read would bring is owned by one live sibling record
+    (reading, staged, trimmed or consumed): it is already fetching this span
+    """
+    world = LineWorld(BOUNDS)
+    world.issue(0)
+    world.expect(device=0, host_free=2, pinned=0, r0="no_anchor", r1=None, r2=None)
+    world.complete(0)
+    world.expect(device=0, host_free=2, pinned=0, r0="parked", r1=None, r2=None)
+    world.issue(1)
+    world.expect(device=0, host_free=2, pinned=0, r0="parked", r1="no_anchor", r2=None)
+    world.complete(1, "short", pages=2)
+    world.expect(device=0, host_free=2, pinned=0, r0="parked", r1="parked", r2=None)
+    world.issue(2)
+    world.expect(device=0, host_free=2, pinned=0, r0="parked", r1="parked", r2="no_anchor")
+    world.complete(2, "short", pages=2)
+    world.expect(device=0, host_free=2, pinned=0, r0="parked", r1="parked", r2="parked")
+    world.abort(0)
+    world.expect(device=0, host_free=2, pinned=0, r0=None, r1="parked", r2="parked")
+    world.poll()
+    world.expect(device=0, host_free=0, pinned=0, r0=None, r1="reading", r2=None)
+    world.finish()
+
+
+def test_parked__commit__host_short() -> None:
+    """(parked) --commit--> parked
+
+    when host_short: the host pool cannot hold the span (and its aux window) now
+    """
+    world = LineWorld(BOUNDS)
+    world.issue(0)
+    world.expect(device=0, host_free=2, pinned=0, r0="no_anchor", r1=None, r2=None)
+    world.complete(0)
+    world.expect(device=0, host_free=2, pinned=0, r0="parked", r1=None, r2=None)
+    world.poll()
+    world.expect(device=0, host_free=2, pinned=0, r0="parked", r1=None, r2=None)
+    world.finish()
+
+
+def test_parked__commit__else() -> None:
+    """(parked) --commit--> reading
+
+    when otherwise
+    """
+    world = LineWorld(BOUNDS)
+    world.issue(0)
+    world.expect(device=0, host_free=2, pinned=0, r0="no_anchor", r1=None, r2=None)
+    world.complete(0)
+    world.expect(device=0, host_free=2, pinned=0, r0="parked", r1=None, r2=None)
+    world.issue(1)
+    world.expect(device=0, host_free=2, pinned=0, r0="parked", r1="no_anchor", r2=None)
+    world.complete(1, "short", pages=2)
+    world.expect(device=0, host_free=2, pinned=0, r0="parked", r1="parked", r2=None)
+    world.abort(0)
+    world.expect(device=0, host_free=2, pinned=0, r0=None, r1="parked", r2=None)
+    world.poll()
+    world.expect(device=0, host_free=0, pinned=0, r0=None, r1="reading", r2=None)
+    world.finish()
+
+
+def test_locked__commit__device_covers_span() -> None:
+    """(locked) --commit--> released (declined_device_covered)
+
+    when device_covers_span: the live device tree already holds the whole span
+    """
+    world = LineWorld(BOUNDS)
+    world.publish()
+    world.expect(device=1, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.issue(2)
+    world.expect(device=1, host_free=2, pinned=1, r0=None, r1=None, r2="locked")
+    world.publish()
+    world.expect(device=2, host_free=2, pinned=1, r0=None, r1=None, r2="locked")
+    world.publish()
+    world.expect(device=3, host_free=2, pinned=1, r0=None, r1=None, r2="locked")
+    world.complete(2)
+    world.expect(device=3, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.finish()
+
+
+def test_locked__commit__span_inflight() -> None:
+    """(locked) --commit--> released (declined_inflight)
+
+    when span_inflight: every page key the read would bring is owned by one live sibling record
+    (reading, staged, trimmed or consumed): it is already fetching this span
+    """
+    world = LineWorld(BOUNDS)
+    world.issue(0, stale=True)
+    world.expect(device=0, host_free=2, pinned=0, r0="anchor_lost", r1=None, r2=None)
+    world.publish()
+    world.expect(device=1, host_free=2, pinned=0, r0="anchor_lost", r1=None, r2=None)
+    world.complete(0, "short", pages=2)
+    world.expect(device=1, host_free=0, pinned=1, r0="reading", r1=None, r2=None)
+    world.issue(1)
+    world.expect(device=1, host_free=0, pinned=2, r0="reading", r1="locked", r2=None)
+    world.complete(1, "short", pages=2)
+    world.expect(device=1, host_free=0, pinned=1, r0="reading", r1=None, r2=None)
+    world.finish()
+
+
+def test_locked__commit__parked_ahead() -> None:
+    """(locked) --commit--> parked
+
+    when parked_ahead: a hit parked before this one still waits for bounce room (a newer hit
+    does not take the room the parked head waits for)
+    """
+    world = LineWorld(BOUNDS)
+    world.issue(0)
+    world.expect(device=0, host_free=2, pinned=0, r0="no_anchor", r1=None, r2=None)
+    world.complete(0)
+    world.expect(device=0, host_free=2, pinned=0, r0="parked", r1=None, r2=None)
+    world.publish()
+    world.expect(device=1, host_free=2, pinned=0, r0="parked", r1=None, r2=None)
+    world.issue(1)
+    world.expect(device=1, host_free=2, pinned=1, r0="parked", r1="locked", r2=None)
+    world.complete(1)
+    world.expect(device=1, host_free=2, pinned=1, r0="parked", r1="parked", r2=None)
+    world.finish()
+
+
+def test_locked__commit__host_short() -> None:
+    """(locked) --commit--> parked
+
+    when host_short: the host pool cannot hold the span (and its aux window) now
+    """
+    world = LineWorld(BOUNDS)
+    world.publish()
+    world.expect(device=1, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.issue(0)
+    world.expect(device=1, host_free=2, pinned=1, r0="locked", r1=None, r2=None)
+    world.complete(0)
+    world.expect(device=1, host_free=2, pinned=1, r0="parked", r1=None, r2=None)
+    world.finish()
+
+
+def test_locked__commit__else() -> None:
+    """(locked) --commit--> reading
+
+    when otherwise
+    """
+    world = LineWorld(BOUNDS)
+    world.publish()
+    world.expect(device=1, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.issue(0)
+    world.expect(device=1, host_free=2, pinned=1, r0="locked", r1=None, r2=None)
+    world.complete(0, "short", pages=2)
+    world.expect(device=1, host_free=0, pinned=1, r0="reading", r1=None, r2=None)
+    world.finish()
+
+
+def test_no_anchor__commit__device_covers_span() -> None:
+    """(no_anchor) --commit--> released (declined_device_covered)
+
+    when device_covers_span: the live device tree already holds the whole span
+    """
+    world = LineWorld(BOUNDS)
+    world.issue(2)
+    world.expect(device=0, host_free=2, pinned=0, r0=None, r1=None, r2="no_anchor")
+    world.publish()
+    world.expect(device=1, host_free=2, pinned=0, r0=None, r1=None, r2="no_anchor")
+    world.publish()
+    world.expect(device=2, host_free=2, pinned=0, r0=None, r1=None, r2="no_anchor")
+    world.publish()
+    world.expect(device=3, host_free=2, pinned=0, r0=None, r1=None, r2="no_anchor")
+    world.complete(2)
+    world.expect(device=3, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.finish()
+
+
+def test_no_anchor__commit__span_inflight() -> None:
+    """(no_anchor) --commit--> released (declined_inflight)
+
+    when span_inflight: every page key the read would bring is owned by one live sibling record
+    (reading, staged, trimmed or consumed): it is already fetching this span
+    """
+    world = LineWorld(BOUNDS)
+    world.issue(0)
+    world.expect(device=0, host_free=2, pinned=0, r0="no_anchor", r1=None, r2=None)
+    world.complete(0, "short", pages=2)
+    world.expect(device=0, host_free=0, pinned=0, r0="reading", r1=None, r2=None)
+    world.issue(1)
+    world.expect(device=0, host_free=0, pinned=0, r0="reading", r1="no_anchor", r2=None)
+    world.complete(1, "short", pages=2)
+    world.expect(device=0, host_free=0, pinned=0, r0="reading", r1=None, r2=None)
+    world.finish()
+
+
+def test_no_anchor__commit__parked_ahead() -> None:
+    """(no_anchor) --commit--> parked
+
+    when parked_ahead: a hit parked before this one still waits for bounce room (a newer hit
+    does not take the room the parked head waits for)
+    """
+    world = LineWorld(BOUNDS)
+    world.issue(0)
+    world.expect(device=0, host_free=2, pinned=0, r0="no_anchor", r1=None, r2=None)
+    world.complete(0)
+    world.expect(device=0, host_free=2, pinned=0, r0="parked", r1=None, r2=None)
+    world.issue(1)
+    world.expect(device=0, host_free=2, pinned=0, r0="parked", r1="no_anchor", r2=None)
+    world.complete(1)
+    world.expect(device=0, host_free=2, pinned=0, r0="parked", r1="parked", r2=None)
+    world.finish()
+
+
+def test_no_anchor__commit__host_short() -> None:
+    """(no_anchor) --commit--> parked
+
+    when host_short: the host pool cannot hold the span (and its aux window) now
+    """
+    world = LineWorld(BOUNDS)
+    world.issue(0)
+    world.expect(device=0, host_free=2, pinned=0, r0="no_anchor", r1=None, r2=None)
+    world.complete(0)
+    world.expect(device=0, host_free=2, pinned=0, r0="parked", r1=None, r2=None)
+    world.finish()
+
+
+def test_no_anchor__commit__else() -> None:
+    """(no_anchor) --commit--> reading
+
+    when otherwise
+    """
+    world = LineWorld(BOUNDS)
+    world.issue(0)
+    world.expect(device=0, host_free=2, pinned=0, r0="no_anchor", r1=None, r2=None)
+    world.complete(0, "short", pages=2)
+    world.expect(device=0, host_free=0, pinned=0, r0="reading", r1=None, r2=None)
+    world.finish()
+
+
+def test_reading__read_done__read_empty() -> None:
+    """(reading) --read_done--> released (discarded)
+
+    when read_empty: the read brought 0 tokens, failed, or its aux window is incomplete
+    """
+    world = LineWorld(BOUNDS)
+    world.issue(0)
+    world.expect(device=0, host_free=2, pinned=0, r0="no_anchor", r1=None, r2=None)
+    world.complete(0, "short", pages=2)
+    world.expect(device=0, host_free=0, pinned=0, r0="reading", r1=None, r2=None)
+    world.complete(0, "error")
+    world.expect(device=0, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.finish()
+
+
+def test_reading__read_done__else() -> None:
+    """(reading) --read_done--> staged
+
+    when otherwise
+    """
+    world = LineWorld(BOUNDS)
+    world.issue(0)
+    world.expect(device=0, host_free=2, pinned=0, r0="no_anchor", r1=None, r2=None)
+    world.complete(0, "short", pages=2)
+    world.expect(device=0, host_free=0, pinned=0, r0="reading", r1=None, r2=None)
+    world.complete(0)
+    world.expect(device=0, host_free=0, pinned=0, r0="staged", r1=None, r2=None)
+    world.finish()
+
+
+def test_reading__abort__else() -> None:
+    """(reading) --abort--> abandoned
+
+    when otherwise
+    """
+    world = LineWorld(BOUNDS)
+    world.issue(0)
+    world.expect(device=0, host_free=2, pinned=0, r0="no_anchor", r1=None, r2=None)
+    world.complete(0, "short", pages=2)
+    world.expect(device=0, host_free=0, pinned=0, r0="reading", r1=None, r2=None)
+    world.abort(0)
+    world.expect(device=0, host_free=0, pinned=0, r0="abandoned", r1=None, r2=None)
+    world.finish()
+
+
+def test_abandoned__read_done__else() -> None:
+    """(abandoned) --read_done--> released (aborted)
+
+    when otherwise
+    """
+    world = LineWorld(BOUNDS)
+    world.issue(0)
+    world.expect(device=0, host_free=2, pinned=0, r0="no_anchor", r1=None, r2=None)
+    world.complete(0, "short", pages=2)
+    world.expect(device=0, host_free=0, pinned=0, r0="reading", r1=None, r2=None)
+    world.abort(0)
+    world.expect(device=0, host_free=0, pinned=0, r0="abandoned", r1=None, r2=None)
+    world.complete(0)
+    world.expect(device=0, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.finish()
+
+
+def test_abandoned__abort__else() -> None:
+    """(abandoned) --abort--> abandoned
+
+    when otherwise
+    """
+    world = LineWorld(BOUNDS)
+    world.issue(0)
+    world.expect(device=0, host_free=2, pinned=0, r0="no_anchor", r1=None, r2=None)
+    world.complete(0, "short", pages=2)
+    world.expect(device=0, host_free=0, pinned=0, r0="reading", r1=None, r2=None)
+    world.abort(0)
+    world.expect(device=0, host_free=0, pinned=0, r0="abandoned", r1=None, r2=None)
+    world.abort(0)
+    world.expect(device=0, host_free=0, pinned=0, r0="abandoned", r1=None, r2=None)
+    world.finish()
+
+
+def test_staged__plan__prefix_shrank() -> None:
+    """(staged) --plan--> released (shrunk)
+
+    when prefix_shrank: device_prefix_len < matched_len (the splice base is gone)
+    """
+    world = LineWorld(BOUNDS)
+    world.publish()
+    world.expect(device=1, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.issue(0)
+    world.expect(device=1, host_free=2, pinned=1, r0="locked", r1=None, r2=None)
+    world.issue(1, stale=True)
+    world.expect(device=1, host_free=2, pinned=1, r0="locked", r1="anchor_lost", r2=None)
+    world.publish()
+    world.expect(device=2, host_free=2, pinned=1, r0="locked", r1="anchor_lost", r2=None)
+    world.complete(1)
+    world.expect(device=2, host_free=0, pinned=1, r0="locked", r1="reading", r2=None)
+    world.complete(1)
+    world.expect(device=2, host_free=0, pinned=1, r0="locked", r1="staged", r2=None)
+    world.evict()
+    world.expect(device=1, host_free=0, pinned=1, r0="locked", r1="staged", r2=None)
+    world.plan(1)
+    world.expect(device=1, host_free=2, pinned=1, r0="locked", r1=None, r2=None)
+    world.finish()
+
+
+def test_staged__plan__span_device_resident() -> None:
+    """(staged) --plan--> released (device_covered)
+
+    when span_device_resident: device_prefix_len >= span_end (the span is already on the device)
+    """
+    world = LineWorld(BOUNDS)
+    world.issue(0)
+    world.expect(device=0, host_free=2, pinned=0, r0="no_anchor", r1=None, r2=None)
+    world.complete(0, "short", pages=2)
+    world.expect(device=0, host_free=0, pinned=0, r0="reading", r1=None, r2=None)
+    world.complete(0, "short", pages=1)
+    world.expect(device=0, host_free=1, pinned=0, r0="staged", r1=None, r2=None)
+    world.publish()
+    world.expect(device=1, host_free=1, pinned=0, r0="staged", r1=None, r2=None)
+    world.plan(0)
+    world.expect(device=1, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.finish()
+
+
+def test_staged__plan__trim_positive() -> None:
+    """(staged) --plan--> trimmed
+
+    when trim_positive: device_prefix_len > matched_len (a sibling published the head)
+    """
+    world = LineWorld(BOUNDS)
+    world.issue(0)
+    world.expect(device=0, host_free=2, pinned=0, r0="no_anchor", r1=None, r2=None)
+    world.complete(0, "short", pages=2)
+    world.expect(device=0, host_free=0, pinned=0, r0="reading", r1=None, r2=None)
+    world.complete(0)
+    world.expect(device=0, host_free=0, pinned=0, r0="staged", r1=None, r2=None)
+    world.publish()
+    world.expect(device=1, host_free=0, pinned=0, r0="staged", r1=None, r2=None)
+    world.plan(0)
+    world.expect(device=1, host_free=0, pinned=0, r0="trimmed", r1=None, r2=None)
+    world.finish()
+
+
+def test_staged__plan__else() -> None:
+    """(staged) --plan--> staged
+
+    when otherwise
+    """
+    world = LineWorld(BOUNDS)
+    world.issue(0)
+    world.expect(device=0, host_free=2, pinned=0, r0="no_anchor", r1=None, r2=None)
+    world.complete(0, "short", pages=2)
+    world.expect(device=0, host_free=0, pinned=0, r0="reading", r1=None, r2=None)
+    world.complete(0)
+    world.expect(device=0, host_free=0, pinned=0, r0="staged", r1=None, r2=None)
+    world.plan(0)
+    world.expect(device=0, host_free=0, pinned=0, r0="staged", r1=None, r2=None)
+    world.finish()
+
+
+def test_trimmed__plan__prefix_shrank() -> None:
+    """(trimmed) --plan--> released (shrunk)
+
+    when prefix_shrank: device_prefix_len < matched_len (the splice base is gone)
+    """
+    world = LineWorld(BOUNDS)
+    world.issue(0, stale=True)
+    world.expect(device=0, host_free=2, pinned=0, r0="anchor_lost", r1=None, r2=None)
+    world.publish()
+    world.expect(device=1, host_free=2, pinned=0, r0="anchor_lost", r1=None, r2=None)
+    world.publish()
+    world.expect(device=2, host_free=2, pinned=0, r0="anchor_lost", r1=None, r2=None)
+    world.issue(1)
+    world.expect(device=2, host_free=2, pinned=2, r0="anchor_lost", r1="locked", r2=None)
+    world.complete(0, "short", pages=2)
+    world.expect(device=2, host_free=0, pinned=2, r0="reading", r1="locked", r2=None)
+    world.complete(0)
+    world.expect(device=2, host_free=0, pinned=2, r0="staged", r1="locked", r2=None)
+    world.plan(0)
+    world.expect(device=2, host_free=0, pinned=2, r0="trimmed", r1="locked", r2=None)
+    world.abort(1)
+    world.expect(device=2, host_free=0, pinned=0, r0="trimmed", r1=None, r2=None)
+    world.evict()
+    world.expect(device=1, host_free=0, pinned=0, r0="trimmed", r1=None, r2=None)
+    world.evict()
+    world.expect(device=0, host_free=0, pinned=0, r0="trimmed", r1=None, r2=None)
+    world.plan(0)
+    world.expect(device=0, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.finish()
+
+
+def test_trimmed__plan__span_device_resident() -> None:
+    """(trimmed) --plan--> released (device_covered)
+
+    when span_device_resident: device_prefix_len >= span_end (the span is already on the device)
+    """
+    world = LineWorld(BOUNDS)
+    world.issue(0)
+    world.expect(device=0, host_free=2, pinned=0, r0="no_anchor", r1=None, r2=None)
+    world.complete(0, "short", pages=2)
+    world.expect(device=0, host_free=0, pinned=0, r0="reading", r1=None, r2=None)
+    world.complete(0)
+    world.expect(device=0, host_free=0, pinned=0, r0="staged", r1=None, r2=None)
+    world.publish()
+    world.expect(device=1, host_free=0, pinned=0, r0="staged", r1=None, r2=None)
+    world.plan(0)
+    world.expect(device=1, host_free=0, pinned=0, r0="trimmed", r1=None, r2=None)
+    world.publish()
+    world.expect(device=2, host_free=0, pinned=0, r0="trimmed", r1=None, r2=None)
+    world.plan(0)
+    world.expect(device=2, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.finish()
+
+
+def test_trimmed__plan__trim_positive() -> None:
+    """(trimmed) --plan--> trimmed
+
+    when trim_positive: device_prefix_len > matched_len (a sibling published the head)
+    """
+    world = LineWorld(BOUNDS)
+    world.issue(0)
+    world.expect(device=0, host_free=2, pinned=0, r0="no_anchor", r1=None, r2=None)
+    world.complete(0, "short", pages=2)
+    world.expect(device=0, host_free=0, pinned=0, r0="reading", r1=None, r2=None)
+    world.complete(0)
+    world.expect(device=0, host_free=0, pinned=0, r0="staged", r1=None, r2=None)
+    world.publish()
+    world.expect(device=1, host_free=0, pinned=0, r0="staged", r1=None, r2=None)
+    world.plan(0)
+    world.expect(device=1, host_free=0, pinned=0, r0="trimmed", r1=None, r2=None)
+    world.plan(0)
+    world.expect(device=1, host_free=0, pinned=0, r0="trimmed", r1=None, r2=None)
+    world.finish()
+
+
+def test_trimmed__plan__else() -> None:
+    """(trimmed) --plan--> staged
+
+    when otherwise
+    """
+    world = LineWorld(BOUNDS)
+    world.issue(0)
+    world.expect(device=0, host_free=2, pinned=0, r0="no_anchor", r1=None, r2=None)
+    world.complete(0, "short", pages=2)
+    world.expect(device=0, host_free=0, pinned=0, r0="reading", r1=None, r2=None)
+    world.complete(0)
+    world.expect(device=0, host_free=0, pinned=0, r0="staged", r1=None, r2=None)
+    world.publish()
+    world.expect(device=1, host_free=0, pinned=0, r0="staged", r1=None, r2=None)
+    world.plan(0)
+    world.expect(device=1, host_free=0, pinned=0, r0="trimmed", r1=None, r2=None)
+    world.evict()
+    world.expect(device=0, host_free=0, pinned=0, r0="trimmed", r1=None, r2=None)
+    world.plan(0)
+    world.expect(device=0, host_free=0, pinned=0, r0="staged", r1=None, r2=None)
+    world.finish()
+
+
+def test_staged__make_room__device_fits() -> None:
+    """(staged) --make_room--> staged
+
+    when device_fits: the device pool (and the aux pool) can hold the planned tail now
+    """
+    world = LineWorld(BOUNDS)
+    world.issue(0)
+    world.expect(device=0, host_free=2, pinned=0, r0="no_anchor", r1=None, r2=None)
+    world.complete(0, "short", pages=2)
+    world.expect(device=0, host_free=0, pinned=0, r0="reading", r1=None, r2=None)
+    world.complete(0)
+    world.expect(device=0, host_free=0, pinned=0, r0="staged", r1=None, r2=None)
+    world.plan(0)
+    world.expect(device=0, host_free=0, pinned=0, r0="staged", r1=None, r2=None)
+    world.consume(0)
+    world.expect(device=2, host_free=0, pinned=0, r0="consumed", r1=None, r2=None)
+    world.finish()
+
+
+def test_staged__make_room__plan_stale() -> None:
+    """(staged) --make_room--> staged
+
+    when plan_stale: the live match differs from the planned prefix or the caller's prefix
+    indices
+    """
+    world = LineWorld(BOUNDS)
+    world.issue(0)
+    world.expect(device=0, host_free=2, pinned=0, r0="no_anchor", r1=None, r2=None)
+    world.complete(0, "short", pages=2)
+    world.expect(device=0, host_free=0, pinned=0, r0="reading", r1=None, r2=None)
+    world.complete(0)
+    world.expect(device=0, host_free=0, pinned=0, r0="staged", r1=None, r2=None)
+    world.plan(0)
+    world.expect(device=0, host_free=0, pinned=0, r0="staged", r1=None, r2=None)
+    world.publish()
+    world.expect(device=1, host_free=0, pinned=0, r0="staged", r1=None, r2=None)
+    world.publish()
+    world.expect(device=2, host_free=0, pinned=0, r0="staged", r1=None, r2=None)
+    world.publish()
+    world.expect(device=3, host_free=0, pinned=0, r0="staged", r1=None, r2=None)
+    world.consume(0)
+    world.expect(device=3, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.finish()
+
+
+def test_staged__make_room__else() -> None:
+    """(staged) --make_room--> staged
+
+    when otherwise
+    """
+    world = LineWorld(BOUNDS)
+    world.publish()
+    world.expect(device=1, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.publish()
+    world.expect(device=2, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.issue(0, stale=True)
+    world.expect(device=2, host_free=2, pinned=0, r0="anchor_lost", r1=None, r2=None)
+    world.publish()
+    world.expect(device=3, host_free=2, pinned=0, r0="anchor_lost", r1=None, r2=None)
+    world.complete(0)
+    world.expect(device=3, host_free=0, pinned=0, r0="reading", r1=None, r2=None)
+    world.complete(0)
+    world.expect(device=3, host_free=0, pinned=0, r0="staged", r1=None, r2=None)
+    world.plan(0)
+    world.expect(device=3, host_free=0, pinned=0, r0="staged", r1=None, r2=None)
+    world.consume(0)
+    world.expect(device=3, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.finish()
+
+
+def test_trimmed__make_room__device_fits() -> None:
+    """(trimmed) --make_room--> trimmed
+
+    when device_fits: the device pool (and the aux pool) can hold the planned tail now
+    """
+    world = LineWorld(BOUNDS)
+    world.issue(0)
+    world.expect(device=0, host_free=2, pinned=0, r0="no_anchor", r1=None, r2=None)
+    world.complete(0, "short", pages=2)
+    world.expect(device=0, host_free=0, pinned=0, r0="reading", r1=None, r2=None)
+    world.complete(0)
+    world.expect(device=0, host_free=0, pinned=0, r0="staged", r1=None, r2=None)
+    world.publish()
+    world.expect(device=1, host_free=0, pinned=0, r0="staged", r1=None, r2=None)
+    world.plan(0)
+    world.expect(device=1, host_free=0, pinned=0, r0="trimmed", r1=None, r2=None)
+    world.consume(0)
+    world.expect(device=2, host_free=0, pinned=0, r0="consumed", r1=None, r2=None)
+    world.finish()
+
+
+def test_trimmed__make_room__plan_stale() -> None:
+    """(trimmed) --make_room--> trimmed
+
+    when plan_stale: the live match differs from the planned prefix or the caller's prefix
+    indices
+    """
+    world = LineWorld(BOUNDS)
+    world.issue(0)
+    world.expect(device=0, host_free=2, pinned=0, r0="no_anchor", r1=None, r2=None)
+    world.complete(0, "short", pages=2)
+    world.expect(device=0, host_free=0, pinned=0, r0="reading", r1=None, r2=None)
+    world.complete(0)
+    world.expect(device=0, host_free=0, pinned=0, r0="staged", r1=None, r2=None)
+    world.publish()
+    world.expect(device=1, host_free=0, pinned=0, r0="staged", r1=None, r2=None)
+    world.plan(0)
+    world.expect(device=1, host_free=0, pinned=0, r0="trimmed", r1=None, r2=None)
+    world.publish()
+    world.expect(device=2, host_free=0, pinned=0, r0="trimmed", r1=None, r2=None)
+    world.publish()
+    world.expect(device=3, host_free=0, pinned=0, r0="trimmed", r1=None, r2=None)
+    world.publish()
+    world.expect(device=4, host_free=0, pinned=0, r0="trimmed", r1=None, r2=None)
+    world.consume(0)
+    world.expect(device=4, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.finish()
+
+
+def test_trimmed__make_room__else() -> None:
+    """(trimmed) --make_room--> trimmed
+
+    when otherwise
+    """
+    world = LineWorld(BOUNDS)
+    world.publish()
+    world.expect(device=1, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.publish()
+    world.expect(device=2, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.issue(0, stale=True)
+    world.expect(device=2, host_free=2, pinned=0, r0="anchor_lost", r1=None, r2=None)
+    world.publish()
+    world.expect(device=3, host_free=2, pinned=0, r0="anchor_lost", r1=None, r2=None)
+    world.complete(0)
+    world.expect(device=3, host_free=0, pinned=0, r0="reading", r1=None, r2=None)
+    world.complete(0)
+    world.expect(device=3, host_free=0, pinned=0, r0="staged", r1=None, r2=None)
+    world.publish()
+    world.expect(device=4, host_free=0, pinned=0, r0="staged", r1=None, r2=None)
+    world.plan(0)
+    world.expect(device=4, host_free=0, pinned=0, r0="trimmed", r1=None, r2=None)
+    world.consume(0)
+    world.expect(device=4, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.finish()
+
+
+def test_staged__consume__plan_stale() -> None:
+    """(staged) --consume--> released (dropped)
+
+    when plan_stale: the live match differs from the planned prefix or the caller's prefix
+    indices
+    """
+    world = LineWorld(BOUNDS)
+    world.issue(0)
+    world.expect(device=0, host_free=2, pinned=0, r0="no_anchor", r1=None, r2=None)
+    world.complete(0, "short", pages=2)
+    world.expect(device=0, host_free=0, pinned=0, r0="reading", r1=None, r2=None)
+    world.complete(0)
+    world.expect(device=0, host_free=0, pinned=0, r0="staged", r1=None, r2=None)
+    world.plan(0)
+    world.expect(device=0, host_free=0, pinned=0, r0="staged", r1=None, r2=None)
+    world.publish()
+    world.expect(device=1, host_free=0, pinned=0, r0="staged", r1=None, r2=None)
+    world.consume(0)
+    world.expect(device=1, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.finish()
+
+
+def test_staged__consume__device_short() -> None:
+    """(staged) --consume--> released (device_capacity)
+
+    when device_short: the device pool cannot hold the splice even after eviction
+    """
+    world = LineWorld(BOUNDS)
+    world.publish()
+    world.expect(device=1, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.publish()
+    world.expect(device=2, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.issue(0, stale=True)
+    world.expect(device=2, host_free=2, pinned=0, r0="anchor_lost", r1=None, r2=None)
+    world.publish()
+    world.expect(device=3, host_free=2, pinned=0, r0="anchor_lost", r1=None, r2=None)
+    world.complete(0)
+    world.expect(device=3, host_free=0, pinned=0, r0="reading", r1=None, r2=None)
+    world.complete(0)
+    world.expect(device=3, host_free=0, pinned=0, r0="staged", r1=None, r2=None)
+    world.plan(0)
+    world.expect(device=3, host_free=0, pinned=0, r0="staged", r1=None, r2=None)
+    world.consume(0)
+    world.expect(device=3, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.finish()
+
+
+def test_staged__consume__else() -> None:
+    """(staged) --consume--> consumed
+
+    when otherwise
+    """
+    world = LineWorld(BOUNDS)
+    world.issue(0)
+    world.expect(device=0, host_free=2, pinned=0, r0="no_anchor", r1=None, r2=None)
+    world.complete(0, "short", pages=2)
+    world.expect(device=0, host_free=0, pinned=0, r0="reading", r1=None, r2=None)
+    world.complete(0)
+    world.expect(device=0, host_free=0, pinned=0, r0="staged", r1=None, r2=None)
+    world.plan(0)
+    world.expect(device=0, host_free=0, pinned=0, r0="staged", r1=None, r2=None)
+    world.consume(0)
+    world.expect(device=2, host_free=0, pinned=0, r0="consumed", r1=None, r2=None)
+    world.finish()
+
+
+def test_trimmed__consume__plan_stale() -> None:
+    """(trimmed) --consume--> released (dropped)
+
+    when plan_stale: the live match differs from the planned prefix or the caller's prefix
+    indices
+    """
+    world = LineWorld(BOUNDS)
+    world.issue(0)
+    world.expect(device=0, host_free=2, pinned=0, r0="no_anchor", r1=None, r2=None)
+    world.complete(0, "short", pages=2)
+    world.expect(device=0, host_free=0, pinned=0, r0="reading", r1=None, r2=None)
+    world.complete(0)
+    world.expect(device=0, host_free=0, pinned=0, r0="staged", r1=None, r2=None)
+    world.publish()
+    world.expect(device=1, host_free=0, pinned=0, r0="staged", r1=None, r2=None)
+    world.plan(0)
+    world.expect(device=1, host_free=0, pinned=0, r0="trimmed", r1=None, r2=None)
+    world.evict()
+    world.expect(device=0, host_free=0, pinned=0, r0="trimmed", r1=None, r2=None)
+    world.consume(0)
+    world.expect(device=0, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.finish()
+
+
+def test_trimmed__consume__device_short() -> None:
+    """(trimmed) --consume--> released (device_capacity)
+
+    when device_short: the device pool cannot hold the splice even after eviction
+    """
+    world = LineWorld(BOUNDS)
+    world.publish()
+    world.expect(device=1, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.publish()
+    world.expect(device=2, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.issue(0, stale=True)
+    world.expect(device=2, host_free=2, pinned=0, r0="anchor_lost", r1=None, r2=None)
+    world.publish()
+    world.expect(device=3, host_free=2, pinned=0, r0="anchor_lost", r1=None, r2=None)
+    world.complete(0)
+    world.expect(device=3, host_free=0, pinned=0, r0="reading", r1=None, r2=None)
+    world.complete(0)
+    world.expect(device=3, host_free=0, pinned=0, r0="staged", r1=None, r2=None)
+    world.publish()
+    world.expect(device=4, host_free=0, pinned=0, r0="staged", r1=None, r2=None)
+    world.plan(0)
+    world.expect(device=4, host_free=0, pinned=0, r0="trimmed", r1=None, r2=None)
+    world.consume(0)
+    world.expect(device=4, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.finish()
+
+
+def test_trimmed__consume__else() -> None:
+    """(trimmed) --consume--> consumed
+
+    when otherwise
+    """
+    world = LineWorld(BOUNDS)
+    world.issue(0)
+    world.expect(device=0, host_free=2, pinned=0, r0="no_anchor", r1=None, r2=None)
+    world.complete(0, "short", pages=2)
+    world.expect(device=0, host_free=0, pinned=0, r0="reading", r1=None, r2=None)
+    world.complete(0)
+    world.expect(device=0, host_free=0, pinned=0, r0="staged", r1=None, r2=None)
+    world.publish()
+    world.expect(device=1, host_free=0, pinned=0, r0="staged", r1=None, r2=None)
+    world.plan(0)
+    world.expect(device=1, host_free=0, pinned=0, r0="trimmed", r1=None, r2=None)
+    world.consume(0)
+    world.expect(device=2, host_free=0, pinned=0, r0="consumed", r1=None, r2=None)
+    world.finish()
+
+
+def test_consumed__ack__else() -> None:
+    """(consumed) --ack--> released (filled)
+
+    when otherwise
+    """
+    world = LineWorld(BOUNDS)
+    world.issue(0)
+    world.expect(device=0, host_free=2, pinned=0, r0="no_anchor", r1=None, r2=None)
+    world.complete(0, "short", pages=2)
+    world.expect(device=0, host_free=0, pinned=0, r0="reading", r1=None, r2=None)
+    world.complete(0)
+    world.expect(device=0, host_free=0, pinned=0, r0="staged", r1=None, r2=None)
+    world.plan(0)
+    world.expect(device=0, host_free=0, pinned=0, r0="staged", r1=None, r2=None)
+    world.consume(0)
+    world.expect(device=2, host_free=0, pinned=0, r0="consumed", r1=None, r2=None)
+    world.complete(0)
+    world.expect(device=2, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.finish()
+
+
+def test_locked__abort__else() -> None:
+    """(locked) --abort--> released (aborted)
+
+    when otherwise
+    """
+    world = LineWorld(BOUNDS)
+    world.publish()
+    world.expect(device=1, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.issue(0)
+    world.expect(device=1, host_free=2, pinned=1, r0="locked", r1=None, r2=None)
+    world.abort(0)
+    world.expect(device=1, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.finish()
+
+
+def test_no_anchor__abort__else() -> None:
+    """(no_anchor) --abort--> released (aborted)
+
+    when otherwise
+    """
+    world = LineWorld(BOUNDS)
+    world.issue(0)
+    world.expect(device=0, host_free=2, pinned=0, r0="no_anchor", r1=None, r2=None)
+    world.abort(0)
+    world.expect(device=0, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.finish()
+
+
+def test_cap_skip__abort__else() -> None:
+    """(cap_skip) --abort--> released (aborted)
+
+    when otherwise
+    """
+    world = LineWorld(BOUNDS)
+    world.publish()
+    world.expect(device=1, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.issue(0)
+    world.expect(device=1, host_free=2, pinned=1, r0="locked", r1=None, r2=None)
+    world.issue(1)
+    world.expect(device=1, host_free=2, pinned=2, r0="locked", r1="locked", r2=None)
+    world.issue(2)
+    world.expect(device=1, host_free=2, pinned=2, r0="locked", r1="locked", r2="cap_skip")
+    world.abort(2)
+    world.expect(device=1, host_free=2, pinned=2, r0="locked", r1="locked", r2=None)
+    world.finish()
+
+
+def test_anchor_lost__abort__else() -> None:
+    """(anchor_lost) --abort--> released (aborted)
+
+    when otherwise
+    """
+    world = LineWorld(BOUNDS)
+    world.issue(0, stale=True)
+    world.expect(device=0, host_free=2, pinned=0, r0="anchor_lost", r1=None, r2=None)
+    world.abort(0)
+    world.expect(device=0, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.finish()
+
+
+def test_parked__abort__else() -> None:
+    """(parked) --abort--> released (aborted)
+
+    when otherwise
+    """
+    world = LineWorld(BOUNDS)
+    world.issue(0)
+    world.expect(device=0, host_free=2, pinned=0, r0="no_anchor", r1=None, r2=None)
+    world.complete(0)
+    world.expect(device=0, host_free=2, pinned=0, r0="parked", r1=None, r2=None)
+    world.abort(0)
+    world.expect(device=0, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.finish()
+
+
+def test_staged__abort__else() -> None:
+    """(staged) --abort--> released (aborted)
+
+    when otherwise
+    """
+    world = LineWorld(BOUNDS)
+    world.issue(0)
+    world.expect(device=0, host_free=2, pinned=0, r0="no_anchor", r1=None, r2=None)
+    world.complete(0, "short", pages=2)
+    world.expect(device=0, host_free=0, pinned=0, r0="reading", r1=None, r2=None)
+    world.complete(0)
+    world.expect(device=0, host_free=0, pinned=0, r0="staged", r1=None, r2=None)
+    world.abort(0)
+    world.expect(device=0, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.finish()
+
+
+def test_trimmed__abort__else() -> None:
+    """(trimmed) --abort--> released (aborted)
+
+    when otherwise
+    """
+    world = LineWorld(BOUNDS)
+    world.issue(0)
+    world.expect(device=0, host_free=2, pinned=0, r0="no_anchor", r1=None, r2=None)
+    world.complete(0, "short", pages=2)
+    world.expect(device=0, host_free=0, pinned=0, r0="reading", r1=None, r2=None)
+    world.complete(0)
+    world.expect(device=0, host_free=0, pinned=0, r0="staged", r1=None, r2=None)
+    world.publish()
+    world.expect(device=1, host_free=0, pinned=0, r0="staged", r1=None, r2=None)
+    world.plan(0)
+    world.expect(device=1, host_free=0, pinned=0, r0="trimmed", r1=None, r2=None)
+    world.abort(0)
+    world.expect(device=1, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.finish()
+
+
+def test_staged__release_hold__else() -> None:
+    """(staged) --release_hold--> released (released)
+
+    when otherwise
+    """
+    world = LineWorld(BOUNDS)
+    world.issue(0)
+    world.expect(device=0, host_free=2, pinned=0, r0="no_anchor", r1=None, r2=None)
+    world.complete(0, "short", pages=2)
+    world.expect(device=0, host_free=0, pinned=0, r0="reading", r1=None, r2=None)
+    world.complete(0)
+    world.expect(device=0, host_free=0, pinned=0, r0="staged", r1=None, r2=None)
+    world.release_hold(0)
+    world.expect(device=0, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.finish()
+
+
+def test_trimmed__release_hold__else() -> None:
+    """(trimmed) --release_hold--> released (released)
+
+    when otherwise
+    """
+    world = LineWorld(BOUNDS)
+    world.issue(0)
+    world.expect(device=0, host_free=2, pinned=0, r0="no_anchor", r1=None, r2=None)
+    world.complete(0, "short", pages=2)
+    world.expect(device=0, host_free=0, pinned=0, r0="reading", r1=None, r2=None)
+    world.complete(0)
+    world.expect(device=0, host_free=0, pinned=0, r0="staged", r1=None, r2=None)
+    world.publish()
+    world.expect(device=1, host_free=0, pinned=0, r0="staged", r1=None, r2=None)
+    world.plan(0)
+    world.expect(device=1, host_free=0, pinned=0, r0="trimmed", r1=None, r2=None)
+    world.release_hold(0)
+    world.expect(device=1, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.finish()
+
+
+def test_consumed__abort__else() -> None:
+    """(consumed) --abort--> consumed
+
+    when otherwise
+    """
+    world = LineWorld(BOUNDS)
+    world.issue(0)
+    world.expect(device=0, host_free=2, pinned=0, r0="no_anchor", r1=None, r2=None)
+    world.complete(0, "short", pages=2)
+    world.expect(device=0, host_free=0, pinned=0, r0="reading", r1=None, r2=None)
+    world.complete(0)
+    world.expect(device=0, host_free=0, pinned=0, r0="staged", r1=None, r2=None)
+    world.plan(0)
+    world.expect(device=0, host_free=0, pinned=0, r0="staged", r1=None, r2=None)
+    world.consume(0)
+    world.expect(device=2, host_free=0, pinned=0, r0="consumed", r1=None, r2=None)
+    world.abort(0)
+    world.expect(device=2, host_free=0, pinned=0, r0="consumed", r1=None, r2=None)
+    world.finish()
