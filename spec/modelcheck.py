@@ -275,6 +275,7 @@ class ModelChecker:
                 "spec/modelcheck.py next to the pipeline's implementation"
             )
         self._wants = [self.bounds.want(i) for i in range(self.bounds.requests)]
+        self._plan_then_consume = ("plan", "consume") in spec.atomic
         self._reads_others = frozenset({"commit"})
         """Steps that read other requests' records (in-flight dedup): memoised with them."""
         self._memo: dict[tuple[object, ...], tuple[int, int, int, bool]] = {}
@@ -413,7 +414,9 @@ class ModelChecker:
             out.append(Step("event", i, "commit"))
         if state in self.holds:
             out.append(Step("live", i, "plan"))
-            if record.plan >= 0:
+            if self._plan_then_consume:  # one pass plans and consumes back to back, or plans
+                out.append(Step("live", i, "plan_consume"))
+            elif record.plan >= 0:
                 out.append(Step("live", i, "consume"))
             out.append(Step("event", i, "release_hold"))
         out.append(Step("event", i, "abort"))
@@ -441,6 +444,7 @@ class ModelChecker:
             ("event", "commit"): "IO commit (poll)",
             ("live", "plan"): "plan_staged_splice(live prefix)",
             ("live", "consume"): "init_load_back(live prefix)",
+            ("live", "plan_consume"): "plan, then init_load_back in the same pass",
             ("event", "release_hold"): "release_staged_hold",
             ("event", "abort"): "release_aborted_request",
             ("load", "full"): "H2D copy acknowledged",
@@ -512,7 +516,15 @@ class ModelChecker:
             self._fire(draft, i, what, Args(host_slack=step.slack), edges)
         elif kind == "live":
             args = Args(prefix=draft.device)
-            if what == "consume":  # init_load_back: make room, then consume, in one call
+            if what == "plan_consume":
+                self._fire(draft, i, "plan", args, edges)
+                record = draft.records[i]
+                if record is None or record.state not in self.holds:
+                    return  # the plan released the hold: nothing to consume
+                what = "consume"
+            record = draft.records[i]
+            has_room_row = record is not None and (record.state, "make_room") in self._rows
+            if what == "consume" and has_room_row:  # init_load_back: make room, then consume
                 self._fire(draft, i, "make_room", args, edges)
             self._fire(draft, i, what, args, edges)
         else:
@@ -526,7 +538,7 @@ class ModelChecker:
         draft.waiting_on[index] = -1
         matched = min(draft.device + stale, want)
         draft.records[index] = Rec("issued", matched, want)
-        if self._fire(draft, index, "lock", Args(), edges) is None:
+        if self._fire(draft, index, self.spec.issue_event, Args(), edges) is None:
             record = draft.records[index]
             assert record is not None
             draft.records[index] = record._replace(op="exists")
@@ -745,6 +757,25 @@ def _owns(mc: ModelChecker, other: Rec | None, j: int, i: int, start: int, end: 
     return other.matched <= start and end <= min(other.matched + other.read, other.span_end)
 
 
+def _hit_end(record: Rec) -> int:
+    """Where the pages the existence query found end."""
+    return record.matched + _read_pages(record)
+
+
+def _live_anchor(d: _Draft, record: Rec) -> int:
+    """The deepest device position covering the prefix and the hit (SGLang's anchor)."""
+    return min(d.device, _hit_end(record))
+
+
+def _cap_busy(mc: ModelChecker, d: _Draft, i: int, r: Rec, a: Args) -> bool:
+    anchor, cap = _live_anchor(d, r), mc.bounds.cap_pages
+    return 0 < anchor <= cap and d.pinned_total() + anchor > cap
+
+
+def _host_short_for_trimmed(mc: ModelChecker, d: _Draft, i: int, r: Rec, a: Args) -> bool:
+    return d.host_free + a.host_slack < _hit_end(r) - max(r.matched, _live_anchor(d, r))
+
+
 def _span_inflight(mc: ModelChecker, d: _Draft, i: int, r: Rec, a: Args) -> bool:
     start, end = r.matched, r.matched + _read_pages(r)
     return any(_owns(mc, other, j, i, start, end) for j, other in enumerate(d.records))
@@ -773,6 +804,10 @@ GUARDS: dict[str, Guard] = {
     "plan_stale": lambda mc, d, i, r, a: a.prefix != r.plan,
     "device_short": lambda mc, d, i, r, a: mc.bounds.device_pages - d.device < r.span_end - r.plan,
     "device_fits": lambda mc, d, i, r, a: mc.bounds.device_pages - d.device >= r.span_end - r.plan,
+    # SGLang's designs (spec/designs/): the anchor is taken at the commit, past the live prefix
+    "cap_busy": _cap_busy,
+    "device_covers_hit": lambda mc, d, i, r, a: d.device >= _hit_end(r),
+    "host_short_for_trimmed": _host_short_for_trimmed,
 }
 
 
@@ -783,6 +818,19 @@ def _pin_if_possible(mc: ModelChecker, d: _Draft, i: int, r: Rec, a: Args) -> Re
     if r.pin >= 0 or r.matched == 0 or d.device < r.matched:
         return r
     if d.pinned_total() + r.matched > mc.bounds.cap_pages:
+        return r
+    return r._replace(pin=r.matched, pin_charge=r.matched)
+
+
+def _trim_head(mc: ModelChecker, d: _Draft, i: int, r: Rec, a: Args) -> Rec:
+    """The read starts at the live anchor: a sibling published the head before the commit."""
+    anchor, end = _live_anchor(d, r), _hit_end(r)
+    return r._replace(matched=anchor, hit=end - anchor)
+
+
+def _pin_live_anchor(mc: ModelChecker, d: _Draft, i: int, r: Rec, a: Args) -> Rec:
+    """Pin the (trimmed) anchor unless it is the root or larger than the whole cap."""
+    if r.matched == 0 or r.matched > mc.bounds.cap_pages:
         return r
     return r._replace(pin=r.matched, pin_charge=r.matched)
 
@@ -867,5 +915,9 @@ EFFECTS: dict[str, Effect] = {
     "queue_h2d": lambda mc, d, i, r, a: r._replace(op="load"),
     "insert_tail": _insert_tail,
     "move_pin": lambda mc, d, i, r, a: r._replace(pin=r.span_end, pin_charge=0),
+    "lock_request_prefix": lambda mc, d, i, r, a: r._replace(pin=r.span_end, pin_charge=0),
     "wait_for_sibling": _wait_for_sibling,
+    "trim_head": _trim_head,
+    "pin_live_anchor": _pin_live_anchor,
+    "defer_admission": lambda mc, d, i, r, a: r,  # the hold stays for a later pass
 }

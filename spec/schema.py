@@ -106,11 +106,32 @@ class DiagramSpec(_Frozen):
         return next(family.name for family in self.families if reason in family.reasons)
 
 
+class DesignSpec(_Frozen):
+    """Whose lifecycle a spec writes down when it is not stagefate's own (spec/designs/)."""
+
+    name: str
+    releases: str
+    """The releases that run it (``0.5.20 to 0.5.23``)."""
+    source: str
+    """Where its facts were read (files of the wheel; facts, not code)."""
+    not_expressed: tuple[str, ...] = ()
+    """What the implementation does that this spec does not say, each in a sentence."""
+
+
 class LifecycleSpec(_Frozen):
     version: Literal[1]
+    design: DesignSpec | None = None
+    """None: stagefate's own lifecycle, which its pipeline implements (bindings checked);
+    otherwise another implementation's, checked statically and by the model checker only."""
     resources: dict[str, str]
     states: dict[str, StateSpec]
     initial: str
+    issue_event: str = "lock"
+    """The event ``prefetch_from_storage`` fires on a new record (in the initial state)."""
+    atomic: tuple[tuple[str, str], ...] = ()
+    """Pairs of events the scheduler runs back to back in one pass, nothing between them (the
+    model checker then never runs a step between the two). Only ``(plan, consume)`` is
+    understood."""
     groups: dict[str, GroupSpec]
     events: dict[str, str]
     guards: dict[str, str]
@@ -127,6 +148,17 @@ class LifecycleSpec(_Frozen):
         problems: list[str] = []
         if self.initial not in self.states:
             problems.append(f"initial state {self.initial!r} is not declared under 'states'")
+        for pair in self.atomic:
+            if pair != ("plan", "consume"):
+                problems.append(
+                    f"atomic {list(pair)}: only [plan, consume] (a plan and its init_load_back "
+                    "in one pass) is understood; remove it or extend the model checker"
+                )
+        if self.issue_event not in self.events:
+            problems.append(
+                f"issue_event {self.issue_event!r} is not declared under 'events' (it is what "
+                "prefetch_from_storage fires on a new record)"
+            )
         for name, state in self.states.items():
             for resource in state.holds:
                 if resource not in self.resources:

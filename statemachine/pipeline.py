@@ -225,7 +225,7 @@ class BufferPipeline:
         self.records[req_id] = record
         if self._oracle is not None:
             self._oracle_models[req_id] = self._oracle.add(record)
-        self._fire(record, "lock")
+        self._fire(record, self.spec.issue_event)
         if record.state != "released":
             match = self._look.anchor  # what the lock that just fired matched
             anchor = None if match is None or record.state == "anchor_lost" else match.last_node

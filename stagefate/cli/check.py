@@ -99,15 +99,21 @@ def run(args: argparse.Namespace) -> int:
         )
     spec_path = Path(args.spec) if args.spec else DEFAULT_SPEC_PATH
     spec = load_spec(spec_path)
-    findings = run_static_checks(spec, *implemented_names())
+    # another implementation's design has no bindings here: its code is its own
+    findings = run_static_checks(spec, *(() if spec.design else implemented_names()))
     for finding in findings:
         console.print(f"[red]FAIL[/red] {finding}")
     if findings:
         console.print(f"{len(findings)} static finding(s) in {spec_path}")
         return 1
+    bound = (
+        "all implemented"
+        if spec.design is None
+        else f"the design of {spec.design.name}, whose implementation is its own"
+    )
     console.print(
         f"static checks passed: {len(spec.states)} states, {len(spec.rows())} (state, event) rows, "
-        f"{len(spec.guards)} guards, {len(spec.effects)} effects, all implemented"
+        f"{len(spec.guards)} guards, {len(spec.effects)} effects, {bound}"
     )
     if args.emit_tests:
         source = args.spec or "spec/lifecycle.yaml"

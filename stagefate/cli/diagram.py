@@ -17,7 +17,8 @@ def add_parser(sub: Any) -> None:
     diagram.add_argument("--spec", help="spec file (default: the shipped lifecycle.yaml)")
     diagram.add_argument(
         "--out",
-        help="output folder (default: the docs/ of the stagefate checkout you run it in)",
+        help="output folder (default: the docs/ of the stagefate checkout you run it in; "
+        "docs/designs/NAME/ for spec/designs/NAME.yaml)",
     )
     diagram.add_argument("--check", action="store_true", help="exit 1 if the folder is stale")
     diagram.set_defaults(func=run)
@@ -38,16 +39,35 @@ def checkout_docs(cwd: Path | None = None) -> Path:
     return root / "docs"
 
 
+def _named(spec_path: Path) -> str:
+    """The spec's path as the generated page names it: from the checkout's top when inside."""
+    root = DEFAULT_SPEC_PATH.resolve().parent.parent
+    try:
+        return str(spec_path.resolve().relative_to(root))
+    except ValueError:
+        return str(spec_path)
+
+
+def _default_out(spec_path: Path) -> Path:
+    """docs/ for stagefate's spec; docs/designs/NAME/ for a design in spec/designs/."""
+    docs = checkout_docs()
+    if spec_path.resolve().parent == DEFAULT_SPEC_PATH.resolve().parent / "designs":
+        return docs / "designs" / spec_path.stem
+    return docs
+
+
 def run(args: argparse.Namespace) -> int:
     spec_path = Path(args.spec) if args.spec else DEFAULT_SPEC_PATH
     spec = load_spec(spec_path)
     digest = spec_digest(spec_path)
-    out = Path(args.out) if args.out else checkout_docs()
+    source = _named(spec_path)
+    out = Path(args.out) if args.out else _default_out(spec_path)
     if args.check:
-        problems = stale_diagrams(spec, out, digest)
+        problems = stale_diagrams(spec, out, digest, source)
+        again = "stagefate diagram" + (f" --spec {args.spec} --out {out}" if args.spec else "")
         for problem in problems:
-            console.print(f"[red]STALE[/red] {problem}; run `stagefate diagram` and commit {out}")
+            console.print(f"[red]STALE[/red] {problem}; run `{again}` and commit {out}")
         return 1 if problems else 0
-    for path in write_diagrams(spec, out, digest):
+    for path in write_diagrams(spec, out, digest, source):
         console.print(f"wrote {path}")
     return 0
