@@ -806,6 +806,12 @@ GUARDS: dict[str, Guard] = {
     "device_fits": lambda mc, d, i, r, a: mc.bounds.device_pages - d.device >= r.span_end - r.plan,
     # SGLang's designs (spec/designs/): the anchor is taken at the commit, past the live prefix
     "cap_busy": _cap_busy,
+    "anchor_lost_within_cap": lambda mc, d, i, r, a: (
+        r.pin < 0
+        and r.matched > 0
+        and d.pinned_total() + r.matched <= mc.bounds.cap_pages
+        and d.device < r.matched
+    ),
     "device_covers_hit": lambda mc, d, i, r, a: d.device >= _hit_end(r),
     "host_short_for_trimmed": _host_short_for_trimmed,
 }

@@ -15,7 +15,7 @@ from stagefate.spec.modelcheck import Bounds, ModelChecker
 from stagefate.spec.spec_diff import spec_diff
 
 DESIGNS = DEFAULT_SPEC_PATH.parent / "designs"
-NAMES = ["sglang-0.5.19", "sglang-0.5.23"]
+NAMES = ["sglang-0.5.19", "sglang-0.5.19-anchor-lock", "sglang-0.5.23"]
 
 
 def _yaml(name: str) -> str:
@@ -36,6 +36,12 @@ BROKEN = {
         "      - {to: released, reason: aborted, effects: [free_bounce]}\n",
         "",
         "termination",
+    ),
+    # a commit declines an anchor lost but keeps the pin a parked hit may hold
+    "sglang-0.5.19-anchor-lock": (
+        "        reason: declined_anchor_lost\n        effects: [unpin, arm_retry]\n",
+        "        reason: declined_anchor_lost\n        effects: [arm_retry]\n",
+        "resource_balance",
     ),
     # a released hold keeps its bounce
     "sglang-0.5.23": (
@@ -88,7 +94,7 @@ def test_each_designs_diagrams_are_in_step(name: str) -> None:
 
 
 def test_spec_diff_sets_two_designs_side_by_side(capsys: pytest.CaptureFixture[str]) -> None:
-    old, new = (load_spec(DESIGNS / f"{name}.yaml") for name in NAMES)
+    old, new = (load_spec(DESIGNS / f"{name}.yaml") for name in ("sglang-0.5.19", "sglang-0.5.23"))
     page = spec_diff(old, new)
     assert page.startswith("# SGLang 0.5.19 (anchor lock off, its default) | SGLang 0.5.23")
     assert "| `trimmed` | bounce (always) | — |  |" in page  # 0.5.23 trims in the plan
@@ -114,6 +120,7 @@ COMPARED = {
     "stagefate-vs-sglang-0.5.19.md": ("stagefate", "sglang-0.5.19"),
     "stagefate-vs-sglang-0.5.23.md": ("stagefate", "sglang-0.5.23"),
     "sglang-0.5.19-vs-0.5.23.md": ("sglang-0.5.19", "sglang-0.5.23"),
+    "sglang-0.5.19-lock-off-vs-on.md": ("sglang-0.5.19", "sglang-0.5.19-anchor-lock"),
 }
 
 
