@@ -52,6 +52,7 @@ one small function each, next to the pipeline's names.
 from __future__ import annotations
 
 import gc
+import math
 from collections import deque
 from collections.abc import Callable, Hashable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -806,6 +807,12 @@ GUARDS: dict[str, Guard] = {
     "device_fits": lambda mc, d, i, r, a: mc.bounds.device_pages - d.device >= r.span_end - r.plan,
     # SGLang's designs (spec/designs/): the anchor is taken at the commit, past the live prefix
     "cap_busy": _cap_busy,
+    # SGLang's prefetch_rate_limited: the bounce pool's use reached 0.9 of its tokens
+    # (HICACHE_LOAD_POOL_USAGE_FRACTION in cache_controller.py); in whole pages of many
+    # tokens, that is 0.9 of the pages rounded up
+    "rate_limited": lambda mc, d, i, r, a: (
+        mc.bounds.host_pages - d.host_free >= math.ceil(0.9 * mc.bounds.host_pages)
+    ),
     "anchor_lost_within_cap": lambda mc, d, i, r, a: (
         r.pin < 0
         and r.matched > 0

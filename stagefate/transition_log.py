@@ -46,16 +46,22 @@ class TransitionLog:
         return cls(Path(path).open("w", encoding="utf-8"))
 
     def __call__(self, event: TransitionEvent) -> None:
-        outcome = event.outcome
+        o = event.outcome
+        self.record(event.request_id, o.source, o.event, o.guard or "else", o.target, o.reason)
+
+    def record(
+        self, request: str, source: str, event: str, guard: str, target: str, reason: str | None
+    ) -> None:
+        """One transition as a line (what another implementation's observer writes too)."""
         self.seq += 1
         line = {
             "seq": self.seq,
-            "request": event.request_id,
-            "source": outcome.source,
-            "event": outcome.event,
-            "guard": outcome.guard or "else",
-            "target": outcome.target,
-            "reason": outcome.reason,
+            "request": request,
+            "source": source,
+            "event": event,
+            "guard": guard,
+            "target": target,
+            "reason": reason,
         }
         self.sink.write(json.dumps(line) + "\n")
 

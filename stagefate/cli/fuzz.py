@@ -199,11 +199,6 @@ def _fuzz_sglang(args: argparse.Namespace, database: Path) -> int:
     from ..registry import target_for
     from ..targets.sglang.worker import command_in, environment_set
 
-    if args.log:
-        raise ValueError(
-            "--log writes stagefate's transition log; SGLang's pipeline has none (the report "
-            "counts its decisions instead): drop --log with --target sglang"
-        )
     if args.tree == "stagefate":
         args.tree = "sglang-python"  # SGLang's pipeline runs on its own tree
     sglang_env = parse_sglang_env(args.sglang_env)
@@ -226,6 +221,7 @@ def _fuzz_sglang(args: argparse.Namespace, database: Path) -> int:
             args.profile,
             sanity_check="sanity_check" not in args.set_aside,
             namespaced="namespaces" not in args.set_aside,
+            log_path=args.log,
         )
     table = Table(title="SGLang's decisions reached")
     table.add_column("outcome")
@@ -233,6 +229,19 @@ def _fuzz_sglang(args: argparse.Namespace, database: Path) -> int:
     for name, count in result.outcomes.items():
         table.add_row(name, f"{count:,}" if count else "[red]0[/red]")
     console.print(table)
+    if result.design_edges and result.failure is None:
+        from ..spec import load_spec
+        from ..targets.sglang.machine import DESIGN
+
+        design = load_spec(DESIGN)
+        missing = sorted(set(design.edges()) - set(result.design_edges))
+        console.print(
+            f"every program's run followed SGLang's own design ({DESIGN.name}): its decisions "
+            f"took {len(result.design_edges)} of the design's {len(design.edges())} edges"
+            + (f"; not taken: {missing}" if missing else ""),
+            markup=False,
+            soft_wrap=True,
+        )
     console.print(
         f"{result.states:,} states checked in {result.programs:,} programs over SGLang "
         f"{found.version}'s BufferModePipeline ({core} tree core), {result.seconds:.0f} s, "

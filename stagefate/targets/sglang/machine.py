@@ -19,7 +19,10 @@ SGLang's own state:
 * SGLang's own ``sanity_check`` passes;
 * at quiescence (everything aborted or admitted, the pipeline settled): no anchor lock, no
   prefetch in flight, no staged hold, the host pool back at its baseline, every device slot
-  either free or in the tree, ``is_idle``.
+  either free or in the tree, ``is_idle``;
+* on 0.5.22 and 0.5.23, SGLang's run follows its own design: the transition log its decisions
+  write (:mod:`.design_log`) is valid against ``spec/designs/sglang-0.5.23.yaml`` and every
+  record in it ended (``fuzz --target sglang --log FILE`` keeps each program's log).
 
 :data:`OUTCOMES` counts what SGLang decided over a campaign (its ``try_lock_anchor`` outcomes,
 its prefetch outcome counters, and the tokens of storage hits left undelivered by its drop
@@ -28,10 +31,12 @@ reason), so a report says which of its branches were reached.
 
 from __future__ import annotations
 
+import io
 import logging
 import zlib
 from collections import Counter
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from hypothesis import strategies as st
@@ -39,6 +44,10 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from rich.console import Console
 
 from ...fuzz.world import NAMESPACES, sequences
+from ...spec import load_spec
+from ...spec.load import DEFAULT_SPEC_PATH
+from ...transition_log import TransitionLog, validate_log
+from .design_log import DesignLog, supported
 from .generations import stepped_sglang
 
 PAGE = 4
@@ -47,13 +56,17 @@ SEQUENCES = sequences(PAGE, shared_pages=(4, 2), tails=(200, 300))
 OUTCOMES: Counter[str] = Counter()
 """SGLang's decisions seen over a campaign: ``lock:<outcome>`` and its prefetch counters."""
 STATES = Counter[str]()
+"""``steps`` (checked states) and ``programs`` of a campaign."""
 ADMISSION_PASSES = 40
 """Scheduling passes (with the IO keeping up and every live request tried for admission) in
 which every request must admit or end: 0.5.20 and later defer a hold up to 32 times
 (``defer_staged_admission``)."""
 RETRY_PASSES = 200
 """Scheduling passes the retry bound is checked over (25 paced intervals at SGLang's default)."""
-"""``steps`` (checked states) and ``programs`` of a campaign."""
+DESIGN = DEFAULT_SPEC_PATH.parent / "designs" / "sglang-0.5.23.yaml"
+"""The design releases 0.5.20 to 0.5.23 follow, in the spec language (checked on 0.5.22 on)."""
+DESIGN_EDGES: set[tuple[str, str, str]] = set()
+"""The design's edges SGLang's runs took over a campaign (its programs' logs, validated)."""
 
 
 class _DropReasons:
@@ -75,6 +88,8 @@ class SGLangPipelineFuzzer(RuleBasedStateMachine):
     namespaces: tuple[str | None, ...] = NAMESPACES
     """The namespaces requests and publishes use (``--set-aside namespaces``: the root only, to
     look past 0.5.19's L3 keys that ignore the namespace)."""
+    log_path: str | None = None
+    """Where each program's design log is written (the last one's, or the failing one's)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -91,6 +106,10 @@ class SGLangPipelineFuzzer(RuleBasedStateMachine):
         cache.storage_metrics_collector = _DropReasons()
         self.issued = 0
         STATES["programs"] += 1
+        self.design_log: io.StringIO | None = None
+        if supported(self.pipeline):  # 0.5.22 and 0.5.23: their design log is checked
+            self.design_log = io.StringIO()
+            DesignLog(self.driver, TransitionLog(self.design_log))
 
     def _count_lock_outcomes(self) -> None:
         try_lock = self.pipeline.try_lock_anchor
@@ -262,8 +281,22 @@ class SGLangPipelineFuzzer(RuleBasedStateMachine):
             assert free + cached == size, (
                 f"device slots leaked: {free} free + {cached} in the tree != {size}"
             )
+            self._follows_its_design()
         finally:
             self.driver.close()
+
+    def _follows_its_design(self) -> None:
+        if self.design_log is None:
+            return
+        lines = self.design_log.getvalue()
+        if self.log_path is not None:
+            Path(self.log_path).write_text(lines)
+        summary = validate_log(lines.splitlines(), load_spec(DESIGN))
+        assert summary.violation is None, (
+            f"SGLang's run leaves its design ({DESIGN.name}) at {summary.violation}"
+        )
+        assert not summary.live, f"records its design log never ended: {dict(summary.live)}"
+        DESIGN_EDGES.update(summary.edges)
 
 
 @dataclass(frozen=True)
@@ -273,6 +306,8 @@ class TargetCampaign:
     seconds: float
     failure: BaseException | None
     outcomes: dict[str, int]
+    design_edges: list[tuple[str, str, str]]
+    """The design's edges the programs' validated logs took (none before 0.5.22)."""
 
 
 def run_target_campaign(
@@ -284,11 +319,13 @@ def run_target_campaign(
     profile: str = "fuzz",
     sanity_check: bool = True,
     namespaced: bool = True,
+    log_path: str | None = None,
 ) -> TargetCampaign:
     """``stagefate fuzz --target sglang``: batches of programs over SGLang's pipeline."""
     from ...fuzz.campaign import run_batches
 
     settings = {
+        "log_path": log_path,
         "core": core,
         "sanity_check": sanity_check,
         "namespaces": NAMESPACES if namespaced else (None,),
@@ -296,11 +333,17 @@ def run_target_campaign(
     machine = type("SGLangPipelineFuzzer", (SGLangPipelineFuzzer,), settings)
     OUTCOMES.clear()
     STATES.clear()
+    DESIGN_EDGES.clear()
     # SGLang logs every L3 miss and fallback it handles; the campaign reports outcomes instead.
     logging.getLogger("sglang").setLevel(logging.CRITICAL)
     programs, seconds, failure = run_batches(
         console, machine, lambda: STATES["steps"], steps, budget_seconds, seed, profile
     )
     return TargetCampaign(
-        STATES["steps"], programs, seconds, failure, dict(sorted(OUTCOMES.items()))
+        STATES["steps"],
+        programs,
+        seconds,
+        failure,
+        dict(sorted(OUTCOMES.items())),
+        sorted(DESIGN_EDGES),
     )
