@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis.stateful import run_state_machine_as_test
 
 from stagefate.cli import main
+from stagefate.spec.load import DEFAULT_SPEC_PATH
 from stagefate.targets import TargetUnavailable
 from stagefate.targets.sglang import require
 
@@ -278,6 +280,13 @@ def test_an_unknown_target_is_refused(capsys: pytest.CaptureFixture[str]) -> Non
     assert "unknown target 'vllm'; choose one of stagefate, sglang" in capsys.readouterr().out
 
 
-def test_fuzz_target_sglang_refuses_a_transition_log(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["fuzz", "--target", "sglang", "--steps", "10", "--log", "x.jsonl"]) == 2
-    assert "drop --log with --target sglang" in capsys.readouterr().out
+@pytest.mark.slow
+def test_fuzz_target_sglang_logs_and_checks_its_design(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Every program's design log is checked at teardown; --log keeps the last one's."""
+    log = tmp_path / "sglang.jsonl"
+    assert main(["fuzz", "--target", "sglang", "--steps", "300", "--log", str(log)]) == 0
+    assert "every program's run followed SGLang's own design" in capsys.readouterr().out
+    design = str(DEFAULT_SPEC_PATH.parent / "designs" / "sglang-0.5.23.yaml")
+    assert main(["validate", "--spec", design, str(log)]) == 0
