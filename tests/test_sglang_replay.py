@@ -141,3 +141,24 @@ def test_sglang_behind_the_router_shares_one_l3_through_its_backend(
     metrics = replay.run()
     assert_instances_books_close(replay, metrics, siblings)
     assert 0 < metrics.cross_instance_hits <= metrics.cross_instance_read_tokens
+
+
+@pytest.mark.slow
+def test_replay_log_writes_sglangs_run_in_its_designs_words(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--log live.jsonl`` beside SGLang: live's log there, SGLang's in ``live.sglang.jsonl``,
+    which its design accepts with every record ended."""
+    from stagefate.spec import load_spec
+    from stagefate.spec.load import DEFAULT_SPEC_PATH
+    from stagefate.transition_log import validate_log
+
+    log = tmp_path / "live.jsonl"
+    assert main(["replay", "--policy", "live,sglang", "--limit", "200", "--log", str(log)]) == 0
+    design = DEFAULT_SPEC_PATH.parent / "designs" / "sglang-0.5.23.yaml"
+    summary = validate_log(
+        (tmp_path / "live.sglang.jsonl").read_text().splitlines(), load_spec(design)
+    )
+    assert summary.violation is None and not summary.live
+    assert summary.ended["filled"] > 0
+    assert main(["validate", str(log)]) == 0

@@ -315,6 +315,7 @@ def _run_policies(
     options: ReplayOptions,
     sglang_env: dict[str, str],
     logs: list[list[TransitionLog]],
+    design_logs: dict[str, TransitionLog] | None = None,
 ) -> tuple[dict[str, ReplayMetrics], dict[str, Policy]]:
     """Every policy once: those this interpreter can run here, with progress bars (rank r's
     live run watched by ``logs[r]``), each other SGLang release in its own environment's
@@ -326,7 +327,9 @@ def _run_policies(
     targets = {name: target_for(name, options.tree) for name in policies}
     local = [name for name, target in targets.items() if target is None or target.here]
     with environment_set(sglang_env):
-        replays = replay_policies(trace, policy_factories(local), options, console, logs)
+        replays = replay_policies(
+            trace, policy_factories(local), options, console, logs, design_logs
+        )
     results = {}
     for name, target in targets.items():
         if name in replays:
@@ -384,10 +387,10 @@ def run(args: argparse.Namespace) -> int:
         logging.getLogger("sglang").setLevel(logging.ERROR)
     if args.instances > 1:
         _check_instances(args, policies, seeds, asked)
-    if args.log and (asked or "live" not in policies):
+    if args.log and (asked or not {"live", "sglang"} & set(policies)):
         raise ValueError(
-            "--log records the live pipeline's transitions in one run: use it without --sweep, "
-            "with --policy live or all"
+            "--log records the live pipeline's transitions (and SGLang's, in its design's words) "
+            "in one run: use it without --sweep, with --policy live, sglang or all"
         )
     speeds = _resolve_speeds(args, trace, asked) or None
     source = args.trace or "the embedded Mooncake slice"
@@ -414,15 +417,27 @@ def run(args: argparse.Namespace) -> int:
             console.print(line, markup=False)
         _save(args, sweep, functools.partial(write_sweep_json, bound=bound), write_sweep_plot)
         return 0
+    live_logged = bool(args.log) and "live" in policies
     paths = [
-        rank_log_path(Path(args.log), rank, args.tp) for rank in range(args.tp if args.log else 0)
+        rank_log_path(Path(args.log), rank, args.tp)
+        for rank in range(args.tp if live_logged else 0)
     ]
     logs = [TransitionLog.open(path) for path in paths]
+    design_path = design_log_path(Path(args.log)) if args.log and "sglang" in policies else None
+    design_logs = {} if design_path is None else {"sglang": TransitionLog.open(design_path)}
     try:
-        results, ran = _run_policies(trace, policies, first, sglang_env, [[log] for log in logs])
+        results, ran = _run_policies(
+            trace, policies, first, sglang_env, [[log] for log in logs], design_logs
+        )
     finally:
-        for log in logs:
+        for log in [*logs, *design_logs.values()]:
             log.close()
+        if design_path is not None:
+            console.print(
+                f"wrote {design_path} (SGLang's {design_logs['sglang'].seq:,} transitions in its "
+                f"design's words; `stagefate validate --spec {DESIGN_SPEC} {design_path}`)",
+                soft_wrap=True,
+            )
         if logs:
             console.print(
                 f"wrote {', '.join(map(str, paths))} ({logs[0].seq:,} transitions"
@@ -508,6 +523,15 @@ def _behind_the_router(
         write_instances_json(results, Path(args.json), bound)
         console.print(f"wrote {args.json}")
     return 0
+
+
+DESIGN_SPEC = "spec/designs/sglang-0.5.23.yaml"
+"""The design SGLang's replay log is written in."""
+
+
+def design_log_path(path: Path) -> Path:
+    """Where ``--log PATH`` puts SGLang's log: ``live.sglang.jsonl`` beside ``live.jsonl``."""
+    return path.with_name(f"{path.stem}.sglang{path.suffix}")
 
 
 def rank_log_path(path: Path, rank: int, ranks: int) -> Path:

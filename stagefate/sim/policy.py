@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import torch
 
@@ -22,6 +22,7 @@ from ..runtime.pools import SlotPool
 from ..runtime.prefix_tree import Node, PrefixMatch, PrefixTree
 from ..statemachine.config import PipelineConfig
 from ..statemachine.group import Group
+from ..transition_log import TransitionLog
 
 EMPTY = torch.empty(0, dtype=torch.int64)
 """What ``admit`` returns when nothing was spliced."""
@@ -116,6 +117,14 @@ class Policy(Protocol):
     def finish(self) -> None:
         """The trace is done and the engine idle: let background work (write acks) land."""
         ...
+
+
+@runtime_checkable
+class LogsTransitions(Protocol):
+    """A policy whose pipeline can write its transitions to a log in its own design's words
+    (SGLang's: ``replay --log``)."""
+
+    def log_transitions(self, log: TransitionLog) -> None: ...
 
 
 PolicyFactory = Callable[[PolicyInputs], Policy]

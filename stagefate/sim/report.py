@@ -15,11 +15,12 @@ from rich.table import Table
 
 from ..statemachine.record import Instrument
 from ..statemachine.stats import Stats
+from ..transition_log import TransitionLog
 from .blind import BlindPolicy
 from .bound import TraceBound
 from .instances import InstancesMetrics
 from .live import LivePolicy
-from .policy import Policy, PolicyFactory
+from .policy import LogsTransitions, Policy, PolicyFactory
 from .ranks import RankedReplay, build_replay, replays_of
 from .replay import Replay, ReplayMetrics, ReplayOptions
 from .spread import Spread, compare, summary, summary_json
@@ -48,11 +49,13 @@ def replay_policies(
     options: ReplayOptions,
     console: Console | None = None,
     live_instruments: Sequence[Sequence[Instrument]] = (),
+    design_logs: Mapping[str, TransitionLog] | None = None,
 ) -> dict[str, Replay | RankedReplay]:
     """Each policy (``{name: factory}``, :func:`stagefate.registry.policy_factories`) on a
     fresh engine over the same trace and seed (as ``options.tp_size`` ranks where it is more
     than one), with a progress bar each; ``live_instruments[r]`` watch rank ``r``'s live
-    pipeline (a transition log, metrics)."""
+    pipeline (a transition log, metrics); ``design_logs[name]`` gets that policy's
+    transitions in its own design's words."""
     replays: dict[str, Replay | RankedReplay] = {}
     with Progress(console=console, transient=False, disable=console is None) as progress:
         for name, factory in policies.items():
@@ -61,6 +64,12 @@ def replay_policies(
             for rank, instruments in zip(replays_of(replay), live_instruments, strict=False):
                 if isinstance(rank.policy, LivePolicy):
                     rank.policy.pipe.instruments.extend(instruments)
+            log = (design_logs or {}).get(name)
+            if log is not None:
+                policy = replays_of(replay)[0].policy
+                if not isinstance(policy, LogsTransitions):
+                    raise ValueError(f"the {name} policy writes no transition log of its own")
+                policy.log_transitions(log)
             replay.run(on_request=functools.partial(progress.advance, task))
     return replays
 

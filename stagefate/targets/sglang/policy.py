@@ -57,6 +57,8 @@ from ...runtime.prefix_tree import PrefixMatch
 from ...runtime.tokens import TokenKey
 from ...sim.policy import MakeRoom, PolicyInputs
 from ...statemachine.books import ReadBooks
+from ...transition_log import TransitionLog
+from .design_log import DesignLog
 from .generations import stepped_sglang
 from .pipeline import SteppedSGLang
 from .shared_l3 import attach
@@ -297,6 +299,10 @@ class SGLangPolicy:
             return _EMPTY
         span = request.tokens[: prefix.length + loaded]  # the tokens it was issued with
         return self.tree.match_prefix(span).device_indices[prefix.length :]
+
+    def log_transitions(self, log: TransitionLog) -> None:
+        """SGLang's decisions, in its design's words, to ``log`` (:mod:`.design_log`)."""
+        DesignLog(self.driver, log)
 
     def spliced_keys(self, request_id: str) -> list[str]:
         rid, keys = self.last_splice
