@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TypeGuard
 
 from .modelcheck import (
     EFFECTS,
@@ -54,11 +55,11 @@ def _enqueue_parked(mc: ModelChecker, d: _Draft, i: int, r: Rec, a: Args) -> Rec
     """A hit parked anew goes to the back of the FIFO; a parked one keeps its place."""
     if r.state == "parked":
         return r
-    behind = [o.queued for j, o in enumerate(d.records) if j != i and o and o.state == "parked"]
+    behind = [o.queued for j, o in enumerate(d.records) if j != i and _parked(o)]
     return r._replace(queued=max(behind, default=0) + 1)
 
 
-def _parked(record: Rec | None) -> bool:
+def _parked(record: Rec | None) -> TypeGuard[Rec]:
     return record is not None and record.state == "parked"
 
 
@@ -93,7 +94,7 @@ class ApiModelChecker(ModelChecker):
     def _run_commits(self, draft: _Draft, edges: set[Edge]) -> None:
         """A pass's commits: the parked FIFO from its head, then the new hits."""
         records = draft.records
-        fifo = sorted((r.queued, j) for j, r in enumerate(records) if r and r.state == "parked")
+        fifo = sorted((r.queued, j) for j, r in enumerate(records) if _parked(r))
         for _, j in fifo:
             self._fire(draft, j, "commit", Args(), edges)
             if _parked(records[j]):

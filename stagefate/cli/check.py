@@ -16,7 +16,7 @@ from ..spec.load import DEFAULT_SPEC_PATH
 from ..spec.modelcheck import Bounds
 from ..spec.modelcheck_ranks import RANK_BOUNDS
 from ..spec.schema import LifecycleSpec
-from .common import console, count, positive_int, report_unreached
+from .common import console, count, positive_int, report_unreached, spec_source
 
 
 def add_parser(sub: Any) -> None:
@@ -116,8 +116,7 @@ def run(args: argparse.Namespace) -> int:
         f"{len(spec.guards)} guards, {len(spec.effects)} effects, {bound}"
     )
     if args.emit_tests:
-        source = args.spec or "spec/lifecycle.yaml"
-        return _emit_tests(spec, bounds, source, Path(args.emit_tests), args.diff)
+        return _emit_tests(spec, bounds, spec_source(spec_path), Path(args.emit_tests), args.diff)
     if args.diff:
         raise ValueError("--diff compares generated tests: pass --emit-tests DIR with it")
     return 0 if args.static else _model_check(spec, bounds, args.ranks, args.fuller_host)

@@ -1,14 +1,17 @@
 """What every command shares: the console, numeric flag types that refuse bad values before any
-work starts, and the report of spec edges never reached."""
+work starts, the report of spec edges never reached, and where the checkout and its spec are."""
 
 from __future__ import annotations
 
 import argparse
 import re
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+
+from ..spec.load import DEFAULT_SPEC_PATH
 
 console = Console(highlight=False)
 
@@ -77,3 +80,17 @@ def parse_sglang_env(pairs: list[str]) -> dict[str, str]:
             raise ValueError(f"--sglang-env sets {key} twice; keep one")
         knobs[key] = value
     return knobs
+
+
+def checkout_root() -> Path:
+    """The top of the stagefate checkout this package was installed from (spec/ sits there)."""
+    return DEFAULT_SPEC_PATH.resolve().parent.parent
+
+
+def spec_source(spec_path: Path) -> str:
+    """How a generated file (diagrams, edge tests) names the spec it came from: its path from
+    the checkout's top when inside it, so the text does not depend on where one stands."""
+    try:
+        return str(spec_path.resolve().relative_to(checkout_root()))
+    except ValueError:
+        return str(spec_path)

@@ -9,7 +9,7 @@ from typing import Any
 from ..spec import load_spec
 from ..spec.diagram import spec_digest, stale_diagrams, write_diagrams
 from ..spec.load import DEFAULT_SPEC_PATH
-from .common import console
+from .common import checkout_root, console, spec_source
 
 
 def add_parser(sub: Any) -> None:
@@ -28,7 +28,7 @@ def checkout_docs(cwd: Path | None = None) -> Path:
     """The ``docs/`` of the stagefate checkout ``cwd`` is inside (the one this package was
     installed from, editable); refused elsewhere, so nothing is written into a stranger's
     ``./docs``."""
-    root = DEFAULT_SPEC_PATH.resolve().parent.parent  # spec/ sits at the checkout's top
+    root = checkout_root()
     here = (cwd or Path.cwd()).resolve()
     inside = here == root or root in here.parents
     if not inside or not (root / "docs").is_dir() or not (root / "pyproject.toml").is_file():
@@ -37,15 +37,6 @@ def checkout_docs(cwd: Path | None = None) -> Path:
             f"one: pass --out DIR (a folder for lifecycle.md and the SVGs)"
         )
     return root / "docs"
-
-
-def _named(spec_path: Path) -> str:
-    """The spec's path as the generated page names it: from the checkout's top when inside."""
-    root = DEFAULT_SPEC_PATH.resolve().parent.parent
-    try:
-        return str(spec_path.resolve().relative_to(root))
-    except ValueError:
-        return str(spec_path)
 
 
 def _default_out(spec_path: Path) -> Path:
@@ -60,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
     spec_path = Path(args.spec) if args.spec else DEFAULT_SPEC_PATH
     spec = load_spec(spec_path)
     digest = spec_digest(spec_path)
-    source = _named(spec_path)
+    source = spec_source(spec_path)
     out = Path(args.out) if args.out else _default_out(spec_path)
     if args.check:
         problems = stale_diagrams(spec, out, digest, source)

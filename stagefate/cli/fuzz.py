@@ -230,14 +230,13 @@ def _fuzz_sglang(args: argparse.Namespace, database: Path) -> int:
         table.add_row(name, f"{count:,}" if count else "[red]0[/red]")
     console.print(table)
     if result.design_edges and result.failure is None:
-        from ..spec import load_spec
-        from ..targets.sglang.machine import DESIGN
+        from ..targets.sglang.machine import DESIGN, design
 
-        design = load_spec(DESIGN)
-        missing = sorted(set(design.edges()) - set(result.design_edges))
+        edges = design().edges()
+        missing = sorted(set(edges) - set(result.design_edges))
         console.print(
             f"every program's run followed SGLang's own design ({DESIGN.name}): its decisions "
-            f"took {len(result.design_edges)} of the design's {len(design.edges())} edges"
+            f"took {len(result.design_edges)} of the design's {len(edges)} edges"
             + (f"; not taken: {missing}" if missing else ""),
             markup=False,
             soft_wrap=True,

@@ -7,19 +7,14 @@ import torch
 
 from ..runtime import TokenKey
 from ..statemachine.pipeline import BufferPipeline
+from .policy import LastSplice
 
 
-class OnPipeline:
+class OnPipeline(LastSplice):
     """A policy over a stagefate :class:`BufferPipeline`'s tree, pools and storage."""
 
     def __init__(self, pipe: BufferPipeline) -> None:
         self.pipe, self.tree, self.device_pool = pipe, pipe.tree, pipe.device_pool
-        self.last_splice: tuple[str, list[str]] = ("", [])
-        """``(request id, L3 keys)`` of the last admission that spliced."""
-
-    def spliced_keys(self, request_id: str) -> list[str]:
-        rid, keys = self.last_splice
-        return keys if rid == request_id else []
 
     def write_through(self, key: TokenKey, device_indices: torch.Tensor) -> None:
         self.pipe.write_through(key, device_indices)

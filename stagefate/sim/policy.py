@@ -119,6 +119,18 @@ class Policy(Protocol):
         ...
 
 
+class LastSplice:
+    """:meth:`Policy.spliced_keys` for a policy that notes its last splice in
+    :attr:`last_splice` as it makes it (every policy here)."""
+
+    last_splice: tuple[str, list[str]] = ("", [])
+    """``(request id, L3 keys)`` of the last admission that spliced (replaced, never mutated)."""
+
+    def spliced_keys(self, request_id: str) -> list[str]:
+        rid, keys = self.last_splice
+        return keys if rid == request_id else []
+
+
 @runtime_checkable
 class LogsTransitions(Protocol):
     """A policy whose pipeline can write its transitions to a log in its own design's words

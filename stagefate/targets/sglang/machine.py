@@ -31,6 +31,7 @@ reason), so a report says which of its branches were reached.
 
 from __future__ import annotations
 
+import functools
 import io
 import logging
 import zlib
@@ -46,6 +47,7 @@ from rich.console import Console
 from ...fuzz.world import NAMESPACES, sequences
 from ...spec import load_spec
 from ...spec.load import DEFAULT_SPEC_PATH
+from ...spec.schema import LifecycleSpec
 from ...transition_log import TransitionLog, validate_log
 from .design_log import DesignLog, supported
 from .generations import stepped_sglang
@@ -65,6 +67,14 @@ RETRY_PASSES = 200
 """Scheduling passes the retry bound is checked over (25 paced intervals at SGLang's default)."""
 DESIGN = DEFAULT_SPEC_PATH.parent / "designs" / "sglang-0.5.23.yaml"
 """The design releases 0.5.20 to 0.5.23 follow, in the spec language (checked on 0.5.22 on)."""
+
+
+@functools.cache
+def design() -> LifecycleSpec:
+    """The design, read once (every program's log is checked against it)."""
+    return load_spec(DESIGN)
+
+
 DESIGN_EDGES: set[tuple[str, str, str]] = set()
 """The design's edges SGLang's runs took over a campaign (its programs' logs, validated)."""
 
@@ -291,7 +301,7 @@ class SGLangPipelineFuzzer(RuleBasedStateMachine):
         lines = self.design_log.getvalue()
         if self.log_path is not None:
             Path(self.log_path).write_text(lines)
-        summary = validate_log(lines.splitlines(), load_spec(DESIGN))
+        summary = validate_log(lines.splitlines(), design())
         assert summary.violation is None, (
             f"SGLang's run leaves its design ({DESIGN.name}) at {summary.violation}"
         )

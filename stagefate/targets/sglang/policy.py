@@ -55,7 +55,7 @@ from ...runtime.io import OpKind
 from ...runtime.pools import DevicePool, KVLayout
 from ...runtime.prefix_tree import PrefixMatch
 from ...runtime.tokens import TokenKey
-from ...sim.policy import MakeRoom, PolicyInputs
+from ...sim.policy import LastSplice, MakeRoom, PolicyInputs
 from ...statemachine.books import ReadBooks
 from ...transition_log import TransitionLog
 from .design_log import DesignLog
@@ -147,7 +147,7 @@ class SGLangIO:
             )
 
 
-class SGLangPolicy:
+class SGLangPolicy(LastSplice):
     name = "sglang"
 
     def __init__(self, inputs: PolicyInputs) -> None:
@@ -181,8 +181,6 @@ class SGLangPolicy:
         self._hit_end: dict[str, int | None] = {}
         self._unsettled: dict[str, list[tuple[int, list[str]]]] = {}
         """``(tokens, page keys)`` of each request's reads not yet spliced or wasted."""
-        self.last_splice: tuple[str, list[str]] = ("", [])
-        """``(rid, L3 keys)`` of the last admission that spliced."""
         self._admitted: set[str] = set()
         self.books = ReadBooks()
         self._watch_released_holds()
@@ -303,10 +301,6 @@ class SGLangPolicy:
     def log_transitions(self, log: TransitionLog) -> None:
         """SGLang's decisions, in its design's words, to ``log`` (:mod:`.design_log`)."""
         DesignLog(self.driver, log)
-
-    def spliced_keys(self, request_id: str) -> list[str]:
-        rid, keys = self.last_splice
-        return keys if rid == request_id else []
 
     def due_retries(self, waiting: Sequence[str]) -> list[str]:
         due = self.driver.due_retries(waiting)
