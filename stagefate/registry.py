@@ -12,6 +12,7 @@ import multiprocessing
 import os
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from .runtime import RadixTree, Storage
@@ -24,6 +25,7 @@ from .sim.ranks import build_replay
 from .sim.replay import Replay, ReplayMetrics, ReplayOptions
 from .sim.trace import TraceRequest
 from .statemachine.pipeline import BufferPipeline
+from .transition_log import TransitionLog
 
 RunKey = TypeVar("RunKey")
 
@@ -142,6 +144,43 @@ def run_replay(
         return build_replay(policy_factories([policy])[policy], trace, options).run()
     dumped = call_in(target, _replay_one, policy, trace, options, sglang_env=sglang_env)
     return ReplayMetrics.model_validate(dumped)
+
+
+def run_replay_logged(
+    policy: str,
+    trace: list[TraceRequest],
+    options: ReplayOptions,
+    log_path: Path,
+    sglang_env: Mapping[str, str] | None = None,
+) -> tuple[ReplayMetrics, Path, int]:
+    """:func:`run_replay` with the policy's pipeline writing its transitions, in its own
+    design's words, to ``log_path``: the figures, the design's spec and the transitions
+    written."""
+    from .targets.sglang.worker import call_in
+
+    target = target_for(policy, options.tree)
+    if target is None:
+        raise ValueError(f"the {policy} policy writes no transition log of its own")
+    dumped, spec, transitions = call_in(
+        target, _replay_logged, policy, trace, options, str(log_path), sglang_env=sglang_env
+    )
+    return ReplayMetrics.model_validate(dumped), Path(spec), transitions
+
+
+def _replay_logged(
+    policy: str, trace: list[TraceRequest], options: ReplayOptions, log_path: str
+) -> tuple[dict[str, Any], str, int]:
+    """One replay writing its design log, here (module level: a release's worker calls it)."""
+    from .sim.report import attach_design_log
+
+    replay = build_replay(policy_factories([policy])[policy], trace, options)
+    log = TransitionLog.open(log_path)
+    try:
+        attach_design_log(replay, policy, log)
+        metrics = replay.run()
+    finally:
+        log.close()
+    return metrics.model_dump(), str(log.spec), log.seq
 
 
 def run_instances(

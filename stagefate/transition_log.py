@@ -40,6 +40,9 @@ class TransitionLog:
     def __init__(self, sink: IO[str]) -> None:
         self.sink = sink
         self.seq = 0
+        self.spec: Path | None = None
+        """The spec whose words its lines are in, when not stagefate's own (a design's: the
+        observer that writes them sets it)."""
 
     @classmethod
     def open(cls, path: Path | str) -> TransitionLog:

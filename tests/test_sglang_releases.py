@@ -180,3 +180,26 @@ def test_every_installed_release_runs_behind_the_router() -> None:
         metrics = run_instances(f"sglang=={version}", returning_prompt(), SMALL, 2, "round_robin")
         away = metrics.instances[1].tokens_spliced
         assert metrics.cross_instance_hits == away > 0, version
+
+
+@pytest.mark.slow
+def test_every_installed_releases_replay_writes_its_design_log(tmp_path: Path) -> None:
+    """``replay --log`` with every installed release, each in its own process: each writes
+    ``live.sglang-V.jsonl`` in its own design's words, valid with every record ended."""
+    from stagefate.spec import load_spec
+    from stagefate.targets.sglang.design_log import DESIGNS
+    from stagefate.transition_log import validate_log
+
+    ready = installed()
+    if not ready:
+        pytest.skip("no SGLang release is installed: make sglang")
+    log = tmp_path / "live.jsonl"
+    policies = ",".join(f"sglang=={version}" for version in ready)
+    assert main(["replay", "--policy", policies, "--limit", "120", "--log", str(log)]) == 0
+    assert not log.exists()  # live did not run: its own log is not written
+    for version in ready:
+        design = "sglang-0.5.19.yaml" if version == "0.5.19" else "sglang-0.5.23.yaml"
+        lines = (tmp_path / f"live.sglang-{version}.jsonl").read_text().splitlines()
+        summary = validate_log(lines, load_spec(DESIGNS / design))
+        assert summary.violation is None and not summary.live, version
+        assert summary.ended["filled"] > 0, version

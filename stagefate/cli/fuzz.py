@@ -229,14 +229,14 @@ def _fuzz_sglang(args: argparse.Namespace, database: Path) -> int:
     for name, count in result.outcomes.items():
         table.add_row(name, f"{count:,}" if count else "[red]0[/red]")
     console.print(table)
-    if result.design_edges and result.failure is None:
-        from ..targets.sglang.machine import DESIGN, design
+    if result.design is not None and result.failure is None:
+        from ..targets.sglang.design_log import load_design
 
-        edges = design().edges()
+        edges = load_design(result.design).edges()
         missing = sorted(set(edges) - set(result.design_edges))
         console.print(
-            f"every program's run followed SGLang's own design ({DESIGN.name}): its decisions "
-            f"took {len(result.design_edges)} of the design's {len(edges)} edges"
+            f"every program's run followed SGLang's own design ({result.design.name}): its "
+            f"decisions took {len(result.design_edges)} of the design's {len(edges)} edges"
             + (f"; not taken: {missing}" if missing else ""),
             markup=False,
             soft_wrap=True,

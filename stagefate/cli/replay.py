@@ -18,6 +18,7 @@ from ..sim.instances import ROUTERS
 from ..sim.policy import Policy
 from ..sim.replay import DEFAULT_SPEED, ReplayMetrics, ReplayOptions
 from ..sim.trace import TraceRequest
+from ..spec.load import DEFAULT_SPEC_PATH
 from ..transition_log import TransitionLog
 from .common import (
     add_sglang_env,
@@ -26,6 +27,7 @@ from .common import (
     parse_sglang_env,
     positive,
     positive_int,
+    spec_source,
 )
 
 Payload = TypeVar("Payload")
@@ -315,21 +317,30 @@ def _run_policies(
     options: ReplayOptions,
     sglang_env: dict[str, str],
     logs: list[list[TransitionLog]],
-    design_logs: dict[str, TransitionLog] | None = None,
-) -> tuple[dict[str, ReplayMetrics], dict[str, Policy]]:
+    design_logs: dict[str, Path] | None = None,
+) -> tuple[dict[str, ReplayMetrics], dict[str, Policy], dict[str, tuple[Path, int]]]:
     """Every policy once: those this interpreter can run here, with progress bars (rank r's
     live run watched by ``logs[r]``), each other SGLang release in its own environment's
-    process; the figures of each, and the policies run here."""
-    from ..registry import run_replay, target_for
+    process; ``design_logs[name]``: where that SGLang policy writes its transitions in its
+    design's words. The figures of each, the policies run here, and each design log's spec
+    and transitions written."""
+    from ..registry import run_replay, run_replay_logged, target_for
     from ..sim.report import replay_policies
     from ..targets.sglang.worker import environment_set
 
+    design_logs = design_logs or {}
     targets = {name: target_for(name, options.tree) for name in policies}
     local = [name for name, target in targets.items() if target is None or target.here]
-    with environment_set(sglang_env):
-        replays = replay_policies(
-            trace, policy_factories(local), options, console, logs, design_logs
-        )
+    opened = {name: TransitionLog.open(path) for name, path in design_logs.items() if name in local}
+    try:
+        with environment_set(sglang_env):
+            replays = replay_policies(
+                trace, policy_factories(local), options, console, logs, opened
+            )
+    finally:
+        for log in opened.values():
+            log.close()
+    written = {name: (log.spec or DEFAULT_SPEC_PATH, log.seq) for name, log in opened.items()}
     results = {}
     for name, target in targets.items():
         if name in replays:
@@ -337,8 +348,14 @@ def _run_policies(
             continue
         assert target is not None
         console.print(f"replay {name} ×{options.speed:g} in SGLang {target.version}'s process")
-        results[name] = run_replay(name, trace, options, sglang_env)
-    return results, {name: replay.policy for name, replay in replays.items()}
+        if name in design_logs:
+            results[name], spec, transitions = run_replay_logged(
+                name, trace, options, design_logs[name], sglang_env
+            )
+            written[name] = (spec, transitions)
+        else:
+            results[name] = run_replay(name, trace, options, sglang_env)
+    return results, {name: replay.policy for name, replay in replays.items()}, written
 
 
 def sglang_releases(policies: list[str], tree: str) -> dict[str, str]:
@@ -387,7 +404,7 @@ def run(args: argparse.Namespace) -> int:
         logging.getLogger("sglang").setLevel(logging.ERROR)
     if args.instances > 1:
         _check_instances(args, policies, seeds, asked)
-    if args.log and (asked or not {"live", "sglang"} & set(policies)):
+    if args.log and (asked or ("live" not in policies and not releases)):
         raise ValueError(
             "--log records the live pipeline's transitions (and SGLang's, in its design's words) "
             "in one run: use it without --sweep, with --policy live, sglang or all"
@@ -423,21 +440,16 @@ def run(args: argparse.Namespace) -> int:
         for rank in range(args.tp if live_logged else 0)
     ]
     logs = [TransitionLog.open(path) for path in paths]
-    design_path = design_log_path(Path(args.log)) if args.log and "sglang" in policies else None
-    design_logs = {} if design_path is None else {"sglang": TransitionLog.open(design_path)}
+    design_logs = {
+        name: design_log_path(Path(args.log), name) for name in (releases if args.log else {})
+    }
     try:
-        results, ran = _run_policies(
+        results, ran, written = _run_policies(
             trace, policies, first, sglang_env, [[log] for log in logs], design_logs
         )
     finally:
-        for log in [*logs, *design_logs.values()]:
+        for log in logs:
             log.close()
-        if design_path is not None:
-            console.print(
-                f"wrote {design_path} (SGLang's {design_logs['sglang'].seq:,} transitions in its "
-                f"design's words; `stagefate validate --spec {DESIGN_SPEC} {design_path}`)",
-                soft_wrap=True,
-            )
         if logs:
             console.print(
                 f"wrote {', '.join(map(str, paths))} ({logs[0].seq:,} transitions"
@@ -445,6 +457,12 @@ def run(args: argparse.Namespace) -> int:
                 + f"; `stagefate validate {' '.join(map(str, paths))}`"
                 + (": identical logs say the ranks kept lockstep)" if len(logs) > 1 else ")")
             )
+    for name, (spec, transitions) in written.items():
+        console.print(
+            f"wrote {design_logs[name]} ({name}'s {transitions:,} transitions in its design's "
+            f"words; `stagefate validate --spec {spec_source(spec)} {design_logs[name]}`)",
+            soft_wrap=True,
+        )
     console.print(metrics_table(results, bound))
     if any(m.wasted_by_reason for m in results.values()):
         console.print(wasted_table(results))
@@ -525,13 +543,10 @@ def _behind_the_router(
     return 0
 
 
-DESIGN_SPEC = "spec/designs/sglang-0.5.23.yaml"
-"""The design SGLang's replay log is written in."""
-
-
-def design_log_path(path: Path) -> Path:
-    """Where ``--log PATH`` puts SGLang's log: ``live.sglang.jsonl`` beside ``live.jsonl``."""
-    return path.with_name(f"{path.stem}.sglang{path.suffix}")
+def design_log_path(path: Path, policy: str) -> Path:
+    """Where ``--log PATH`` puts an SGLang policy's log: ``live.sglang.jsonl`` beside
+    ``live.jsonl`` for ``sglang``, ``live.sglang-0.5.19.jsonl`` for ``sglang==0.5.19``."""
+    return path.with_name(f"{path.stem}.{policy.replace('==', '-')}{path.suffix}")
 
 
 def rank_log_path(path: Path, rank: int, ranks: int) -> Path:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 import torch
@@ -136,7 +137,9 @@ class LogsTransitions(Protocol):
     """A policy whose pipeline can write its transitions to a log in its own design's words
     (SGLang's: ``replay --log``)."""
 
-    def log_transitions(self, log: TransitionLog) -> None: ...
+    def log_transitions(self, log: TransitionLog) -> Path:
+        """From now on, write the pipeline's transitions to ``log``; the spec of the design
+        they are written in."""
 
 
 PolicyFactory = Callable[[PolicyInputs], Policy]

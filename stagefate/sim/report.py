@@ -66,12 +66,18 @@ def replay_policies(
                     rank.policy.pipe.instruments.extend(instruments)
             log = (design_logs or {}).get(name)
             if log is not None:
-                policy = replays_of(replay)[0].policy
-                if not isinstance(policy, LogsTransitions):
-                    raise ValueError(f"the {name} policy writes no transition log of its own")
-                policy.log_transitions(log)
+                attach_design_log(replay, name, log)
             replay.run(on_request=functools.partial(progress.advance, task))
     return replays
+
+
+def attach_design_log(replay: Replay | RankedReplay, name: str, log: TransitionLog) -> None:
+    """The ``name`` policy's pipeline writes its transitions to ``log`` in its own design's
+    words (``log.spec`` says which)."""
+    policy = replays_of(replay)[0].policy
+    if not isinstance(policy, LogsTransitions):
+        raise ValueError(f"the {name} policy writes no transition log of its own")
+    log.spec = policy.log_transitions(log)
 
 
 # ---------------------------------------------------------------------- tables

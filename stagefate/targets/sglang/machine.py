@@ -20,9 +20,10 @@ SGLang's own state:
 * at quiescence (everything aborted or admitted, the pipeline settled): no anchor lock, no
   prefetch in flight, no staged hold, the host pool back at its baseline, every device slot
   either free or in the tree, ``is_idle``;
-* on 0.5.22 and 0.5.23, SGLang's run follows its own design: the transition log its decisions
-  write (:mod:`.design_log`) is valid against ``spec/designs/sglang-0.5.23.yaml`` and every
-  record in it ended (``fuzz --target sglang --log FILE`` keeps each program's log).
+* SGLang's run follows its own design: the transition log its decisions write
+  (:mod:`.design_log`) is valid against the design its release and knobs follow
+  (``spec/designs/``) and every record in it ended (``fuzz --target sglang --log FILE`` keeps
+  each program's log).
 
 :data:`OUTCOMES` counts what SGLang decided over a campaign (its ``try_lock_anchor`` outcomes,
 its prefetch outcome counters, and the tokens of storage hits left undelivered by its drop
@@ -31,7 +32,6 @@ reason), so a report says which of its branches were reached.
 
 from __future__ import annotations
 
-import functools
 import io
 import logging
 import zlib
@@ -45,11 +45,8 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from rich.console import Console
 
 from ...fuzz.world import NAMESPACES, sequences
-from ...spec import load_spec
-from ...spec.load import DEFAULT_SPEC_PATH
-from ...spec.schema import LifecycleSpec
 from ...transition_log import TransitionLog, validate_log
-from .design_log import DesignLog, supported
+from .design_log import design_path, load_design, watch_design
 from .generations import stepped_sglang
 
 PAGE = 4
@@ -65,18 +62,10 @@ which every request must admit or end: 0.5.20 and later defer a hold up to 32 ti
 (``defer_staged_admission``)."""
 RETRY_PASSES = 200
 """Scheduling passes the retry bound is checked over (25 paced intervals at SGLang's default)."""
-DESIGN = DEFAULT_SPEC_PATH.parent / "designs" / "sglang-0.5.23.yaml"
-"""The design releases 0.5.20 to 0.5.23 follow, in the spec language (checked on 0.5.22 on)."""
-
-
-@functools.cache
-def design() -> LifecycleSpec:
-    """The design, read once (every program's log is checked against it)."""
-    return load_spec(DESIGN)
-
-
 DESIGN_EDGES: set[tuple[str, str, str]] = set()
 """The design's edges SGLang's runs took over a campaign (its programs' logs, validated)."""
+DESIGNS_FOLLOWED: set[Path] = set()
+"""The design the campaign's programs were checked against (one: a release and its knobs)."""
 
 
 class _DropReasons:
@@ -116,10 +105,8 @@ class SGLangPipelineFuzzer(RuleBasedStateMachine):
         cache.storage_metrics_collector = _DropReasons()
         self.issued = 0
         STATES["programs"] += 1
-        self.design_log: io.StringIO | None = None
-        if supported(self.pipeline):  # 0.5.22 and 0.5.23: their design log is checked
-            self.design_log = io.StringIO()
-            DesignLog(self.driver, TransitionLog(self.design_log))
+        self.design_log = io.StringIO()
+        watch_design(self.driver, TransitionLog(self.design_log))
 
     def _count_lock_outcomes(self) -> None:
         try_lock = self.pipeline.try_lock_anchor
@@ -296,15 +283,15 @@ class SGLangPipelineFuzzer(RuleBasedStateMachine):
             self.driver.close()
 
     def _follows_its_design(self) -> None:
-        if self.design_log is None:
-            return
         lines = self.design_log.getvalue()
         if self.log_path is not None:
             Path(self.log_path).write_text(lines)
-        summary = validate_log(lines.splitlines(), design())
+        path = design_path(self.pipeline)
+        summary = validate_log(lines.splitlines(), load_design(path))
         assert summary.violation is None, (
-            f"SGLang's run leaves its design ({DESIGN.name}) at {summary.violation}"
+            f"SGLang's run leaves its design ({path.name}) at {summary.violation}"
         )
+        DESIGNS_FOLLOWED.add(path)
         assert not summary.live, f"records its design log never ended: {dict(summary.live)}"
         DESIGN_EDGES.update(summary.edges)
 
@@ -316,8 +303,10 @@ class TargetCampaign:
     seconds: float
     failure: BaseException | None
     outcomes: dict[str, int]
+    design: Path | None
+    """The design the programs' logs were checked against (None if none finished)."""
     design_edges: list[tuple[str, str, str]]
-    """The design's edges the programs' validated logs took (none before 0.5.22)."""
+    """The design's edges the programs' validated logs took."""
 
 
 def run_target_campaign(
@@ -344,6 +333,7 @@ def run_target_campaign(
     OUTCOMES.clear()
     STATES.clear()
     DESIGN_EDGES.clear()
+    DESIGNS_FOLLOWED.clear()
     # SGLang logs every L3 miss and fallback it handles; the campaign reports outcomes instead.
     logging.getLogger("sglang").setLevel(logging.CRITICAL)
     programs, seconds, failure = run_batches(
@@ -355,5 +345,6 @@ def run_target_campaign(
         seconds,
         failure,
         dict(sorted(OUTCOMES.items())),
+        next(iter(DESIGNS_FOLLOWED), None),
         sorted(DESIGN_EDGES),
     )

@@ -46,6 +46,7 @@ request still holds once it is admitted is released through ``release_aborted_re
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from queue import Queue
 from typing import Any
 
@@ -58,7 +59,7 @@ from ...runtime.tokens import TokenKey
 from ...sim.policy import LastSplice, MakeRoom, PolicyInputs
 from ...statemachine.books import ReadBooks
 from ...transition_log import TransitionLog
-from .design_log import DesignLog
+from .design_log import design_path, watch_design
 from .generations import stepped_sglang
 from .pipeline import SteppedSGLang
 from .shared_l3 import attach
@@ -298,9 +299,11 @@ class SGLangPolicy(LastSplice):
         span = request.tokens[: prefix.length + loaded]  # the tokens it was issued with
         return self.tree.match_prefix(span).device_indices[prefix.length :]
 
-    def log_transitions(self, log: TransitionLog) -> None:
-        """SGLang's decisions, in its design's words, to ``log`` (:mod:`.design_log`)."""
-        DesignLog(self.driver, log)
+    def log_transitions(self, log: TransitionLog) -> Path:
+        """SGLang's decisions, in its design's words, to ``log`` (:mod:`.design_log`); the
+        design's spec."""
+        watch_design(self.driver, log)
+        return design_path(self.driver.consumer.cache.buffer_pipeline)
 
     def due_retries(self, waiting: Sequence[str]) -> list[str]:
         due = self.driver.due_retries(waiting)

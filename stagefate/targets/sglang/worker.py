@@ -146,6 +146,46 @@ def one_expired_wait() -> tuple[bool, bool]:
         driver.close()
 
 
+def one_logged_program(log_path: str) -> str:
+    """A scripted program through this interpreter's release with its design log on
+    (:mod:`.design_log`), written to ``log_path``: a whole fill, an abort while querying, a hold
+    let go by an abort, an abort while reading, a hit too short. The design's spec (a path)."""
+    from ...transition_log import TransitionLog
+    from .design_log import design_path, watch_design
+    from .generations import stepped_sglang
+    from .machine import PAGE, SEQUENCES
+
+    driver = stepped_sglang(page_size=PAGE, core="python", anchor_cap=24 / 512)
+    try:
+        for tokens in SEQUENCES:
+            driver.produce(tokens, None)
+        log = TransitionLog.open(log_path)
+        try:
+            watch_design(driver, log)
+            driver.issue("fill", SEQUENCES[0], None)
+            driver.settle(3)
+            assert driver.admit("fill") > 0, "the scripted fill loaded nothing"
+            driver.settle(3)
+            driver.issue("querying", SEQUENCES[1], None)
+            driver.abort("querying")
+            driver.issue("held", SEQUENCES[2], None)
+            driver.settle(3)
+            driver.abort("held")
+            driver.issue("reading", SEQUENCES[1], None)
+            driver.run_existence_queries()
+            driver.tick()
+            driver.abort("reading")
+            driver.evict(10_000)
+            driver.publish(SEQUENCES[1][:PAGE], None)
+            driver.issue("short", SEQUENCES[1], None, stale=True)
+            driver.settle(3)
+        finally:
+            log.close()
+        return str(design_path(driver.consumer.cache.buffer_pipeline))
+    finally:
+        driver.close()
+
+
 def _check(version: str) -> None:
     """An install's last step: the release's own prefetch, end to end, and one whose wait the
     caller's clock ends, in its environment."""
