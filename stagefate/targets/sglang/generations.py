@@ -67,6 +67,9 @@ class PlanDriver(SteppedSGLang):
     def request_key(self, rid: str) -> Any:
         return rid
 
+    def load_back_rid(self, pending: Any) -> str:
+        return str(pending.req_id)
+
     def issue_extras(self, storage_hit_end: int | None) -> dict[str, Any]:
         return {}  # 0.5.19's retries re-query L3 from the start
 
@@ -100,6 +103,9 @@ class PrepareDriver(SteppedSGLang):
         from sglang.srt.mem_cache.base_prefix_cache import CacheRequestHandle
 
         return CacheRequestHandle(rid, 0)
+
+    def load_back_rid(self, pending: Any) -> str:
+        return str(pending.request.rid)
 
     def issue_extras(self, storage_hit_end: int | None) -> dict[str, Any]:
         return {"storage_hit_end": storage_hit_end}

@@ -172,6 +172,14 @@ class SGLangPipelineFuzzer(RuleBasedStateMachine):
         rid = data.draw(st.sampled_from(self._live()), label="request")
         self.driver.abort(rid)
 
+    @precondition(lambda self: bool(self.driver.landing()))
+    @rule(data=st.data())
+    def abort_landing(self, data: st.DataObject) -> None:
+        """The scheduler aborts a request whose load back, or a read an earlier abort
+        abandoned, is still landing: SGLang must let it land and free nothing twice."""
+        rid = data.draw(st.sampled_from(self.driver.landing()), label="request")
+        self.driver.abort(rid)
+
     # ------------------------------------------------------------------ the world
 
     @rule(pages=st.integers(1, 8))

@@ -428,6 +428,20 @@ class SteppedSGLang(ABC):
         cache = self.consumer.cache
         return handle in cache.ongoing_prefetch or cache.buffer_pipeline.has_staged(handle)
 
+    @abstractmethod
+    def load_back_rid(self, pending: Any) -> str:
+        """The rid of one of ``ongoing_buffer_load_back``'s entries."""
+
+    def landing(self) -> list[str]:
+        """Requests SGLang no longer holds live whose IO is still landing: a load back in
+        flight, or a read an abort abandoned."""
+        cache = self.consumer.cache
+        loads = cache.buffer_pipeline.ongoing_buffer_load_back.values()
+        rids = {self.load_back_rid(pending) for pending in loads}
+        reads = cache.cache_controller.prefetch_buffer.queue
+        rids |= {op.request_id for op in reads if op.request_id in self.requests}
+        return sorted(rid for rid in rids if not self.live(rid))
+
     def admit(self, rid: str, make_room: Callable[[int], object] | None = None) -> int:
         """Admission as the scheduler's adder does it; returns the tokens loaded (0: none).
         ``make_room(tokens)`` runs after the plan, before the load allocates (the replay's

@@ -120,7 +120,7 @@ class DesignObserver(ABC):
 
     def load_back_in_flight(self, rid: str) -> bool:
         return any(
-            self.load_back_rid(pending) == rid
+            self.driver.load_back_rid(pending) == rid
             for pending in self.pipeline.ongoing_buffer_load_back.values()
         )
 
@@ -137,10 +137,6 @@ class DesignObserver(ABC):
     @abstractmethod
     def _consume(self, original: Callable[..., Any], params: Any) -> Any:
         """``init_load_back``."""
-
-    @abstractmethod
-    def load_back_rid(self, pending: Any) -> str:
-        """The rid of an ``ongoing_buffer_load_back`` entry."""
 
     @abstractmethod
     def parked_unchecked(self, behind_others: bool) -> str:
@@ -236,7 +232,7 @@ class DesignObserver(ABC):
         pending = self.pipeline.ongoing_buffer_load_back.get(ack_id)
         finished = original(ack_id)
         if finished and pending is not None:
-            rid = self.load_back_rid(pending)
+            rid = self.driver.load_back_rid(pending)
             if self.states.get(rid) == "consumed":
                 self.write(rid, "ack", "else", "released", "filled")
         return finished

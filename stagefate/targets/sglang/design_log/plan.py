@@ -69,9 +69,6 @@ class PlanDesignLog(DesignObserver):
         self.wrap(cache, "evict_for_alloc", self._device_call("evict_for_alloc"))
         self.wrap(cache.cache_controller, "load", self._device_call("load"))
 
-    def load_back_rid(self, pending: Any) -> str:
-        return str(pending.req_id)
-
     def parked_unchecked(self, behind_others: bool) -> str:
         return self.HOST_SHORT
 

@@ -50,9 +50,6 @@ class PrepareDesignLog(DesignObserver):
         self.wrap(self.pipeline, "prepare_staged_prefetch", self._plan)
         self.wrap(self.pipeline, "_resolve_device_covered", self._device_covered)
 
-    def load_back_rid(self, pending: Any) -> str:
-        return str(pending.request.rid)
-
     def parked_unchecked(self, behind_others: bool) -> str:
         return "parked_ahead" if behind_others else "rate_limited"
 
