@@ -157,7 +157,8 @@ def add_parser(sub: Any) -> None:
     replay.add_argument(
         "--log",
         help="write the live run's transition log (JSON lines) here; with --tp N one per rank, "
-        "PATH's name with .rank0 … before its suffix",
+        "PATH's name with .rank0 … before its suffix; each SGLang policy's, in its design's "
+        "words, beside it (live.sglang.jsonl, live.sglang-0.5.19.jsonl)",
     )
     replay.add_argument(
         "--tree",

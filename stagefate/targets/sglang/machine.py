@@ -7,9 +7,10 @@ generation): three token sequences sharing heads (anchors collide, nodes split) 
 under two namespaces before the program starts; rules issue
 (with the live match or a stale one), run the existence queries, run the reads (whole, or every
 page failing as an IO error; a read is short when L3 lost part of its span), tick the
-scheduler, admit, abort, evict, publish the head, half or whole of a sequence as a sibling
-would, and drop L3 objects. The invariants are what any correct implementation keeps, read from
-SGLang's own state:
+scheduler, admit (and abort it while its load back is in flight), abort (a live request, or
+one whose read an earlier abort abandoned), evict, publish the head, half or whole of a
+sequence as a sibling would, and drop L3 objects. The invariants are what any correct
+implementation keeps, read from SGLang's own state:
 
 * pinned tokens equal the sum of the anchor locks, and stay within the cap;
 * an admission loads only what the device lacks of the staged span (the trim);
@@ -155,8 +156,10 @@ class SGLangPipelineFuzzer(RuleBasedStateMachine):
         self.driver.settle(rounds=1)
 
     @precondition(lambda self: bool(self._live()))
-    @rule(data=st.data())
-    def admit(self, data: st.DataObject) -> None:
+    @rule(data=st.data(), abort_loading=st.sampled_from((False, False, False, True)))
+    def admit(self, data: st.DataObject, abort_loading: bool) -> None:
+        """Admission, then the next pass (which acks the load back); ``abort_loading``: the
+        request is aborted while its load back is in flight, before that pass."""
         rid = data.draw(st.sampled_from(self._live()), label="request")
         loaded = self.driver.admit(rid)
         lacking = self.driver.requests[rid].lacking_tokens
@@ -164,6 +167,8 @@ class SGLangPipelineFuzzer(RuleBasedStateMachine):
             f"{rid}: admission loaded {loaded} tokens but the device lacked only {lacking} of "
             "the staged span: the part a sibling published since was not trimmed"
         )
+        if abort_loading:
+            self.driver.abort(rid)
         self.driver.tick()
 
     @precondition(lambda self: bool(self._live()))
@@ -172,12 +177,12 @@ class SGLangPipelineFuzzer(RuleBasedStateMachine):
         rid = data.draw(st.sampled_from(self._live()), label="request")
         self.driver.abort(rid)
 
-    @precondition(lambda self: bool(self.driver.landing()))
+    @precondition(lambda self: bool(self.driver.abandoned()))
     @rule(data=st.data())
-    def abort_landing(self, data: st.DataObject) -> None:
-        """The scheduler aborts a request whose load back, or a read an earlier abort
-        abandoned, is still landing: SGLang must let it land and free nothing twice."""
-        rid = data.draw(st.sampled_from(self.driver.landing()), label="request")
+    def abort_abandoned(self, data: st.DataObject) -> None:
+        """An abort again, of a request whose read an earlier abort abandoned: SGLang must let
+        the read land and free its bounce once."""
+        rid = data.draw(st.sampled_from(self.driver.abandoned()), label="request")
         self.driver.abort(rid)
 
     # ------------------------------------------------------------------ the world

@@ -432,14 +432,11 @@ class SteppedSGLang(ABC):
     def load_back_rid(self, pending: Any) -> str:
         """The rid of one of ``ongoing_buffer_load_back``'s entries."""
 
-    def landing(self) -> list[str]:
-        """Requests SGLang no longer holds live whose IO is still landing: a load back in
-        flight, or a read an abort abandoned."""
-        cache = self.consumer.cache
-        loads = cache.buffer_pipeline.ongoing_buffer_load_back.values()
-        rids = {self.load_back_rid(pending) for pending in loads}
-        reads = cache.cache_controller.prefetch_buffer.queue
-        rids |= {op.request_id for op in reads if op.request_id in self.requests}
+    def abandoned(self) -> list[str]:
+        """Requests an abort let go of whose read is still queued (SGLang frees its bounce
+        when it lands)."""
+        reads = self.consumer.cache.cache_controller.prefetch_buffer.queue
+        rids = {op.request_id for op in reads if op.request_id in self.requests}
         return sorted(rid for rid in rids if not self.live(rid))
 
     def admit(self, rid: str, make_room: Callable[[int], object] | None = None) -> int:
