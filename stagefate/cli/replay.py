@@ -408,7 +408,7 @@ def run(args: argparse.Namespace) -> int:
     if args.log and (asked or ("live" not in policies and not releases)):
         raise ValueError(
             "--log records the live pipeline's transitions (and SGLang's, in its design's words) "
-            "in one run: use it without --sweep, with --policy live, sglang or all"
+            "in one run: use it without --sweep, with --policy live, sglang, sglang==V or all"
         )
     speeds = _resolve_speeds(args, trace, asked) or None
     source = args.trace or "the embedded Mooncake slice"
