@@ -118,6 +118,12 @@ class DesignObserver(ABC):
         released = rid in self._released
         return result, released, self._released.pop(rid, None)
 
+    def name_release(self, rid: str, reason: str) -> None:
+        """The release of ``rid``'s hold in the call in progress had ``reason`` as its cause
+        (the call it came through says so, where SGLang gave none)."""
+        if rid in self._released:
+            self._released[rid] = reason
+
     def load_back_in_flight(self, rid: str) -> bool:
         return any(
             self.driver.load_back_rid(pending) == rid
@@ -127,8 +133,9 @@ class DesignObserver(ABC):
     # ------------------------------------------------------------------ a generation's own
 
     @abstractmethod
-    def _issue(self, original: Callable[..., Any], request: Any, *args: Any, **kw: Any) -> Any:
-        """``prefetch_from_storage``: the design's first event."""
+    def issued(self) -> tuple[str, str]:
+        """The guard and target of the design's first event for a request
+        ``prefetch_from_storage`` just gave an operation."""
 
     @abstractmethod
     def _lock(self, original: Callable[..., Any], request: Any, *args: Any) -> Any:
@@ -143,6 +150,21 @@ class DesignObserver(ABC):
         """The guard of a commit that parked a new hit before any check of its own ran."""
 
     # ------------------------------------------------------------------ the query and the commit
+
+    def _issue(self, original: Callable[..., Any], request: Any, *args: Any, **kw: Any) -> Any:
+        """``prefetch_from_storage``: the design's first event (its ``issue_event``) for a
+        request with nothing live, by whether an operation exists after it."""
+        cache = self.driver.consumer.cache
+        live = request in cache.ongoing_prefetch or self.pipeline.has_staged(request)
+        with self.during("issue"):
+            result = original(request, *args, **kw)
+        if not live:
+            event, rid = self.design.issue_event, rid_of(request)
+            if request in cache.ongoing_prefetch:
+                self.write(rid, event, *self.issued())
+            else:
+                self.write(rid, event, "below_threshold", "released", "declined_too_short")
+        return result
 
     def _hit(self, original: Callable[..., Any], operation: Any, revoked: bool) -> Any:
         rid = operation.request_id

@@ -72,21 +72,11 @@ class PlanDesignLog(DesignObserver):
     def parked_unchecked(self, behind_others: bool) -> str:
         return self.HOST_SHORT
 
-    def _issue(self, original: Callable[..., Any], request: Any, *args: Any, **kw: Any) -> Any:
-        cache, rid = self.driver.consumer.cache, request  # 0.5.19 keys a request by its rid
-        live = rid in cache.ongoing_prefetch or self.pipeline.has_staged(rid)
-        self._issued_lock = None
-        with self.during("issue"):
-            result = original(rid, *args, **kw)
-        if not live:
-            if rid not in cache.ongoing_prefetch:
-                self.write(rid, "lock", "below_threshold", "released", "declined_too_short")
-            elif self.lock_on:
-                guard, target = _LOCK_AT_ISSUE[self._issued_lock or "no_anchor"]
-                self.write(rid, "lock", guard, target)
-            else:
-                self.write(rid, "lock", "else", "no_anchor")
-        return result
+    def issued(self) -> tuple[str, str]:
+        if not self.lock_on:
+            return "else", "no_anchor"
+        outcome, self._issued_lock = self._issued_lock, None
+        return _LOCK_AT_ISSUE[outcome or "no_anchor"]
 
     def _lock(self, original: Callable[..., Any], rid: str, *args: Any) -> Any:
         outcome = original(rid, *args)
@@ -127,14 +117,14 @@ class PlanDesignLog(DesignObserver):
         self._device_calls.clear()
         with self.during("consume"):
             result = original(params)
-        evicted = "evict_for_alloc" in self._device_calls
-        if self.load_back_in_flight(rid):
-            self.write(rid, "make_room", "else" if evicted else "device_fits", self.states[rid])
-            self.write(rid, "consume", "else", "consumed")
-        elif self._device_calls:
-            self.write(rid, "make_room", "else" if evicted else "device_fits", self.states[rid])
-            self.write(rid, "consume", "device_short", "released", "device_capacity")
-        else:
+        if not self._device_calls:  # dropped by the live pre-check, before either
             self.write(rid, "make_room", "plan_stale", self.states[rid])
             self.write(rid, "consume", "plan_stale", "released", "dropped")
+            return result
+        evicted = "evict_for_alloc" in self._device_calls
+        self.write(rid, "make_room", "else" if evicted else "device_fits", self.states[rid])
+        if self.load_back_in_flight(rid):
+            self.write(rid, "consume", "else", "consumed")
+        else:
+            self.write(rid, "consume", "device_short", "released", "device_capacity")
         return result

@@ -38,6 +38,8 @@ from .observer import DesignObserver
 
 _DEVICE_CAPACITY = "device_capacity"
 """The reason SGLang releases a hold with after its last device deferral."""
+_DEVICE_COVERED = "device_covered"
+"""The reason of a hold released through ``_resolve_device_covered``."""
 
 
 class PrepareDesignLog(DesignObserver):
@@ -45,25 +47,14 @@ class PrepareDesignLog(DesignObserver):
 
     def __init__(self, driver: SteppedSGLang, log: TransitionLog, design: LifecycleSpec) -> None:
         super().__init__(driver, log, design)
-        self._covered_releases: set[str] = set()
-        """Requests whose hold this plan released through ``_resolve_device_covered``."""
         self.wrap(self.pipeline, "prepare_staged_prefetch", self._plan)
         self.wrap(self.pipeline, "_resolve_device_covered", self._device_covered)
 
     def parked_unchecked(self, behind_others: bool) -> str:
         return "parked_ahead" if behind_others else "rate_limited"
 
-    def _issue(self, original: Callable[..., Any], request: Any, *args: Any, **kw: Any) -> Any:
-        cache = self.driver.consumer.cache
-        live = request in cache.ongoing_prefetch or self.pipeline.has_staged(request)
-        result = original(request, *args, **kw)
-        if not live:
-            if request in cache.ongoing_prefetch:
-                self.write(request.rid, "issue", "else", "querying")
-            else:
-                reason = "declined_too_short"
-                self.write(request.rid, "issue", "below_threshold", "released", reason)
-        return result
+    def issued(self) -> tuple[str, str]:
+        return "else", "querying"
 
     def _lock(self, original: Callable[..., Any], request: Any, *args: Any) -> Any:
         result = original(request, *args)
@@ -78,11 +69,9 @@ class PrepareDesignLog(DesignObserver):
         rid = req.cache_request_handle.rid
         if self.states.get(rid) != "staged":
             return original(req)
-        self._covered_releases.discard(rid)
         result, released, reason = self.released_during(rid, lambda: original(req))
-        if rid in self._covered_releases:
-            self._covered_releases.discard(rid)
-            self.write(rid, "plan", "span_device_resident", "released", "device_covered")
+        if reason == _DEVICE_COVERED:
+            self.write(rid, "plan", "span_device_resident", "released", reason)
         elif released:
             guard = "prefix_shrank" if reason == "shrunk" else "else"
             self.write(rid, "plan", guard, "released", reason or "released")
@@ -91,8 +80,10 @@ class PrepareDesignLog(DesignObserver):
         return result
 
     def _device_covered(self, original: Callable[..., Any], req: Any, *args: Any) -> Any:
+        """The release this call made is device-covered, whatever reason SGLang gave it
+        (0.5.20 and 0.5.21 give none)."""
         result = original(req, *args)
-        self._covered_releases.add(req.cache_request_handle.rid)
+        self.name_release(req.cache_request_handle.rid, _DEVICE_COVERED)
         return result
 
     def _consume(self, original: Callable[..., Any], params: Any) -> Any:
