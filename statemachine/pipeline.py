@@ -65,7 +65,9 @@ from ..runtime import (
     namespace_of,
     page_hashes,
 )
+from ..runtime.engine import EngineCache
 from ..runtime.hashing import rank_storage_keys
+from ..runtime.pools import SlotPool
 from ..runtime.prefix_tree import Node, PrefixMatch, PrefixTree, TreeFactory, locked
 from ..runtime.storage import open_storage
 from ..spec import LifecycleSpec, load_spec
@@ -104,12 +106,22 @@ class BufferPipeline:
         spec: LifecycleSpec | None = None,
         tree_factory: TreeFactory | None = None,
         group: Group | None = None,
+        engine: EngineCache | None = None,
     ) -> None:
         self.config = cfg = config or PipelineConfig()
         _check_group(cfg, group)
+        _check_engine(cfg, engine, tree_factory)
         self.layout = cfg.layout
-        self.device_pool = DevicePool(self.layout, cfg.device_tokens, cfg.device)
-        self.host_pool = HostPool(self.layout, cfg.host_tokens)
+        self.device_pool: SlotPool = (
+            DevicePool(self.layout, cfg.device_tokens, cfg.device)
+            if engine is None
+            else engine.device_pool
+        )
+        self.host_pool = (
+            HostPool(self.layout, cfg.host_tokens)
+            if engine is None or engine.host_pool is None
+            else engine.host_pool
+        )
         window = cfg.sliding_window
         self.aux_pool = (
             None
@@ -119,7 +131,9 @@ class BufferPipeline:
         self.host_aux_pool = (
             None if window is None else HostPool(self.layout, cfg.host_tokens, name="host_aux_pool")
         )
-        make_tree: TreeFactory = tree_factory or RadixTree
+        make_tree: TreeFactory = (
+            engine.tree_factory if engine is not None else tree_factory or RadixTree
+        )
         self.tree: PrefixTree = make_tree(cfg.page_size, self.device_pool, self.aux_pool)
         self.storage: Storage = (
             storage
@@ -131,7 +145,11 @@ class BufferPipeline:
             if io is not None
             else (ManualIO() if cfg.io == "manual" else ThreadedIO(cfg.io_workers))
         )
-        self.copy = CopyEngine(self.device_pool.device)
+        self.copy = (
+            CopyEngine(self.device_pool.device)
+            if engine is None or engine.copy is None
+            else engine.copy
+        )
         self._storage_key, self._aux_storage_key = rank_storage_keys(cfg.tp_rank, cfg.tp_size)
         self.ops = IOOperations(
             self.storage,
@@ -819,6 +837,30 @@ BufferPipeline.GUARDS = frozenset(
 BufferPipeline.EFFECTS = frozenset(
     name.removeprefix("_effect_") for name in vars(BufferPipeline) if name.startswith("_effect_")
 )
+
+
+def _check_engine(
+    config: PipelineConfig, engine: EngineCache | None, tree_factory: TreeFactory | None
+) -> None:
+    """An engine's own cache replaces stagefate's tree and pools whole (checked first)."""
+    if engine is None:
+        return
+    if tree_factory is not None:
+        raise ValueError(
+            "pass either engine= (the engine's prefix cache and pools) or tree_factory=, not "
+            "both: the engine's cache brings its own tree"
+        )
+    if config.sliding_window is not None:
+        raise ValueError(
+            "sliding_window is not supported over an engine's own cache yet: the aux window "
+            "needs the engine's SWA pool; set sliding_window=None"
+        )
+    host = engine.host_pool
+    if host is not None and (host.layout != config.layout or host.capacity != config.host_tokens):
+        raise ValueError(
+            f"the engine's host pool is {host.capacity} slots of {host.layout}; the config "
+            f"asks host_tokens={config.host_tokens} of {config.layout}: build it from the config"
+        )
 
 
 def _check_group(config: PipelineConfig, group: Group | None) -> None:

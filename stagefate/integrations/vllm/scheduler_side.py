@@ -1,0 +1,257 @@
+"""The connector's scheduler side: vLLM's calls as the spec's events, over vLLM's own cache.
+
+Which vLLM call does what in the lifecycle (docs/vllm.md draws it):
+
+* ``get_num_new_matched_tokens`` (a waiting request, its block-aligned local hit): the first
+  call of an attempt issues the prefetch of the uncomputed tail (``prefetch_from_storage``: the
+  lock re-matches the anchor in vLLM's prefix cache and pins its blocks); it answers ``None``
+  ("ask again next step") while the prefetch is pending, including while it waits for a sibling
+  that is reading the same span, and the hit with ``load_async=True`` once the span is staged
+  in the bounce buffer (``staged_splice_tokens`` against the local hit vLLM has now, so a span
+  vLLM computed meanwhile is trimmed, or declined when it covers it all). An attempt that ended
+  with nothing staged answers 0: vLLM computes.
+* ``update_state_after_alloc`` (vLLM allocated the request's blocks): ``plan_staged_splice`` at
+  the local hit, then ``init_load_back`` into exactly the blocks vLLM allocated for the
+  external tokens (granted to the pipeline's device pool); the copy goes to the worker.
+* ``build_connector_meta`` (once per step): ``poll()`` (IO completions, the IO commits), the
+  loads and the write-through saves for the worker.
+* ``update_connector_output`` (the worker's report): a load reported finished completes its
+  handle, and ``poll()`` fires its ``ack``; a load reported failed has its pages deleted from
+  L3, so no request is offered them again.
+* ``request_finished`` (finished or aborted): ``release_aborted_request``; a load in flight
+  ends when the worker reports it, and vLLM holds the blocks until then.
+"""
+
+from __future__ import annotations
+
+from contextlib import suppress
+from dataclasses import dataclass
+from typing import Any
+
+from ...runtime.engine import EngineCache, GrantedSlots, SharedHostPool
+from ...runtime.hashing import Namespace, page_hashes, rank_storage_keys
+from ...runtime.io import ThreadedIO
+from ...runtime.storage import Storage
+from ...statemachine.pipeline import BufferPipeline
+from ...transition_log import TransitionLog
+from .prefix_cache import VllmPrefixCache, block_slots, namespace_of_request
+from .transfer import HandedLoads, LoadHandle, LoadOrder, SaveOrder, StagefateMetadata
+
+
+@dataclass(frozen=True)
+class _Load:
+    handle: LoadHandle
+    keys: list[str]
+    """The L3 keys the load carries (deleted if it fails: never offered again)."""
+    block_ids: list[int]
+
+
+@dataclass
+class _Request:
+    """What the scheduler side keeps of a live vLLM request."""
+
+    request: Any
+    namespace: Namespace
+    saved: int = 0
+    """Tokens of the request already in L3 (computed by it and stored, or loaded or cached)."""
+    attempt_open: bool = False
+    """An attempt began at a get_num_new_matched_tokens and the request was not admitted yet."""
+    offered: tuple[int, int] | None = None
+    """(local hit, tokens) of the last hit answered to vLLM."""
+    scheduled: bool = False
+    """vLLM scheduled it (what it had computed before then was stored by whoever computed it)."""
+
+
+class SchedulerSide:
+    def __init__(
+        self,
+        pipeline: BufferPipeline,
+        cache: VllmPrefixCache,
+        granted: GrantedSlots,
+        loads: HandedLoads,
+        storage: Storage,
+        write_through: bool,
+        log: TransitionLog | None,
+    ) -> None:
+        self.pipeline, self.cache, self.granted, self.loads = pipeline, cache, granted, loads
+        self.storage, self.write_through, self.log = storage, write_through, log
+        self.block_size = cache.page_size
+        self.requests: dict[str, _Request] = {}
+        self.kv_cache_manager: Any = None
+        self.in_flight: dict[str, _Load] = {}
+        """Request -> its load handed to the worker (until the worker reports it)."""
+        self.landed: dict[str, _Load] = {}
+        """Request -> its load the worker reported, until vLLM publishes the blocks."""
+        self._outbox: list[LoadOrder] = []
+        self._unloadable: dict[str, list[int]] = {}
+        self._storage_key, _ = rank_storage_keys(0, 1)
+        self.load_errors = 0
+
+    @classmethod
+    def build(
+        cls,
+        pipeline_config: Any,
+        cache: VllmPrefixCache,
+        storage: Storage,
+        host_pool: SharedHostPool,
+        write_through: bool,
+        log: TransitionLog | None,
+    ) -> SchedulerSide:
+        granted = GrantedSlots(pipeline_config.layout, host_pool.device)
+        loads = HandedLoads()
+        engine = EngineCache(lambda _page, _device, _aux: cache, granted, host_pool, loads)
+        pipeline = BufferPipeline(
+            pipeline_config,
+            storage=storage,
+            io=ThreadedIO(pipeline_config.io_workers),
+            engine=engine,
+        )
+        if log is not None:
+            pipeline.instruments.append(log)
+        return cls(pipeline, cache, granted, loads, storage, write_through, log)
+
+    # ------------------------------------------------------------------ vLLM's calls
+
+    def get_num_new_matched_tokens(
+        self, request: Any, num_computed_tokens: int
+    ) -> tuple[int | None, bool]:
+        rid = request.request_id
+        kept = self.requests.get(rid)
+        if kept is None:
+            kept = self.requests[rid] = _Request(request, namespace_of_request(request))
+        pipe = self.pipeline
+        state = pipe.state(rid)
+        if state is None:
+            waiting = pipe.prefetch_pending(rid)  # on a sibling reading this very span
+            if waiting and not pipe.due_retries([rid]):
+                return None, False
+            if kept.attempt_open and not waiting:
+                return 0, False  # this attempt ended with nothing staged: vLLM computes
+            kept.attempt_open = True
+            tokens = list(request.all_token_ids[: request.num_tokens])
+            state = pipe.prefetch_from_storage(rid, tokens, num_computed_tokens, *kept.namespace)
+            if state == "released":
+                return 0, False
+        if pipe.prefetch_pending(rid):
+            return None, False
+        if state in pipe.spec.group("hold"):
+            splice = pipe.staged_splice_tokens(rid, num_computed_tokens)
+            if splice == 0:  # the plan would free it (vLLM computed the span meanwhile)
+                pipe.plan_staged_splice(rid, num_computed_tokens)
+                return 0, False
+            kept.offered = (num_computed_tokens, splice)
+            return splice, True
+        return 0, False
+
+    def update_state_after_alloc(self, request: Any, blocks: Any, num_external_tokens: int) -> None:
+        rid = request.request_id
+        kept = self.requests.get(rid)
+        if kept is None:
+            return
+        kept.attempt_open = False
+        if num_external_tokens == 0:
+            # admitted without the hold (nothing offered, or vLLM kept a local partial block)
+            self.pipeline.release_staged_hold(rid)
+            return
+        assert kept.offered is not None, "vLLM loads only what get_num_new_matched_tokens offered"
+        local, offered = kept.offered
+        kept.offered = None
+        size = self.block_size
+        block_ids: list[int] = blocks.get_block_ids()[0]
+        tail_ids = block_ids[local // size : (local + num_external_tokens) // size]
+        kv, _ = self.pipeline.plan_staged_splice(rid, local)
+        slots = None
+        if kv == num_external_tokens == offered:
+            record = self.pipeline.records[rid]
+            first_page = (local - record.matched_len) // size
+            keys = list(record.span_keys[first_page : first_page + len(tail_ids)])
+            self.granted.grant(block_slots(tail_ids, size))
+            try:
+                slots = self.pipeline.init_load_back(
+                    rid, block_slots(block_ids[: local // size], size)
+                )
+            finally:
+                self.granted.revoke()
+        else:
+            self.pipeline.release_staged_hold(rid)
+        if slots is None or not len(slots):
+            self._unloadable[rid] = tail_ids  # vLLM waits for a load: it fails, vLLM recovers
+            return
+        load = self.loads.claim()
+        self.in_flight[rid] = _Load(load.handle, keys, tail_ids)
+        self._outbox.append(LoadOrder(rid, load.host_slots, tail_ids))
+        kept.saved = max(kept.saved, local + num_external_tokens)
+
+    def build_connector_meta(self, scheduler_output: Any) -> StagefateMetadata:
+        self._ack_published()
+        self.pipeline.poll()
+        meta = StagefateMetadata(self._outbox, self._saves(scheduler_output), self._unloadable)
+        self._outbox, self._unloadable = [], {}
+        return meta
+
+    def update_connector_output(self, connector_output: Any) -> None:
+        failed = set(connector_output.invalid_block_ids or ())
+        for rid in connector_output.finished_recving or ():
+            load = self.in_flight.pop(rid, None)
+            if load is None:
+                continue
+            if failed.intersection(load.block_ids):
+                self.load_errors += 1
+                self.storage.delete(load.keys)  # never offered again: the next query misses
+                load.handle.finish()
+            else:
+                self.landed[rid] = load
+        self._ack_published()
+        self.pipeline.poll()
+
+    def request_finished(self, request: Any) -> None:
+        rid = request.request_id
+        self.pipeline.release_aborted_request(rid)
+        self.requests.pop(rid, None)
+
+    def close(self) -> None:
+        with suppress(Exception):
+            self.pipeline.io.close()
+        if self.log is not None:
+            self.log.close()
+
+    # ------------------------------------------------------------------ helpers
+
+    def _ack_published(self) -> None:
+        """A landed load is acknowledged once vLLM published its blocks in the prefix cache
+        (the splice is then visible to every re-match, as a tree insert is), or its request
+        finished (vLLM frees them unpublished)."""
+        blocks = self.cache.pool.blocks if self.landed else ()
+        for rid, load in list(self.landed.items()):
+            published = all(blocks[b].block_hash is not None for b in load.block_ids)
+            if published or rid not in self.requests:
+                load.handle.finish()
+                del self.landed[rid]
+
+    def _saves(self, scheduler_output: Any) -> list[SaveOrder]:
+        """Every full block a scheduled request computes this step and L3 lacks."""
+        if not self.write_through or self.kv_cache_manager is None:
+            return []
+        orders = []
+        size = self.block_size
+        for rid, scheduled in scheduler_output.num_scheduled_tokens.items():
+            kept = self.requests.get(rid)
+            if kept is None:
+                continue
+            kept.attempt_open = False
+            request = kept.request
+            if not kept.scheduled:
+                kept.scheduled = True
+                kept.saved = max(kept.saved, request.num_computed_tokens)
+            end = min(request.num_computed_tokens + scheduled, len(request.all_token_ids))
+            end -= end % size
+            if end <= kept.saved:
+                continue
+            tokens = list(request.all_token_ids[:end])
+            digests = page_hashes(tokens, size, kept.namespace)
+            first = kept.saved // size
+            block_ids = self.kv_cache_manager.get_block_ids(rid)[0][first : end // size]
+            keys = [self._storage_key(d) for d in digests[first : first + len(block_ids)]]
+            orders.append(SaveOrder(keys, block_ids[: len(keys)]))
+            kept.saved = end
+        return orders

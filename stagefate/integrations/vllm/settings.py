@@ -1,0 +1,96 @@
+"""The connector's settings: ``kv_connector_extra_config``, validated at startup.
+
+Every key is named here; an unknown one is refused with the list of known keys, before anything
+is built (nothing is written to L3 or to ``/dev/shm`` by a refused configuration).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+
+class ConnectorSettings(BaseModel):
+    """What a deployment sets under ``KVTransferConfig(kv_connector_extra_config={...})``."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    storage: str = "file:/tmp/stagefate-l3"
+    """The L3: ``file:PATH`` (shared by every process and instance on the machine),
+    ``mooncake://HOST:PORT`` (shared by instances on several machines), or ``memory`` (one
+    process only: vLLM in-process mode, ``VLLM_ENABLE_V1_MULTIPROCESSING=0``)."""
+    host_tokens: int = Field(default=16384, ge=1)
+    """Slots of the host bounce buffer (a file mapping in ``/dev/shm`` both processes see)."""
+    prefetch_threshold: int = Field(default=1, ge=1)
+    anchor_lock_cap_fraction: float = Field(default=0.5, ge=0.0, le=1.0)
+    retry_interval: int = Field(default=8, ge=0)
+    retry_max_attempts: int = Field(default=12, ge=0)
+    io_workers: int = Field(default=2, ge=1)
+    dedup_inflight: bool = True
+    write_through: bool = True
+    """Store every full block vLLM computes in L3 under stagefate's page keys."""
+    log: str | None = None
+    """Write the transition log here (``stagefate validate`` checks it against the spec)."""
+    shm_dir: str = "/dev/shm"
+    """Where the bounce buffer's file mapping lives."""
+
+    @field_validator("storage")
+    @classmethod
+    def _storage(cls, value: str) -> str:
+        if value == "memory" or value.startswith(("file:", "mooncake://")):
+            return value
+        raise ValueError(
+            f"storage {value!r}: expected 'file:PATH', 'mooncake://HOST:PORT' or 'memory'"
+        )
+
+    @classmethod
+    def parse(cls, extra: dict[str, Any] | None) -> ConnectorSettings:
+        """The settings under ``stagefate.*`` keys of ``kv_connector_extra_config``.
+
+        Keys without the prefix belong to other connectors (MultiConnector shares one dict)."""
+        ours = {
+            key.removeprefix("stagefate."): value
+            for key, value in (extra or {}).items()
+            if key.startswith("stagefate.")
+        }
+        unknown = sorted(set(ours) - set(cls.model_fields))
+        if unknown:
+            known = ", ".join(f"stagefate.{name}" for name in cls.model_fields)
+            raise ValueError(
+                f"kv_connector_extra_config: unknown key(s) "
+                f"{', '.join('stagefate.' + k for k in unknown)}; the StagefateConnector "
+                f"knows {known}"
+            )
+        try:
+            return cls(**ours)
+        except ValidationError as error:
+            problems = "; ".join(
+                f"stagefate.{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors()
+            )
+            raise ValueError(f"kv_connector_extra_config: {problems}") from None
+
+    def check_storage_reachable(self, multiprocess: bool) -> None:
+        """Refuse at startup an L3 the two sides could not share, or cannot reach."""
+        if self.storage == "memory" and multiprocess:
+            raise ValueError(
+                "stagefate.storage='memory' lives in one process, but vLLM runs its scheduler "
+                "and workers in separate ones: use 'file:PATH' (or 'mooncake://HOST:PORT'), "
+                "or run vLLM in-process (VLLM_ENABLE_V1_MULTIPROCESSING=0)"
+            )
+        if self.storage.startswith("file:"):
+            path = Path(self.storage.removeprefix("file:").removeprefix("//"))
+            try:
+                path.mkdir(parents=True, exist_ok=True)
+            except OSError as error:
+                raise ValueError(
+                    f"stagefate.storage={self.storage!r} cannot be created ({error}); give a "
+                    "folder this user can write"
+                ) from None
+            if not os.access(path, os.W_OK):
+                raise ValueError(
+                    f"stagefate.storage={self.storage!r} is not writable; give a folder this "
+                    "user can write"
+                )

@@ -1,0 +1,105 @@
+"""What the scheduler side tells the worker each step, and the loads it hands over.
+
+The pipeline runs on vLLM's scheduler; the KV lives on its worker. An L3 read lands in the
+shared bounce buffer on the scheduler's IO threads; the copy bounce → vLLM's blocks is the
+worker's. :class:`HandedLoads` is the pipeline's copy engine for that copy: its ``h2d`` records
+the copy for the worker and returns a handle that is done when vLLM reports the request's load
+finished (``get_finished`` → ``update_connector_output``), so the spec's ``ack`` fires on the
+worker's word, never before.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorMetadata
+
+from ...runtime.copy import CopyEngine, CopyHandle
+from ...runtime.pools import Indices, SlotPool, as_array
+
+
+@dataclass(frozen=True)
+class LoadOrder:
+    """Copy bounce slots into a request's blocks (``block_size`` slots per block, in order)."""
+
+    request_id: str
+    host_slots: np.ndarray
+    block_ids: list[int]
+
+
+@dataclass(frozen=True)
+class SaveOrder:
+    """Store blocks in L3 under stagefate's page keys (one key per block)."""
+
+    keys: list[str]
+    block_ids: list[int]
+
+
+@dataclass
+class StagefateMetadata(KVConnectorMetadata):
+    loads: list[LoadOrder] = field(default_factory=list)
+    saves: list[SaveOrder] = field(default_factory=list)
+    unloadable: dict[str, list[int]] = field(default_factory=dict)
+    """Requests offered a load the scheduler side could not make after all (the plan or the
+    splice refused it once vLLM had allocated): the worker reports their blocks as load errors
+    and the requests as finished, so vLLM recomputes them (or fails them, by its policy)."""
+
+
+class LoadHandle:
+    """Done once vLLM reported the request's load finished."""
+
+    def __init__(self) -> None:
+        self._done = False
+
+    def finish(self) -> None:
+        self._done = True
+
+    def done(self) -> bool:
+        return self._done
+
+    def wait(self) -> None:
+        if not self._done:
+            raise RuntimeError(
+                "a load handed to vLLM's worker completes when the worker reports it "
+                "(get_finished); it cannot be waited for on the scheduler"
+            )
+
+
+@dataclass(frozen=True)
+class HandedLoad:
+    host_slots: np.ndarray
+    device_slots: np.ndarray
+    handle: LoadHandle
+
+
+class HandedLoads(CopyEngine):
+    """The pipeline's copy engine on vLLM's scheduler: bounce → device copies go to the worker."""
+
+    def __init__(self) -> None:
+        super().__init__(torch.device("cpu"))
+        self._unclaimed: list[HandedLoad] = []
+
+    def h2d(
+        self,
+        src_pool: SlotPool,
+        src_indices: Indices,
+        dst_pool: SlotPool,
+        dst_indices: Indices,
+    ) -> CopyHandle:
+        load = HandedLoad(as_array(src_indices).copy(), as_array(dst_indices).copy(), LoadHandle())
+        if len(load.host_slots) != len(load.device_slots):
+            raise ValueError(
+                f"h2d: {len(load.host_slots)} source slots but {len(load.device_slots)} targets"
+            )
+        self._unclaimed.append(load)
+        return load.handle
+
+    def claim(self) -> HandedLoad:
+        """The load the splice just made (the one ``init_load_back`` queued)."""
+        if len(self._unclaimed) != 1:
+            raise RuntimeError(
+                f"{len(self._unclaimed)} loads wait to be claimed; each splice makes exactly one"
+            )
+        return self._unclaimed.pop()

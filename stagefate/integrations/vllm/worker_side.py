@@ -1,0 +1,76 @@
+"""The connector's worker side: bounce → vLLM's blocks, and vLLM's blocks → L3.
+
+It decides nothing: the scheduler side's metadata says which bounce slots go to which blocks
+and which blocks go to L3 under which keys. A load is made in ``start_load_kv`` and reported in
+the same step's ``get_finished``; one that fails (or that the scheduler side could not make
+after vLLM allocated for it) is reported by ``get_block_ids_with_load_errors`` in that step too,
+as vLLM's contract asks. Saves are made in ``wait_for_save``, after the step's forward wrote
+the blocks.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import torch
+
+from ...runtime.engine import SharedHostPool
+from ...runtime.pools import KVLayout
+from ...runtime.storage import Storage
+from .kv_layout import PagedKV
+from .transfer import StagefateMetadata
+
+logger = logging.getLogger(__name__)
+
+
+class WorkerSide:
+    def __init__(
+        self, layout: KVLayout, block_size: int, storage: Storage, bounce: Path, host_tokens: int
+    ) -> None:
+        self.layout, self.block_size = layout, block_size
+        self.storage, self._bounce = storage, bounce
+        self._host_tokens = host_tokens - host_tokens % block_size
+        self._host: SharedHostPool | None = None
+        self.paged: PagedKV | None = None
+        self._finished: set[str] = set()
+        self._errors: set[int] = set()
+
+    def register_kv_caches(self, kv_caches: dict[str, torch.Tensor]) -> None:
+        self.paged = PagedKV(kv_caches, self.layout, self.block_size)
+
+    def _kv(self) -> PagedKV:
+        if self.paged is None:
+            raise RuntimeError("vLLM did not register its KV caches with the connector")
+        return self.paged
+
+    def _host_pool(self) -> SharedHostPool:
+        """The scheduler's bounce buffer, mapped at the first load (the scheduler side, built
+        after the workers, creates it)."""
+        if self._host is None:
+            self._host = SharedHostPool.attach(self.layout, self._host_tokens, self._bounce)
+        return self._host
+
+    def start_load_kv(self, meta: StagefateMetadata) -> None:
+        for order in meta.loads:
+            try:
+                self._kv().write_from_host(self._host_pool(), order.host_slots, order.block_ids)
+            except Exception:  # reported to vLLM, which recomputes or fails the request
+                logger.exception("stagefate: load of %s failed", order.request_id)
+                self._errors.update(order.block_ids)
+            self._finished.add(order.request_id)
+        for request_id, block_ids in meta.unloadable.items():
+            self._errors.update(block_ids)
+            self._finished.add(request_id)
+
+    def wait_for_save(self, meta: StagefateMetadata) -> None:
+        for order in meta.saves:
+            self.storage.batch_set(order.keys, self._kv().pages(order.block_ids))
+
+    def get_finished(self) -> set[str]:
+        finished, self._finished = self._finished, set()
+        return finished
+
+    def get_block_ids_with_load_errors(self) -> set[int]:
+        errors, self._errors = self._errors, set()
+        return errors

@@ -1,0 +1,227 @@
+"""Runs inside vLLM's environment: a tiny local Llama served by vLLM (in-process engine, dummy
+weights, fixed seed), with and without the StagefateConnector; each action answers one JSON line.
+
+``python -m stagefate.targets.vllm.engine ACTION`` with the arguments as JSON on stdin:
+
+* ``check``: one request served end to end through the connector (the install's last step);
+* ``compare``: a multi-turn workload without the connector and with it, greedy outputs of both,
+  then the same with every page in L3 overwritten by other KV (the loaded KV is used);
+* ``shared``: requests sharing a prefix arriving together: what L3 served and what vLLM loaded;
+* ``abort``: a request aborted while its load is in flight;
+* ``load_failure``: the worker's copy fails once, under vLLM's ``kv_load_failure_policy``.
+
+After every action the books are checked: no live record, no IO in flight, no pin left on any
+vLLM block, and every vLLM block back in the free queue once the prefix cache is reset.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+
+os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+
+BLOCK = 32
+MODEL = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": 128,
+    "intermediate_size": 256,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 32,
+    "vocab_size": 1000,
+    "max_position_embeddings": 4096,
+    "rms_norm_eps": 1e-5,
+    "torch_dtype": "bfloat16",
+    "bos_token_id": 1,
+    "eos_token_id": 2,
+}
+
+
+def model_dir() -> Path:
+    """A folder with only the tiny Llama's config (no weights: ``load_format='dummy'``)."""
+    folder = Path(tempfile.gettempdir()) / "stagefate-tiny-llama"
+    folder.mkdir(exist_ok=True)
+    (folder / "config.json").write_text(json.dumps(MODEL))
+    return folder
+
+
+def build(connector: bool, **extra: Any) -> Any:
+    from vllm import LLM
+    from vllm.config import KVTransferConfig
+
+    options: dict[str, Any] = {}
+    if connector:
+        policy = extra.pop("kv_load_failure_policy", "fail")
+        settings = {"stagefate.storage": "memory", **extra}
+        options["kv_transfer_config"] = KVTransferConfig(
+            kv_connector="StagefateConnector",
+            kv_connector_module_path="stagefate.integrations.vllm",
+            kv_role="kv_both",
+            kv_load_failure_policy=policy,
+            kv_connector_extra_config=settings,
+        )
+    return LLM(
+        model=str(model_dir()),
+        load_format="dummy",
+        skip_tokenizer_init=True,
+        enforce_eager=True,
+        seed=0,
+        block_size=BLOCK,
+        max_model_len=2048,
+        enable_prefix_caching=True,
+        distributed_executor_backend="uni",
+        disable_log_stats=False,
+        **options,
+    )
+
+
+def generate(llm: Any, prompts: list[list[int]], max_tokens: int = 8) -> list[dict[str, Any]]:
+    from vllm import SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    params = SamplingParams(temperature=0, max_tokens=max_tokens, ignore_eos=True, detokenize=False)
+    outputs = llm.generate(
+        [TokensPrompt(prompt_token_ids=p) for p in prompts], params, use_tqdm=False
+    )
+    return [
+        {
+            "tokens": list(out.outputs[0].token_ids),
+            "finish": out.outputs[0].finish_reason,
+            "cached": out.num_cached_tokens,
+        }
+        for out in outputs
+    ]
+
+
+def conversations(count: int, turns: int, seed: int = 0) -> list[list[list[int]]]:
+    """``count`` conversations sharing a system prompt; turn k's prompt is turn k-1's prompt,
+    its answer stand-in and a new message (the answer itself is not known before the run, so a
+    fixed stand-in keeps the prompts the same with and without the connector)."""
+    rng = random.Random(seed)
+    system = [rng.randrange(3, 1000) for _ in range(4 * BLOCK)]
+    chats = []
+    for _ in range(count):
+        prompt = system + [rng.randrange(3, 1000) for _ in range(rng.randrange(40, 200))]
+        chat = [prompt]
+        for _ in range(turns - 1):
+            prompt = prompt + [rng.randrange(3, 1000) for _ in range(rng.randrange(40, 200))]
+            chat.append(prompt)
+        chats.append(chat)
+    return chats
+
+
+def scheduler_connector(llm: Any) -> Any:
+    core = llm.llm_engine.engine_core.engine_core
+    return core.scheduler.connector
+
+
+def books(llm: Any) -> dict[str, Any]:
+    """Where the connector's and vLLM's books stand (after the prefix cache was reset)."""
+    side = scheduler_connector(llm).scheduler
+    pipe = side.pipeline
+    pipe.poll()
+    pool = side.cache.pool
+    llm.reset_prefix_cache()
+    return {
+        "live_records": len(pipe.records),
+        "io_pending": pipe.io.pending(),
+        "pins": len(side.cache.pinned_blocks()),
+        "host_free": pipe.host_pool.available(),
+        "host_total": pipe.host_pool.capacity,
+        "free_blocks": pool.get_num_free_blocks(),
+        "total_blocks": pool.num_gpu_blocks - 1,  # the null block is never free
+        "in_flight": len(side.in_flight),
+        "stats": pipe.stats.model_dump(),
+        "load_errors": side.load_errors,
+    }
+
+
+def run_turns(llm: Any, chats: list[list[list[int]]], reset: bool) -> list[dict[str, Any]]:
+    """Every conversation's turns, turn by turn (all conversations' turn k together); with
+    ``reset`` vLLM's prefix cache is emptied between turns, so a turn's prefix comes from L3."""
+    outputs = []
+    for turn in range(len(chats[0])):
+        outputs += generate(llm, [chat[turn] for chat in chats])
+        if reset:
+            llm.reset_prefix_cache()
+    return outputs
+
+
+def check(_: dict[str, Any]) -> dict[str, Any]:
+    llm = build(True)
+    prompt = conversations(1, 1)[0][0]
+    first = generate(llm, [prompt])
+    llm.reset_prefix_cache()
+    again = generate(llm, [prompt])
+    if first[0]["tokens"] != again[0]["tokens"] or again[0]["cached"] == 0:
+        raise SystemExit(f"the connector did not serve the request: {first} then {again}")
+    return {"tokens": again[0]["tokens"], "cached": again[0]["cached"], "books": books(llm)}
+
+
+def compare(arguments: dict[str, Any]) -> dict[str, Any]:
+    chats = conversations(arguments.get("conversations", 4), arguments.get("turns", 3))
+    plain = run_turns(build(False), chats, reset=True)
+    llm = build(True)
+    served = run_turns(llm, chats, reset=True)
+    served_books = books(llm)
+    storage = scheduler_connector(llm).scheduler.storage
+    pages = storage.snapshot()  # every page in L3 becomes other KV of its shape
+    generator = torch.Generator().manual_seed(1)
+    storage.delete(list(pages))  # L3 is content-addressed: the first write of a key wins
+    storage.batch_set(
+        list(pages),
+        [torch.randn(page.shape, generator=generator).to(page.dtype) for page in pages.values()],
+    )
+    llm.reset_prefix_cache()
+    wrong = run_turns(llm, chats, reset=True)
+    return {
+        "plain": plain,
+        "served": served,
+        "wrong": wrong,
+        "books": served_books,
+        "after": books(llm),
+    }
+
+
+def shared(arguments: dict[str, Any]) -> dict[str, Any]:
+    count = arguments.get("requests", 20)
+    rng = random.Random(2)
+    prefix = [rng.randrange(3, 1000) for _ in range(8 * BLOCK)]
+    prompts = [prefix + [rng.randrange(3, 1000) for _ in range(100)] for _ in range(count)]
+    llm = build(True)
+    generate(llm, prompts[:1])  # the prefix reaches L3 through the first request
+    llm.reset_prefix_cache()
+    before = scheduler_connector(llm).scheduler.pipeline.stats
+    outputs = generate(llm, prompts)
+    after = books(llm)
+    return {
+        "outputs": outputs,
+        "before": before.model_dump(),
+        "books": after,
+        "prefix_tokens": len(prefix),
+    }
+
+
+def main() -> None:
+    actions = {"check": check, "compare": compare, "shared": shared}
+    action = sys.argv[1]
+    if action not in actions:
+        raise SystemExit(f"unknown action {action!r}; one of {sorted(actions)}")
+    arguments = json.loads(sys.stdin.read() or "{}")
+    result = actions[action](arguments)
+    sys.stdout.write("\n" + json.dumps(result) + "\n")
+
+
+if __name__ == "__main__":
+    main()

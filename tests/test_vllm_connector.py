@@ -1,0 +1,217 @@
+"""The vLLM connector: its parts here (no vLLM needed), and in a real vLLM (slow tier).
+
+The real-vLLM tests run the tiny local Llama (dummy weights, seed 0) in vLLM's own environment,
+in-process, through :mod:`stagefate.targets.vllm.engine`; without that environment they skip and
+name `stagefate targets install vllm`.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from stagefate import BufferPipeline, PipelineConfig
+from stagefate.integrations.vllm.kv_layout import PagedKV
+from stagefate.integrations.vllm.settings import ConnectorSettings
+from stagefate.runtime.engine import EngineCache, GrantedSlots, SharedHostPool
+from stagefate.runtime.pools import HostPool, KVLayout, PoolError
+from stagefate.targets.vllm import environment as vllm_env
+
+LAYOUT = KVLayout(layers=2, kv_heads=2, head_dim=4, dtype=torch.bfloat16)
+BLOCK = 4
+
+
+# ---------------------------------------------------------------------- settings
+
+
+def test_unknown_key_is_refused_naming_it_and_the_known_ones() -> None:
+    with pytest.raises(ValueError) as refused:
+        ConnectorSettings.parse({"stagefate.storag": "memory", "other.key": 1})
+    message = str(refused.value)
+    assert "stagefate.storag" in message and "stagefate.storage" in message
+    assert "other.key" not in message  # keys of other connectors are theirs
+
+
+def test_bad_values_are_refused_with_the_key() -> None:
+    with pytest.raises(ValueError, match=r"stagefate\.host_tokens"):
+        ConnectorSettings.parse({"stagefate.host_tokens": 0})
+    with pytest.raises(ValueError, match="expected 'file:PATH'"):
+        ConnectorSettings.parse({"stagefate.storage": "s3://bucket"})
+
+
+def test_memory_storage_across_processes_is_refused_with_the_fix() -> None:
+    settings = ConnectorSettings.parse({"stagefate.storage": "memory"})
+    with pytest.raises(ValueError, match="VLLM_ENABLE_V1_MULTIPROCESSING=0"):
+        settings.check_storage_reachable(multiprocess=True)
+    settings.check_storage_reachable(multiprocess=False)
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes anywhere")
+def test_unwritable_file_storage_is_refused(tmp_path: Path) -> None:
+    tmp_path.chmod(0o500)
+    settings = ConnectorSettings.parse({"stagefate.storage": f"file:{tmp_path}/l3"})
+    with pytest.raises(ValueError, match="cannot be created"):
+        settings.check_storage_reachable(multiprocess=True)
+
+
+def test_unreachable_file_storage_is_refused(tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    settings = ConnectorSettings.parse({"stagefate.storage": f"file:{blocker}/l3"})
+    with pytest.raises(ValueError, match="cannot be created"):
+        settings.check_storage_reachable(multiprocess=True)
+
+
+# ---------------------------------------------------------------------- the KV layout
+
+
+def _caches(kind: str, blocks: int = 6) -> dict[str, torch.Tensor]:
+    heads, dim = LAYOUT.kv_heads, LAYOUT.head_dim
+    shape = (blocks, heads, BLOCK, 2 * dim) if kind == "cpu" else (2, blocks, BLOCK, heads, dim)
+    return {
+        f"model.layers.{i}.self_attn.attn": torch.zeros(shape, dtype=LAYOUT.dtype)
+        for i in reversed(range(LAYOUT.layers))  # vLLM's dict order is not the layer order
+    }
+
+
+@pytest.mark.parametrize("kind", ["cpu", "split"])
+def test_bounce_to_blocks_and_back_is_the_identity(kind: str) -> None:
+    paged = PagedKV(_caches(kind), LAYOUT, BLOCK)
+    host = HostPool(LAYOUT, 16)
+    host.kv.copy_(torch.randn(host.kv.shape).to(LAYOUT.dtype))
+    slots = np.arange(4, 12, dtype=np.int64)  # two blocks' worth
+    paged.write_from_host(host, slots, [5, 2])
+    pages = paged.pages([5, 2])
+    assert torch.equal(pages[0], host.kv[:, :, 4:8])
+    assert torch.equal(pages[1], host.kv[:, :, 8:12])
+    untouched = paged.pages([0, 1, 3, 4])
+    assert all(not page.any() for page in untouched)
+
+
+def test_cpu_layout_keeps_k_then_v_in_the_last_dimension() -> None:
+    caches = _caches("cpu")
+    paged = PagedKV(caches, LAYOUT, BLOCK)
+    host = HostPool(LAYOUT, BLOCK)
+    host.kv[:, 0] = 1  # K
+    host.kv[:, 1] = 2  # V
+    paged.write_from_host(host, np.arange(BLOCK, dtype=np.int64), [3])
+    layer = caches["model.layers.0.self_attn.attn"][3]
+    assert bool((layer[..., : LAYOUT.head_dim] == 1).all())
+    assert bool((layer[..., LAYOUT.head_dim :] == 2).all())
+
+
+def test_a_layout_it_cannot_serve_is_refused_naming_the_shapes() -> None:
+    caches = {"model.layers.0.a": torch.zeros(3, 7), "model.layers.1.a": torch.zeros(3, 7)}
+    with pytest.raises(ValueError, match=r"\(3, 7\).*serves"):
+        PagedKV(caches, LAYOUT, BLOCK)
+    with pytest.raises(ValueError, match="attention layers"):
+        PagedKV({"model.layers.0.a": torch.zeros(3)}, LAYOUT, BLOCK)
+
+
+def test_a_load_needs_a_bounce_slot_per_token() -> None:
+    paged = PagedKV(_caches("cpu"), LAYOUT, BLOCK)
+    with pytest.raises(ValueError, match="needs 8 bounce slots"):
+        paged.write_from_host(HostPool(LAYOUT, 8), np.arange(4, dtype=np.int64), [0, 1])
+
+
+# ---------------------------------------------------------------------- the engine's pools
+
+
+def test_granted_slots_hand_out_exactly_the_grant_and_free_nothing() -> None:
+    pool = GrantedSlots(LAYOUT, torch.device("cpu"))
+    assert pool.available() == 0 and pool.alloc_array(1) is None
+    pool.grant(torch.tensor([8, 9, 10, 11]))
+    assert pool.available() == 4
+    taken = pool.alloc_array(4)
+    assert taken is not None and taken.tolist() == [8, 9, 10, 11]
+    assert pool.available() == 0
+    pool.grant(np.array([0, 1], dtype=np.int64))
+    pool.revoke()
+    assert pool.available() == 0
+    with pytest.raises(PoolError, match="the engine frees its own slots"):
+        pool.free(np.array([8], dtype=np.int64))
+
+
+def test_shared_host_pool_is_one_memory_in_two_mappings(tmp_path: Path) -> None:
+    path = tmp_path / "bounce"
+    owner = SharedHostPool(LAYOUT, 8, path)
+    other = SharedHostPool.attach(LAYOUT, 8, path)
+    owner.kv[1, 0, 3] = 7
+    assert float(other.kv[1, 0, 3, 0, 0]) == 7.0
+    with pytest.raises(ValueError, match="is missing or not"):
+        SharedHostPool.attach(LAYOUT, 16, path)  # another engine's size
+    owner.unlink()
+    assert not path.exists()
+
+
+def test_an_engine_cache_replaces_the_tree_and_pools_whole(tmp_path: Path) -> None:
+    config = PipelineConfig(layers=2, kv_heads=2, head_dim=4, dtype=torch.bfloat16)
+    engine = EngineCache(
+        tree_factory=lambda page, device, aux: pytest.fail("not built"),
+        device_pool=GrantedSlots(LAYOUT, torch.device("cpu")),
+    )
+    with pytest.raises(ValueError, match="not both"):
+        BufferPipeline(config, engine=engine, tree_factory=lambda *a: pytest.fail("no"))
+    windowed = config.model_copy(update={"sliding_window": 4})
+    with pytest.raises(ValueError, match="sliding_window"):
+        BufferPipeline(windowed, engine=engine)
+    other = EngineCache(engine.tree_factory, engine.device_pool, HostPool(LAYOUT, 8))
+    with pytest.raises(ValueError, match="host_tokens=64"):
+        BufferPipeline(config, engine=other)
+
+
+# ---------------------------------------------------------------------- in a real vLLM
+
+needs_vllm = pytest.mark.skipif(
+    not vllm_env.ready(), reason=f"vLLM is not installed here; run `{vllm_env.INSTALL_COMMAND}`"
+)
+
+
+def _closed(books: dict[str, object]) -> None:
+    """The connector's books and vLLM's block pool are back where they started."""
+    assert books["live_records"] == 0 and books["io_pending"] == 0
+    assert books["pins"] == 0 and books["in_flight"] == 0
+    assert books["host_free"] == books["host_total"]
+    assert books["free_blocks"] == books["total_blocks"]
+
+
+@pytest.mark.slow
+@needs_vllm
+def test_multi_turn_outputs_are_identical_and_the_loaded_kv_is_used() -> None:
+    result = vllm_env.run_in_vllm("compare", {"conversations": 4, "turns": 3})
+    plain, served, wrong = result["plain"], result["served"], result["wrong"]
+    assert [o["tokens"] for o in served] == [o["tokens"] for o in plain]
+    loaded = [i for i, o in enumerate(served) if o["cached"] > 0]
+    assert len(loaded) >= len(served) - 1  # every turn but the very first found KV in L3
+    changed = [i for i in loaded if wrong[i]["tokens"] != plain[i]["tokens"]]
+    assert len(changed) >= len(loaded) // 2, "L3 filled with other KV must change the outputs"
+    stats = result["books"]["stats"]
+    assert stats["spliced_tokens"] > 0 and stats["filled"] == stats["staged"]
+    _closed(result["books"])
+    _closed(result["after"])
+
+
+@pytest.mark.slow
+@needs_vllm
+def test_requests_sharing_a_prefix_arriving_together_read_it_once() -> None:
+    result = vllm_env.run_in_vllm("shared", {"requests": 20})
+    before, books = result["before"], result["books"]
+    reads = books["stats"]["l3_reads"] - before["l3_reads"]
+    assert reads == 1, f"the shared prefix was read {reads} times"
+    assert books["stats"]["l3_read_tokens_wasted"] == 0
+    assert books["stats"]["declined_inflight"] - before["declined_inflight"] >= 19
+    prefix = result["prefix_tokens"]
+    assert all(o["cached"] >= prefix for o in result["outputs"])
+    _closed(books)
+
+
+@pytest.mark.slow
+@needs_vllm
+def test_install_check_served_a_request_through_the_connector() -> None:
+    result = vllm_env.run_in_vllm("check")
+    assert result["cached"] > 0
+    _closed(result["books"])
