@@ -215,3 +215,26 @@ def test_install_check_served_a_request_through_the_connector() -> None:
     result = vllm_env.run_in_vllm("check")
     assert result["cached"] > 0
     _closed(result["books"])
+
+
+@pytest.mark.slow
+@needs_vllm
+@pytest.mark.parametrize("policy", ["recompute", "fail"])
+def test_a_failed_load_is_reported_and_never_offered_again(policy: str) -> None:
+    result = vllm_env.run_in_vllm("load_failure", {"policy": policy})
+    plain, failed, again = result["plain"][0], result["failed"][0], result["again"][0]
+    if policy == "recompute":
+        assert failed["tokens"] == plain["tokens"] and failed["finish"] == "length"
+    else:
+        assert failed["finish"] == "error"
+    assert result["books"]["load_errors"] == 1
+    assert again["tokens"] == plain["tokens"] and again["cached"] == 0  # its pages left L3
+    _closed(result["books"])
+
+
+@pytest.mark.slow
+@needs_vllm
+def test_an_abort_while_the_load_is_in_flight_leaks_nothing() -> None:
+    result = vllm_env.run_in_vllm("abort")
+    assert result["states"][-1] == "consumed"
+    _closed(result["books"])

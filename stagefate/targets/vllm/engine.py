@@ -21,6 +21,7 @@ import os
 import random
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -213,8 +214,74 @@ def shared(arguments: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def load_failure(arguments: dict[str, Any]) -> dict[str, Any]:
+    """The worker's first copy into vLLM's blocks fails; vLLM applies its policy."""
+    from stagefate.integrations.vllm import kv_layout
+
+    policy = arguments["policy"]
+    prompt = conversations(1, 1)[0][0]
+    plain = generate(build(False), [prompt])
+    llm = build(True, kv_load_failure_policy=policy)
+    generate(llm, [prompt])  # computed, and written through to L3
+    llm.reset_prefix_cache()
+    real = kv_layout.PagedKV.write_from_host
+    failures = []
+
+    def failing(self: Any, *args: Any) -> None:
+        if not failures:
+            failures.append(1)
+            raise OSError("injected: the copy into vLLM's blocks failed")
+        real(self, *args)
+
+    kv_layout.PagedKV.write_from_host = failing  # type: ignore[method-assign]
+    try:
+        failed = generate(llm, [prompt])
+    finally:
+        kv_layout.PagedKV.write_from_host = real  # type: ignore[method-assign]
+    llm.reset_prefix_cache()
+    again = generate(llm, [prompt])  # the failed pages are gone from L3: not offered again
+    return {"plain": plain, "failed": failed, "again": again, "books": books(llm)}
+
+
+def abort(_: dict[str, Any]) -> dict[str, Any]:
+    """A request aborted while its load is in flight: spliced into the blocks vLLM allocated,
+    its copy handed to the worker, its ``ack`` not fired (vLLM still waits for the KV)."""
+    from vllm import SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    prompt = conversations(1, 1)[0][0]
+    llm = build(True)
+    generate(llm, [prompt])
+    llm.reset_prefix_cache()
+    engine, side = llm.llm_engine, scheduler_connector(llm).scheduler
+    params = SamplingParams(temperature=0, max_tokens=8, ignore_eos=True, detokenize=False)
+    engine.add_request("doomed", TokensPrompt(prompt_token_ids=prompt), params)
+    seen: list[str | None] = []
+    deadline = time.monotonic() + 30  # the L3 read runs on the IO threads meanwhile
+    while time.monotonic() < deadline:  # vLLM suffixes the id it is given: its own is "doomed-…"
+        engine.step()
+        ours = [rid for rid in side.pipeline.records if rid.startswith("doomed")]
+        seen.append(side.pipeline.state(ours[0]) if ours else None)
+        if seen[-1] == "consumed":  # spliced: the copy is the worker's, the ack not yet fired
+            break
+    else:
+        raise SystemExit(f"the load never went in flight: states {sorted(set(map(str, seen)))}")
+    engine.abort_request(["doomed"])
+    while time.monotonic() < deadline:
+        if not engine.has_unfinished_requests() and not side.landed and not side.in_flight:
+            break
+        engine.step()
+    return {"states": list(dict.fromkeys(seen)), "books": books(llm)}
+
+
 def main() -> None:
-    actions = {"check": check, "compare": compare, "shared": shared}
+    actions = {
+        "check": check,
+        "compare": compare,
+        "shared": shared,
+        "load_failure": load_failure,
+        "abort": abort,
+    }
     action = sys.argv[1]
     if action not in actions:
         raise SystemExit(f"unknown action {action!r}; one of {sorted(actions)}")
