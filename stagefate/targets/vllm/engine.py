@@ -225,7 +225,7 @@ def load_failure(arguments: dict[str, Any]) -> dict[str, Any]:
     generate(llm, [prompt])  # computed, and written through to L3
     llm.reset_prefix_cache()
     real = kv_layout.PagedKV.write_from_host
-    failures = []
+    failures: list[int] = []
 
     def failing(self: Any, *args: Any) -> None:
         if not failures:
@@ -233,11 +233,11 @@ def load_failure(arguments: dict[str, Any]) -> dict[str, Any]:
             raise OSError("injected: the copy into vLLM's blocks failed")
         real(self, *args)
 
-    kv_layout.PagedKV.write_from_host = failing  # type: ignore[method-assign]
+    kv_layout.PagedKV.write_from_host = failing  # type: ignore[method-assign,assignment]
     try:
         failed = generate(llm, [prompt])
     finally:
-        kv_layout.PagedKV.write_from_host = real  # type: ignore[method-assign]
+        kv_layout.PagedKV.write_from_host = real  # type: ignore[method-assign,assignment]
     llm.reset_prefix_cache()
     again = generate(llm, [prompt])  # the failed pages are gone from L3: not offered again
     return {"plain": plain, "failed": failed, "again": again, "books": books(llm)}
