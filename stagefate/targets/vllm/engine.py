@@ -237,7 +237,7 @@ def load_failure(arguments: dict[str, Any]) -> dict[str, Any]:
     try:
         failed = generate(llm, [prompt])
     finally:
-        kv_layout.PagedKV.write_from_host = real  # type: ignore[method-assign,assignment]
+        kv_layout.PagedKV.write_from_host = real  # type: ignore[method-assign]
     llm.reset_prefix_cache()
     again = generate(llm, [prompt])  # the failed pages are gone from L3: not offered again
     return {"plain": plain, "failed": failed, "again": again, "books": books(llm)}
