@@ -163,3 +163,16 @@ def test_the_walk_sees_a_planted_cycle() -> None:
         "stagefate.c": {"stagefate.a"},
     }
     assert _cycle(graph) == ["stagefate.a", "stagefate.b", "stagefate.c", "stagefate.a"]
+
+
+def test_only_an_engines_own_target_imports_its_integration() -> None:
+    """``stagefate.integrations.vllm`` imports vLLM: only vLLM's target (which runs in vLLM's
+    environment) and the integration itself may import it, never the face or the core."""
+    offenders = {
+        module
+        for module, targets in import_graph().items()
+        for target in targets
+        if target.startswith("stagefate.integrations")
+        and not module.startswith(("stagefate.integrations", "stagefate.targets.vllm"))
+    }
+    assert offenders == set(), f"these import an engine integration: {sorted(offenders)}"
