@@ -11,6 +11,7 @@ refused by whichever starts first, before anything is written.
 
 from __future__ import annotations
 
+import atexit
 from pathlib import Path
 from typing import Any
 
@@ -206,5 +207,6 @@ def _scheduler_side(
     hash_function = get_hash_fn_by_name(vllm_config.cache_config.prefix_caching_hash_algo)
     cache = VllmPrefixCache(block_size, hash_function)
     host = SharedHostPool(layout, config.host_tokens, bounce)
+    atexit.register(host.unlink)  # vLLM may exit without shutdown(): /dev/shm keeps nothing
     log = None if settings.log is None else TransitionLog.open(settings.log)
     return SchedulerSide.build(config, cache, storage, host, settings.write_through, log)
