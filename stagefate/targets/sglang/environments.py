@@ -178,12 +178,17 @@ class InstallFailed(RuntimeError):
 def install(version: str, say: Callable[[str], None]) -> Path:
     """Build the environment of ``version`` (see the module's docstring); returns its path."""
     release(version)
-    final = environment(version)
+    return build_whole(environment(version), lambda partial: _build(version, partial, say))
+
+
+def build_whole(final: Path, build: Callable[[Path], None]) -> Path:
+    """Build an environment in ``FINAL.partial`` and rename it ``final`` only once ``build``
+    returned: an interrupted or failed build leaves nothing behind (any target's install)."""
     partial = final.with_name(final.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
     partial.parent.mkdir(parents=True, exist_ok=True)
     try:
-        _build(version, partial, say)
+        build(partial)
     except BaseException:
         shutil.rmtree(partial, ignore_errors=True)  # nothing half-installed stays behind
         raise

