@@ -43,6 +43,13 @@ def test_bad_values_are_refused_with_the_key() -> None:
         ConnectorSettings.parse({"stagefate.storage": "s3://bucket"})
 
 
+def test_a_bounce_buffer_below_one_block_is_refused() -> None:
+    settings = ConnectorSettings.parse({"stagefate.host_tokens": 31})
+    with pytest.raises(ValueError, match=r"stagefate\.host_tokens=31 holds no whole block"):
+        settings.host_slots(32)
+    assert ConnectorSettings.parse({"stagefate.host_tokens": 70}).host_slots(32) == 64
+
+
 def test_memory_storage_across_processes_is_refused_with_the_fix() -> None:
     settings = ConnectorSettings.parse({"stagefate.storage": "memory"})
     with pytest.raises(ValueError, match="VLLM_ENABLE_V1_MULTIPROCESSING=0"):

@@ -48,7 +48,6 @@ class StagefateConnector(KVConnectorBase_V1):
         engine_id = str(transfer.engine_id)
         storage = _open_storage(settings, engine_id, layout, block_size)
         bounce = Path(settings.shm_dir) / f"stagefate-{engine_id}.bounce"
-        self.settings = settings
         self.scheduler: SchedulerSide | None = None
         self.worker: WorkerSide | None = None
         self._bounce = bounce
@@ -57,7 +56,9 @@ class StagefateConnector(KVConnectorBase_V1):
                 vllm_config, kv_cache_config, settings, layout, block_size, storage, bounce
             )
         else:
-            self.worker = WorkerSide(layout, block_size, storage, bounce, settings.host_tokens)
+            self.worker = WorkerSide(
+                layout, block_size, storage, bounce, settings.host_slots(block_size)
+            )
 
     # ------------------------------------------------------------------ scheduler side
 
@@ -191,7 +192,7 @@ def _scheduler_side(
         head_dim=layout.head_dim,
         dtype=layout.dtype,
         device_tokens=kv_cache_config.num_blocks * block_size,
-        host_tokens=settings.host_tokens - settings.host_tokens % block_size,
+        host_tokens=settings.host_slots(block_size),
         device="cpu",
         io="threaded",
         io_workers=settings.io_workers,

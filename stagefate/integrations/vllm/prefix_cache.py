@@ -24,6 +24,7 @@ scheduler reads, at every decision.
 from __future__ import annotations
 
 import json
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -37,6 +38,8 @@ from ...runtime.hashing import Namespace, namespace_of
 from ...runtime.tokens import TOKEN_BYTES, TokenKey, Tokens
 
 _NO_SLOTS = torch.zeros(0, dtype=torch.int64)
+_REMEMBERED = 1024
+"""Hash chains kept (LRU): a few per live request."""
 
 
 def lora_extra_key(name: str, path: str) -> str:
@@ -118,6 +121,7 @@ class VllmPrefixCache:
         self._hash = hash_function
         self._pool: BlockPool | None = None
         self._group = 0
+        self._chains: OrderedDict[tuple[bytes, Namespace], tuple[bytes, ...]] = OrderedDict()
         self._pins: dict[int, int] = {}
         """Block id -> references the pipeline holds on it (every one is given back)."""
 
@@ -133,9 +137,23 @@ class VllmPrefixCache:
             )
         return self._pool
 
-    def block_hashes(self, tokens: Tokens, namespace: Namespace) -> list[bytes]:
-        """vLLM's chained hashes of every full block of ``tokens`` under ``namespace``."""
+    def block_hashes(self, tokens: Tokens, namespace: Namespace) -> tuple[bytes, ...]:
+        """vLLM's chained hashes of every full block of ``tokens`` under ``namespace``.
+
+        Every firing re-matches (the lock, the commit, the plan, the splice), mostly on the
+        same prefixes: the chains of the last :data:`_REMEMBERED` are kept."""
         data = TokenKey.of(tokens).data
+        key = (data, namespace)
+        found = self._chains.get(key)
+        if found is None:
+            found = self._chains[key] = self._chain(data, namespace)
+            if len(self._chains) > _REMEMBERED:
+                self._chains.popitem(last=False)
+        else:
+            self._chains.move_to_end(key)
+        return found
+
+    def _chain(self, data: bytes, namespace: Namespace) -> tuple[bytes, ...]:
         size = self.page_size
         count = len(data) // (TOKEN_BYTES * size)
         ids = torch.frombuffer(bytearray(data[: count * size * TOKEN_BYTES]), dtype=torch.int64)
@@ -147,7 +165,7 @@ class VllmPrefixCache:
                 self._hash, parent, row, _extra_keys(namespace, index == 0)
             )
             hashes.append(parent)
-        return hashes
+        return tuple(hashes)
 
     # ------------------------------------------------------------------ what the pipeline reads
 

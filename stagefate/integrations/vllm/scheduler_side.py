@@ -24,7 +24,6 @@ Which vLLM call does what in the lifecycle (docs/vllm.md draws it):
 
 from __future__ import annotations
 
-from contextlib import suppress
 from dataclasses import dataclass
 from typing import Any
 
@@ -76,6 +75,7 @@ class SchedulerSide:
         self.pipeline, self.cache, self.granted, self.loads = pipeline, cache, granted, loads
         self.storage, self.write_through, self.log = storage, write_through, log
         self.block_size = cache.page_size
+        self._hold = pipeline.spec.group("hold")
         self.requests: dict[str, _Request] = {}
         self.kv_cache_manager: Any = None
         self.in_flight: dict[str, _Load] = {}
@@ -130,11 +130,9 @@ class SchedulerSide:
             kept.attempt_open = True
             tokens = list(request.all_token_ids[: request.num_tokens])
             state = pipe.prefetch_from_storage(rid, tokens, num_computed_tokens, *kept.namespace)
-            if state == "released":
-                return 0, False
         if pipe.prefetch_pending(rid):
             return None, False
-        if state in pipe.spec.group("hold"):
+        if state in self._hold:
             splice = pipe.staged_splice_tokens(rid, num_computed_tokens)
             if splice == 0:  # the plan would free it (vLLM computed the span meanwhile)
                 pipe.plan_staged_splice(rid, num_computed_tokens)
@@ -210,8 +208,7 @@ class SchedulerSide:
         self.requests.pop(rid, None)
 
     def close(self) -> None:
-        with suppress(Exception):
-            self.pipeline.io.close()
+        self.pipeline.io.close()
         if self.log is not None:
             self.log.close()
 

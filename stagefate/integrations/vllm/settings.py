@@ -37,6 +37,17 @@ class ConnectorSettings(BaseModel):
     shm_dir: str = "/dev/shm"
     """Where the bounce buffer's file mapping lives."""
 
+    def host_slots(self, block_size: int) -> int:
+        """The bounce buffer's slots: ``host_tokens`` rounded down to whole blocks (the
+        scheduler side creates it this size, the worker maps it this size)."""
+        slots = self.host_tokens - self.host_tokens % block_size
+        if not slots:
+            raise ValueError(
+                f"stagefate.host_tokens={self.host_tokens} holds no whole block of "
+                f"{block_size} tokens: give at least {block_size}"
+            )
+        return slots
+
     @field_validator("storage")
     @classmethod
     def _storage(cls, value: str) -> str:

@@ -26,11 +26,11 @@ logger = logging.getLogger(__name__)
 
 class WorkerSide:
     def __init__(
-        self, layout: KVLayout, block_size: int, storage: Storage, bounce: Path, host_tokens: int
+        self, layout: KVLayout, block_size: int, storage: Storage, bounce: Path, host_slots: int
     ) -> None:
         self.layout, self.block_size = layout, block_size
         self.storage, self._bounce = storage, bounce
-        self._host_tokens = host_tokens - host_tokens % block_size
+        self._host_slots = host_slots
         self._host: SharedHostPool | None = None
         self.paged: PagedKV | None = None
         self._finished: set[str] = set()
@@ -48,7 +48,7 @@ class WorkerSide:
         """The scheduler's bounce buffer, mapped at the first load (the scheduler side, built
         after the workers, creates it)."""
         if self._host is None:
-            self._host = SharedHostPool.attach(self.layout, self._host_tokens, self._bounce)
+            self._host = SharedHostPool.attach(self.layout, self._host_slots, self._bounce)
         return self._host
 
     def start_load_kv(self, meta: StagefateMetadata) -> None:
