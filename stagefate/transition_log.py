@@ -45,8 +45,10 @@ class TransitionLog:
         observer that writes them sets it)."""
 
     @classmethod
-    def open(cls, path: Path | str) -> TransitionLog:
-        return cls(Path(path).open("w", encoding="utf-8"))
+    def open(cls, path: Path | str, line_buffered: bool = False) -> TransitionLog:
+        """``line_buffered``: every line reaches the file as it is written (a process stopped
+        by a signal, as a server is, loses none)."""
+        return cls(Path(path).open("w", encoding="utf-8", buffering=1 if line_buffered else -1))
 
     def __call__(self, event: TransitionEvent) -> None:
         o = event.outcome

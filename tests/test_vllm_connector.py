@@ -245,3 +245,21 @@ def test_an_abort_while_the_load_is_in_flight_leaks_nothing() -> None:
     result = vllm_env.run_in_vllm("abort")
     assert result["states"][-1] == "consumed"
     _closed(result["books"])
+
+
+@pytest.mark.slow
+@needs_vllm
+def test_over_the_openai_server_a_conversation_gets_the_same_tokens_and_a_valid_log() -> None:
+    """vLLM's server runs its engine in a process of its own: L3 in files, the bounce buffer in
+    /dev/shm, the transition log written there and checked here against the spec."""
+    from stagefate.spec import load_spec
+    from stagefate.transition_log import validate_log
+
+    result = vllm_env.run_in_vllm("server", {"conversations": 2, "turns": 3})
+    served, plain = result["served"], result["plain"]
+    assert [o["tokens"] for o in served] == [o["tokens"] for o in plain]
+    assert sum(o["cached"] > 0 for o in served) >= len(served) - 1  # turns after the first
+    log = Path(result["log"])
+    summary = validate_log(log.read_text().splitlines(), load_spec())
+    assert summary.violation is None, summary.violation
+    assert summary.ended.get("filled", 0) >= len(served) - 2 and not summary.live

@@ -209,5 +209,5 @@ def _scheduler_side(
     cache = VllmPrefixCache(block_size, hash_function)
     host = SharedHostPool(layout, config.host_tokens, bounce)
     atexit.register(host.unlink)  # vLLM may exit without shutdown(): /dev/shm keeps nothing
-    log = None if settings.log is None else TransitionLog.open(settings.log)
+    log = None if settings.log is None else TransitionLog.open(settings.log, line_buffered=True)
     return SchedulerSide.build(config, cache, storage, host, settings.write_through, log)

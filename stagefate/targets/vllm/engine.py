@@ -274,8 +274,95 @@ def abort(_: dict[str, Any]) -> dict[str, Any]:
     return {"states": list(dict.fromkeys(seen)), "books": books(llm)}
 
 
+def server(arguments: dict[str, Any]) -> dict[str, Any]:
+    """vLLM's OpenAI server (its engine in a process of its own, so L3 in files and the bounce
+    buffer in ``/dev/shm``) with the connector: each conversation's turns sent as a client
+    would, the prefix cache reset between turns; then the same prompts without the connector."""
+    import socket
+    import subprocess
+    import urllib.request
+
+    chats = conversations(arguments.get("conversations", 2), arguments.get("turns", 3))
+    work = Path(tempfile.mkdtemp(prefix="stagefate-vllm-server-"))
+    log = work / "transitions.jsonl"
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    transfer = {
+        "kv_connector": "StagefateConnector",
+        "kv_connector_module_path": "stagefate.integrations.vllm",
+        "kv_role": "kv_both",
+        "kv_connector_extra_config": {
+            "stagefate.storage": f"file:{work / 'l3'}",
+            "stagefate.log": str(log),
+        },
+    }
+    command = [
+        sys.executable, "-m", "vllm.entrypoints.openai.api_server",
+        "--model", str(model_dir()), "--load-format", "dummy", "--skip-tokenizer-init",
+        "--enforce-eager", "--seed", "0", "--block-size", str(BLOCK), "--max-model-len", "2048",
+        "--enable-prefix-caching", "--enable-prompt-tokens-details",
+        "--host", "127.0.0.1", "--port", str(port),
+        "--kv-transfer-config", json.dumps(transfer),
+    ]  # fmt: skip
+    environment = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "1", "VLLM_SERVER_DEV_MODE": "1"}
+    base = f"http://127.0.0.1:{port}"
+
+    def post(path: str, body: dict[str, Any] | None = None) -> Any:
+        data = json.dumps(body or {}).encode()
+        request = urllib.request.Request(
+            base + path, data=data, headers={"Content-Type": "application/json"}
+        )
+        with urllib.request.urlopen(request, timeout=120) as answer:
+            text = answer.read()
+        return json.loads(text) if text.strip() else None
+
+    output = (work / "server.log").open("w")
+    process = subprocess.Popen(command, env=environment, stdout=output, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            try:
+                with urllib.request.urlopen(base + "/health", timeout=5):
+                    break
+            except OSError:
+                if process.poll() is not None or time.monotonic() > deadline:
+                    tail = (work / "server.log").read_text()[-4000:]
+                    raise SystemExit(f"vLLM's server did not come up:\n{tail}") from None
+                time.sleep(1)
+        served = []
+        for turn in range(len(chats[0])):
+            for chat in chats:
+                answer = post(
+                    "/v1/completions",
+                    {
+                        "model": str(model_dir()),
+                        "prompt": chat[turn],
+                        "max_tokens": 8,
+                        "temperature": 0,
+                        "ignore_eos": True,
+                        "return_token_ids": True,
+                    },
+                )
+                choice = answer["choices"][0]
+                served.append({"tokens": choice["token_ids"], "cached": _cached(answer)})
+            post("/reset_prefix_cache")
+    finally:
+        process.terminate()
+        process.wait(timeout=60)
+        output.close()
+    plain = run_turns(build(False), chats, reset=True)
+    return {"served": served, "plain": plain, "log": str(log)}
+
+
+def _cached(answer: dict[str, Any]) -> int:
+    details = (answer.get("usage") or {}).get("prompt_tokens_details") or {}
+    return int(details.get("cached_tokens") or 0)
+
+
 def main() -> None:
     actions = {
+        "server": server,
         "check": check,
         "compare": compare,
         "shared": shared,
