@@ -128,7 +128,11 @@ class SchedulerSide:
             if kept.attempt_open and not waiting:
                 return 0, False  # this attempt ended with nothing staged: vLLM computes
             kept.attempt_open = True
-            tokens = list(request.all_token_ids[: request.num_tokens])
+            # vLLM's local hit stops a token short of the prompt (it computes at least the
+            # last one), so the span stops there too: the plan then compares like with like
+            # (a span ending a block later would find the live match one block past the
+            # local hit vLLM planned from, and drop a splice vLLM already allocated for)
+            tokens = list(request.all_token_ids[: request.num_tokens - 1])
             state = pipe.prefetch_from_storage(rid, tokens, num_computed_tokens, *kept.namespace)
         if pipe.prefetch_pending(rid):
             return None, False
