@@ -263,3 +263,45 @@ def test_over_the_openai_server_a_conversation_gets_the_same_tokens_and_a_valid_
     summary = validate_log(log.read_text().splitlines(), load_spec())
     assert summary.violation is None, summary.violation
     assert summary.ended.get("filled", 0) >= len(served) - 2 and not summary.live
+    # stagefate's metrics, served from vLLM's engine process: every filled record read L3
+    reads = [line for line in result["metrics"] if line.startswith("stagefate:l3_reads_total")]
+    assert reads and float(reads[0].rsplit(" ", 1)[1]) >= summary.ended["filled"] > 0
+
+
+# ---------------------------------------------------------------------- the workloads
+
+
+def test_a_scaled_trace_request_keeps_shared_blocks_shared_and_fits_the_context() -> None:
+    from stagefate.sim.trace import TraceRequest
+    from stagefate.targets.vllm.workloads import MAX_PROMPT, in_batches, scaled_prompt
+
+    first = TraceRequest(0, 0.0, input_length=1000, output_length=1, hash_ids=(7, 8))
+    second = TraceRequest(1, 1.0, input_length=600, output_length=1, hash_ids=(7, 9))
+    a, b = scaled_prompt(first), scaled_prompt(second)
+    assert len(a) == 63 and len(b) == 38  # 1000 / 16 and 600 / 16, rounded up
+    assert a[:32] == b[:32] and a[32:38] != b[32:38]  # hash id 7 is one block, 8 and 9 differ
+    long = TraceRequest(2, 2.0, input_length=10**6, output_length=1, hash_ids=tuple(range(2000)))
+    assert len(scaled_prompt(long)) == MAX_PROMPT
+    assert in_batches([a, b, a], 2) == [[a, b], [a]]
+
+
+def test_conversation_turns_extend_the_last_and_share_the_system_prompt() -> None:
+    from stagefate.targets.vllm.workloads import BLOCK, conversations
+
+    chats = conversations(3, 3)
+    assert all(chat[k + 1][: len(chat[k])] == chat[k] for chat in chats for k in range(2))
+    assert chats[0][0][: 4 * BLOCK] == chats[1][0][: 4 * BLOCK] == chats[2][0][: 4 * BLOCK]
+    assert conversations(3, 3) == chats  # seeded
+
+
+@pytest.mark.slow
+@needs_vllm
+def test_a_prefix_vllm_computes_while_its_read_is_in_flight_is_declined() -> None:
+    result = vllm_env.run_in_vllm("computed_meanwhile")
+    assert result["states"][-2:] == ["staged", None]  # the read landed, then the plan ended it
+    assert result["outputs"] == {"loader": result["plain"], "computer": result["plain"]}
+    before, stats = result["before"], result["books"]["stats"]
+    assert stats["device_covered"] - before["device_covered"] == 1  # declined at the plan
+    assert stats["l3_read_tokens_wasted"] - before["l3_read_tokens_wasted"] > 0  # and said so
+    assert stats["spliced_tokens"] == before["spliced_tokens"]
+    _closed(result["books"])

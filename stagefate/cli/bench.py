@@ -11,7 +11,9 @@ from typing import Any
 from ..bench.report import Section
 from .common import console
 
-BENCHES = ("dispatch", "tree", "copy", "lifecycle", "replay", "storage", "tp")
+BENCHES = ("dispatch", "tree", "copy", "lifecycle", "replay", "storage", "tp", "vllm")
+NEEDS_INSTALL = ("vllm",)
+"""Benchmarks of a target installed on demand: run when named, not by ``all``."""
 
 
 def add_parser(sub: Any) -> None:
@@ -19,6 +21,12 @@ def add_parser(sub: Any) -> None:
     bench.add_argument("which", nargs="?", default="all", choices=["all", *BENCHES])
     bench.add_argument("--report", default="docs/benchmarks.md", help="report file")
     bench.add_argument("--trace", help="trace for the replay bench (default: the embedded slice)")
+    bench.add_argument(
+        "--limit",
+        type=int,
+        default=300,
+        help="vllm: requests of the embedded slice sent to vLLM (default 300)",
+    )
     bench.add_argument(
         "--device",
         choices=["auto", "cpu", "cuda"],
@@ -35,11 +43,11 @@ def add_parser(sub: Any) -> None:
 
 
 def _runners(
-    trace: str | None = None, device: str = "auto", peer: str | None = None
+    trace: str | None = None, device: str = "auto", peer: str | None = None, limit: int = 300
 ) -> dict[str, Callable[[], list[Section]]]:
     import torch
 
-    from ..bench import copy, dispatch, lifecycle, replay, storage, tensor_parallel, tree
+    from ..bench import copy, dispatch, lifecycle, replay, storage, tensor_parallel, tree, vllm
 
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -54,6 +62,7 @@ def _runners(
         "replay": lambda: [replay.run(trace)],
         "storage": lambda: [storage.run()],
         "tp": lambda: [tensor_parallel.run()],
+        "vllm": lambda: [vllm.run(limit)],
     }
 
 
@@ -64,9 +73,15 @@ def run(args: argparse.Namespace) -> int:
 
     if args.device == "cuda" and not torch.cuda.is_available():
         raise ValueError("--device cuda: torch sees no GPU here; use --device cpu or auto")
-    runners = _runners(args.trace, args.device, args.peer)
+    if args.limit < 1:
+        raise ValueError(f"--limit must be at least 1, got {args.limit}")
+    runners = _runners(args.trace, args.device, args.peer, args.limit)
     assert set(runners) == set(BENCHES)
-    names = list(runners) if args.which == "all" else [args.which]
+    names = (
+        [name for name in runners if name not in NEEDS_INSTALL]
+        if args.which == "all"
+        else [args.which]
+    )
     for name in names:
         console.print(f"running bench {name} …")
         for section in runners[name]():

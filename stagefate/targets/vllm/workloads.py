@@ -1,0 +1,54 @@
+"""Prompts for the tiny model: multi-turn conversations, and a Mooncake trace scaled to it.
+
+Pure Python (no vLLM): the tests and the benchmark build the prompts here and send them to
+vLLM's environment as JSON.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+
+from ...sim.trace import TraceRequest
+
+BLOCK = 32
+"""vLLM's block size for the tiny model (the CPU backend wants a multiple of 32)."""
+VOCAB = 1000
+SCALE = 16
+"""A Mooncake block (512 tokens) becomes one vLLM block (32 tokens): lengths are divided by 16."""
+MAX_PROMPT = 60 * BLOCK
+"""Prompts are cut to 60 blocks (1,920 tokens), inside the tiny model's 2,048-token context."""
+
+
+def conversations(count: int, turns: int, seed: int = 0) -> list[list[list[int]]]:
+    """``count`` conversations sharing a 4-block system prompt; turn k's prompt is turn k-1's,
+    then a stand-in for its answer and a new message (40-199 tokens each: a fixed stand-in
+    keeps the prompts the same whatever the model answers)."""
+    rng = random.Random(seed)
+    system = [rng.randrange(3, VOCAB) for _ in range(4 * BLOCK)]
+    chats = []
+    for _ in range(count):
+        prompt = system + [rng.randrange(3, VOCAB) for _ in range(rng.randrange(40, 200))]
+        chat = [prompt]
+        for _ in range(turns - 1):
+            prompt = prompt + [rng.randrange(3, VOCAB) for _ in range(rng.randrange(40, 200))]
+            chat.append(prompt)
+        chats.append(chat)
+    return chats
+
+
+def scaled_prompt(request: TraceRequest) -> list[int]:
+    """A trace request's prompt for the tiny model: each hash id's block is 32 tokens drawn
+    from a generator seeded by the id (so equal ids are equal prefixes), the length divided by
+    :data:`SCALE` (rounded up) and cut to :data:`MAX_PROMPT`."""
+    tokens: list[int] = []
+    for hash_id in request.hash_ids:
+        rng = random.Random(hash_id)
+        tokens += [rng.randrange(3, VOCAB) for _ in range(BLOCK)]
+    length = min(-(-request.input_length // SCALE), MAX_PROMPT)
+    return tokens[:length]
+
+
+def in_batches(prompts: Sequence[list[int]], size: int) -> list[list[list[int]]]:
+    """Arrival order in groups of ``size``: each group arrives together (one ``generate``)."""
+    return [list(prompts[start : start + size]) for start in range(0, len(prompts), size)]
