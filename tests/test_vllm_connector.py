@@ -305,3 +305,22 @@ def test_a_prefix_vllm_computes_while_its_read_is_in_flight_is_declined() -> Non
     assert stats["l3_read_tokens_wasted"] - before["l3_read_tokens_wasted"] > 0  # and said so
     assert stats["spliced_tokens"] == before["spliced_tokens"]
     _closed(result["books"])
+
+
+@pytest.mark.slow
+@needs_vllm
+def test_two_vllm_instances_share_one_l3(tmp_path: Path) -> None:
+    """Instance one computes and writes through; instance two, another process over the same
+    L3 (files), serves the same prompts from it with the same tokens."""
+    from stagefate.targets.vllm.workloads import conversations
+
+    prompts = [chat[0] for chat in conversations(3, 1, seed=5)]
+    shared = {"storage": f"file:{tmp_path / 'l3'}", "prompts": prompts}
+    first = vllm_env.run_in_vllm("instance", shared)
+    second = vllm_env.run_in_vllm("instance", shared)
+    assert [o["tokens"] for o in second["outputs"]] == [o["tokens"] for o in first["outputs"]]
+    assert all(o["cached"] == 0 for o in first["outputs"][:1])
+    assert all(o["cached"] > 0 for o in second["outputs"])
+    assert second["books"]["stats"]["filled"] == len(prompts)
+    _closed(first["books"])
+    _closed(second["books"])

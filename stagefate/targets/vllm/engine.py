@@ -412,6 +412,14 @@ def computed_meanwhile(_: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def instance(arguments: dict[str, Any]) -> dict[str, Any]:
+    """One vLLM instance (a process of its own) serving ``prompts`` over the L3 at
+    ``storage``: run twice over one L3, the second serves what the first computed."""
+    llm = build(settings={"stagefate.storage": arguments["storage"]})
+    outputs = generate(llm, arguments["prompts"])
+    return {"outputs": outputs, "books": books(llm)}
+
+
 class LoadWatch:
     """What any connector has vLLM load, watched on the scheduler side by vLLM's own calls:
     blocks loaded (by their vLLM block hash), and those loaded again within one batch of
@@ -487,6 +495,7 @@ def workload(arguments: dict[str, Any]) -> dict[str, Any]:
 def main() -> None:
     actions = {
         "workload": workload,
+        "instance": instance,
         "computed_meanwhile": computed_meanwhile,
         "server": server,
         "check": check,
