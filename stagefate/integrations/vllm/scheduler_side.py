@@ -15,9 +15,11 @@ Which vLLM call does what in the lifecycle (docs/vllm.md draws it):
   external tokens (granted to the pipeline's device pool); the copy goes to the worker.
 * ``build_connector_meta`` (once per step): ``poll()`` (IO completions, the IO commits), the
   loads and the write-through saves for the worker.
-* ``update_connector_output`` (the worker's report): a load reported finished completes its
-  handle, and ``poll()`` fires its ``ack``; a load reported failed has its pages deleted from
-  L3, so no request is offered them again.
+* ``update_connector_output`` (the worker's report): a load reported failed has its pages
+  deleted from L3, so no request is offered them again; one reported finished is acknowledged
+  (its handle completes and ``poll()`` fires the ``ack``) once vLLM has published its blocks in
+  the prefix cache, one schedule later, so a sibling always sees the span somewhere: owned by
+  the loading record, or cached on the device.
 * ``request_finished`` (finished or aborted): ``release_aborted_request``; a load in flight
   ends when the worker reports it, and vLLM holds the blocks until then.
 """
@@ -59,6 +61,9 @@ class _Request:
     """(local hit, tokens) of the last hit answered to vLLM."""
     scheduled: bool = False
     """vLLM scheduled it (what it had computed before then was stored by whoever computed it)."""
+    chain: tuple[int, bytes] | None = None
+    """(pages, the page key of the last): where the stored pages' key chain stands, so the next
+    save hashes only its new pages."""
 
 
 class SchedulerSide:
@@ -248,11 +253,16 @@ class SchedulerSide:
             end -= end % size
             if end <= kept.saved:
                 continue
-            tokens = list(request.all_token_ids[:end])
-            digests = page_hashes(tokens, size, kept.namespace)
             first = kept.saved // size
+            if kept.chain is not None and kept.chain[0] == first:
+                new = list(request.all_token_ids[first * size : end])
+                digests = page_hashes(new, size, kept.namespace, seed=kept.chain[1])
+            else:  # the chain starts here (or the saved mark moved past it): hash it whole
+                digests = page_hashes(list(request.all_token_ids[:end]), size, kept.namespace)
+                digests = digests[first:]
+            kept.chain = (end // size, digests[-1])
             block_ids = self.kv_cache_manager.get_block_ids(rid)[0][first : end // size]
-            keys = [self._storage_key(d) for d in digests[first : first + len(block_ids)]]
+            keys = [self._storage_key(d) for d in digests[: len(block_ids)]]
             orders.append(SaveOrder(keys, block_ids[: len(keys)]))
             kept.saved = end
         return orders
