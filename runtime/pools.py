@@ -150,12 +150,12 @@ class SlotPool:
                 f"{name}: the KV given is {tuple(kv.shape)} {kv.dtype}, the layout needs "
                 f"{layout.shape(slots)} {layout.dtype}"
             )
-        if kv is None:
-            kv = torch.zeros(layout.shape(slots), dtype=layout.dtype, device=device)
-        self.kv = kv
-        # a KV handed in (a shared mapping) stays where it is: pinning would copy it
-        if kv is None and pin_memory and device.type == "cpu" and torch.cuda.is_available():
-            self.kv = self.kv.pin_memory()
+        if kv is not None:
+            self.kv = kv  # handed in (a shared mapping): it stays where it is, pinning would copy
+        else:
+            self.kv = torch.zeros(layout.shape(slots), dtype=layout.dtype, device=device)
+            if pin_memory and device.type == "cpu" and torch.cuda.is_available():
+                self.kv = self.kv.pin_memory()
         self.kv_array = numpy_view(self.kv) if self.kv.device.type == "cpu" else None
         """The same KV memory seen by NumPy (CPU pools): slice copies cost less than torch's."""
         self._free = torch.arange(slots, dtype=torch.int64)
