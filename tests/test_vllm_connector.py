@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from stagefate import BufferPipeline, PipelineConfig
+from stagefate import BufferPipeline, MemoryStorage, PipelineConfig
 from stagefate.integrations.vllm.kv_layout import PagedKV
 from stagefate.integrations.vllm.settings import ConnectorSettings
 from stagefate.runtime.engine import EngineCache, GrantedSlots, SharedHostPool
@@ -324,3 +324,20 @@ def test_two_vllm_instances_share_one_l3(tmp_path: Path) -> None:
     assert second["books"]["stats"]["filled"] == len(prompts)
     _closed(first["books"])
     _closed(second["books"])
+
+
+def test_a_failed_write_through_is_counted_not_raised(tmp_path: Path) -> None:
+    """The worker keeps serving when L3 refuses a page (it is a miss later)."""
+    from types import SimpleNamespace
+
+    from stagefate.integrations.vllm.worker_side import WorkerSide
+
+    class Refusing(MemoryStorage):
+        def batch_set(self, keys: object, tensors: object) -> None:
+            raise OSError("L3 is full")
+
+    worker = WorkerSide(LAYOUT, BLOCK, Refusing(), tmp_path / "bounce", 8)
+    worker.register_kv_caches(_caches("cpu"))
+    meta = SimpleNamespace(saves=[SimpleNamespace(keys=["a", "b"], block_ids=[0, 1])])
+    worker.wait_for_save(meta)  # type: ignore[arg-type]
+    assert worker.failed_saves == 2

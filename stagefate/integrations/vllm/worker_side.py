@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -19,7 +20,9 @@ from ...runtime.engine import SharedHostPool
 from ...runtime.pools import KVLayout
 from ...runtime.storage import Storage
 from .kv_layout import PagedKV
-from .transfer import StagefateMetadata
+
+if TYPE_CHECKING:  # the metadata's base class is vLLM's: imported where vLLM runs
+    from .transfer import StagefateMetadata
 
 logger = logging.getLogger(__name__)
 
@@ -35,6 +38,8 @@ class WorkerSide:
         self.paged: PagedKV | None = None
         self._finished: set[str] = set()
         self._errors: set[int] = set()
+        self.failed_saves = 0
+        """Pages the write-through could not store (each is a miss later, nothing worse)."""
 
     def register_kv_caches(self, kv_caches: dict[str, torch.Tensor]) -> None:
         self.paged = PagedKV(kv_caches, self.layout, self.block_size)
@@ -65,7 +70,11 @@ class WorkerSide:
 
     def wait_for_save(self, meta: StagefateMetadata) -> None:
         for order in meta.saves:
-            self.storage.batch_set(order.keys, self._kv().pages(order.block_ids))
+            try:
+                self.storage.batch_set(order.keys, self._kv().pages(order.block_ids))
+            except Exception:  # a page L3 lacks is a later miss, not a reason to stop serving
+                logger.exception("stagefate: storing %d pages in L3 failed", len(order.keys))
+                self.failed_saves += len(order.keys)
 
     def get_finished(self) -> set[str]:
         finished, self._finished = self._finished, set()
