@@ -319,7 +319,10 @@ def test_two_vllm_instances_share_one_l3(tmp_path: Path) -> None:
     first = vllm_env.run_in_vllm("instance", shared)
     second = vllm_env.run_in_vllm("instance", shared)
     assert [o["tokens"] for o in second["outputs"]] == [o["tokens"] for o in first["outputs"]]
-    assert all(o["cached"] == 0 for o in first["outputs"][:1])
+    # The first instance found L3 empty. (Its first prompt may still show cached tokens: while
+    # its existence query is pending vLLM schedules the others, which compute the shared system
+    # prompt into its prefix cache first.)
+    assert first["books"]["stats"]["filled"] == 0
     assert all(o["cached"] > 0 for o in second["outputs"])
     assert second["books"]["stats"]["filled"] == len(prompts)
     _closed(first["books"])
