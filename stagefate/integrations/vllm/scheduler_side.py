@@ -16,7 +16,9 @@ Which vLLM call does what in the lifecycle (docs/vllm.md draws it):
 * ``build_connector_meta`` (once per step): ``poll()`` (IO completions, the IO commits), the
   loads and the write-through saves for the worker.
 * ``update_connector_output`` (the worker's report): a load reported failed has its pages
-  deleted from L3, so no request is offered them again; one reported finished is acknowledged
+  deleted from L3, so no request is offered them again until they are stored anew (under
+  vLLM's ``recompute`` policy the request computes them and writes them through again); one
+  reported finished is acknowledged
   (its handle completes and ``poll()`` fires the ``ack``) once vLLM has published its blocks in
   the prefix cache, one schedule later, so a sibling always sees the span somewhere: owned by
   the loading record, or cached on the device.
@@ -45,6 +47,8 @@ class _Load:
     keys: list[str]
     """The L3 keys the load carries (deleted if it fails: never offered again)."""
     block_ids: list[int]
+    start: int
+    """The token the load begins at (a failed load is recomputed, and saved again, from it)."""
 
 
 @dataclass
@@ -185,7 +189,7 @@ class SchedulerSide:
             self._unloadable[rid] = tail_ids  # vLLM waits for a load: it fails, vLLM recovers
             return
         load = self.loads.claim()
-        self.in_flight[rid] = _Load(load.handle, keys, tail_ids)
+        self.in_flight[rid] = _Load(load.handle, keys, tail_ids, local)
         self._outbox.append(LoadOrder(rid, load.host_slots, tail_ids))
         kept.saved = max(kept.saved, local + num_external_tokens)
 
@@ -205,6 +209,9 @@ class SchedulerSide:
             if failed.intersection(load.block_ids):
                 self.load_errors += 1
                 self.storage.delete(load.keys)  # never offered again: the next query misses
+                kept = self.requests.get(rid)
+                if kept is not None:  # under `recompute` vLLM computes them: store them again
+                    kept.saved = min(kept.saved, load.start)
                 load.handle.finish()
             else:
                 self.landed[rid] = load

@@ -233,7 +233,9 @@ def load_failure(arguments: dict[str, Any]) -> dict[str, Any]:
     finally:
         kv_layout.PagedKV.write_from_host = real  # type: ignore[method-assign]
     llm.reset_prefix_cache()
-    again = generate(llm, [prompt])  # the failed pages are gone from L3: not offered again
+    # The failed pages left L3, so they are never offered again as they were; under
+    # `recompute` the request computed them and wrote them through anew, so they are offered.
+    again = generate(llm, [prompt])
     return {"plain": plain, "failed": failed, "again": again, "books": books(llm)}
 
 
