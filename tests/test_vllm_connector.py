@@ -7,8 +7,12 @@ name `stagefate targets install vllm`.
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -325,15 +329,78 @@ def test_two_vllm_instances_share_one_l3(tmp_path: Path) -> None:
     shared = {"storage": f"file:{tmp_path / 'l3'}", "prompts": prompts}
     first = vllm_env.run_in_vllm("instance", shared)
     second = vllm_env.run_in_vllm("instance", shared)
+    _served_from_what_the_first_stored(first, second, len(prompts))
+
+
+@pytest.mark.slow
+@needs_vllm
+def test_two_vllm_instances_at_once_share_one_mooncake_store(tmp_path: Path) -> None:
+    """Instance one stores through Mooncake and stays up (the pages live in the segment it
+    mounted); instance two, another process started meanwhile, serves the same prompts from
+    those pages with the same tokens."""
+    from stagefate.targets.vllm.workloads import conversations
+
+    mooncake = _mooncake_or_skip()
+    prompts = [chat[0] for chat in conversations(3, 1, seed=5)]
+    with mooncake.LocalMaster() as master:
+        cfg = master.config
+        storage = f"mooncake://{cfg.master}?metrics_port={cfg.metrics_port}"
+        log = tmp_path / "held.log"
+        arguments = {"storage": storage, "prompts": prompts, "hold": str(tmp_path)}
+        held = vllm_env.start_in_vllm("instance", arguments, log)
+        try:
+            first = _result_of_held(held, tmp_path / "result.json", log)
+            second = vllm_env.run_in_vllm("instance", {"storage": storage, "prompts": prompts})
+        finally:
+            (tmp_path / "release").touch()
+            held.wait(timeout=120)
+    assert held.returncode == 0, log.read_text()[-4000:]
+    _served_from_what_the_first_stored(first, second, len(prompts))
+
+
+def _served_from_what_the_first_stored(
+    first: dict[str, Any], second: dict[str, Any], prompts: int
+) -> None:
     assert [o["tokens"] for o in second["outputs"]] == [o["tokens"] for o in first["outputs"]]
     # The first instance found L3 empty. (Its first prompt may still show cached tokens: while
     # its existence query is pending vLLM schedules the others, which compute the shared system
     # prompt into its prefix cache first.)
     assert first["books"]["stats"]["filled"] == 0
     assert all(o["cached"] > 0 for o in second["outputs"])
-    assert second["books"]["stats"]["filled"] == len(prompts)
+    assert second["books"]["stats"]["filled"] == prompts
     _closed(first["books"])
     _closed(second["books"])
+
+
+def _mooncake_or_skip() -> Any:
+    try:
+        import mooncake.store
+    except ImportError as error:
+        pytest.skip(
+            f"mooncake.store does not import ({error}); install it with "
+            "`apt-get install libibverbs1 && pip install '.[mooncake]'`"
+        )
+    if not vllm_env.can_import("mooncake.store"):
+        pytest.skip(
+            "vLLM's environment has no Mooncake client: `stagefate targets install vllm "
+            "--force` adds it"
+        )
+    from stagefate.runtime import mooncake
+
+    return mooncake
+
+
+def _result_of_held(process: subprocess.Popen[bytes], path: Path, log: Path) -> dict[str, Any]:
+    """What a held instance wrote, once it did (or its output, if it ended first)."""
+    deadline = time.monotonic() + 600
+    while not path.exists():
+        if process.poll() is not None or time.monotonic() > deadline:
+            process.kill()
+            process.wait()
+            raise AssertionError(f"the held instance ended without a result:\n{log.read_text()}")
+        time.sleep(0.2)
+    result: dict[str, Any] = json.loads(path.read_text())
+    return result
 
 
 def test_a_failed_write_through_is_counted_not_raised(tmp_path: Path) -> None:

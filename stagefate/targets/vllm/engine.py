@@ -416,10 +416,23 @@ def computed_meanwhile(_: dict[str, Any]) -> dict[str, Any]:
 
 def instance(arguments: dict[str, Any]) -> dict[str, Any]:
     """One vLLM instance (a process of its own) serving ``prompts`` over the L3 at
-    ``storage``: run twice over one L3, the second serves what the first computed."""
+    ``storage``: run twice over one L3, the second serves what the first computed.
+
+    With ``hold`` (a folder) it writes its result there (``result.json``) and stays up until a
+    file ``release`` appears there: Mooncake keeps pages in the segments its clients mount, so
+    the instance that stored them must be up while another reads them."""
     llm = build(settings={"stagefate.storage": arguments["storage"]})
     outputs = generate(llm, arguments["prompts"])
-    return {"outputs": outputs, "books": books(llm)}
+    result = {"outputs": outputs, "books": books(llm)}
+    hold = arguments.get("hold")
+    if hold is not None:
+        folder = Path(hold)
+        (folder / "result.json.partial").write_text(json.dumps(result))
+        (folder / "result.json.partial").rename(folder / "result.json")
+        deadline = time.monotonic() + 600
+        while not (folder / "release").exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+    return result
 
 
 class LoadWatch:

