@@ -57,14 +57,24 @@ class _CudaEvent:
 FINISHED: CopyHandle = _Finished()
 
 
+def side_stream(device: torch.device) -> torch.cuda.Stream | None:
+    """A stream of its own for copies on a CUDA ``device``; None on the CPU."""
+    if device.type != "cuda":
+        return None
+    return torch.cuda.Stream(device)  # type: ignore[no-untyped-call]
+
+
+def record_done(stream: torch.cuda.Stream) -> CopyHandle:
+    """A handle that is done once the work queued on ``stream`` so far has run."""
+    event = torch.cuda.Event()  # type: ignore[no-untyped-call]
+    event.record(stream)
+    return _CudaEvent(event)
+
+
 class CopyEngine:
     def __init__(self, device: torch.device) -> None:
         self.device = device
-        self.stream: torch.cuda.Stream | None = (
-            torch.cuda.Stream(device)  # type: ignore[no-untyped-call]
-            if device.type == "cuda"
-            else None
-        )
+        self.stream = side_stream(device)
         """The H2D stream (None on the CPU): loads never run on the caller's stream."""
 
     def read_into_host(
@@ -139,9 +149,7 @@ class CopyEngine:
         with torch.cuda.stream(stream):
             sources, targets = torch.as_tensor(src_indices), torch.as_tensor(dst_indices)
             _upload(src_pool.kv, sources, dst_pool.kv, targets)
-            event = torch.cuda.Event()  # type: ignore[no-untyped-call]
-            event.record(stream)
-        return _CudaEvent(event)
+            return record_done(stream)
 
     @staticmethod
     def pages_of(pool: SlotPool, indices: torch.Tensor, page_size: int) -> list[torch.Tensor]:

@@ -25,6 +25,8 @@ from stagefate.runtime.engine import EngineCache, GrantedSlots, SharedHostPool
 from stagefate.runtime.pools import HostPool, KVLayout, PoolError
 from stagefate.targets.vllm import environment as vllm_env
 
+from .harness import DEVICES
+
 LAYOUT = KVLayout(layers=2, kv_heads=2, head_dim=4, dtype=torch.bfloat16)
 BLOCK = 4
 
@@ -80,22 +82,23 @@ def test_unreachable_file_storage_is_refused(tmp_path: Path) -> None:
 # ---------------------------------------------------------------------- the KV layout
 
 
-def _caches(kind: str, blocks: int = 6) -> dict[str, torch.Tensor]:
+def _caches(kind: str, blocks: int = 6, device: str = "cpu") -> dict[str, torch.Tensor]:
     heads, dim = LAYOUT.kv_heads, LAYOUT.head_dim
     shape = (blocks, heads, BLOCK, 2 * dim) if kind == "cpu" else (2, blocks, BLOCK, heads, dim)
     return {
-        f"model.layers.{i}.self_attn.attn": torch.zeros(shape, dtype=LAYOUT.dtype)
+        f"model.layers.{i}.self_attn.attn": torch.zeros(shape, dtype=LAYOUT.dtype, device=device)
         for i in reversed(range(LAYOUT.layers))  # vLLM's dict order is not the layer order
     }
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("kind", ["cpu", "split"])
-def test_bounce_to_blocks_and_back_is_the_identity(kind: str) -> None:
-    paged = PagedKV(_caches(kind), LAYOUT, BLOCK)
+def test_bounce_to_blocks_and_back_is_the_identity(kind: str, device: str) -> None:
+    paged = PagedKV(_caches(kind, device=device), LAYOUT, BLOCK)
     host = HostPool(LAYOUT, 16)
     host.kv.copy_(torch.randn(host.kv.shape).to(LAYOUT.dtype))
     slots = np.arange(4, 12, dtype=np.int64)  # two blocks' worth
-    paged.write_from_host(host, slots, [5, 2])
+    paged.write_from_host(host, slots, [5, 2]).wait()
     pages = paged.pages([5, 2])
     assert torch.equal(pages[0], host.kv[:, :, 4:8])
     assert torch.equal(pages[1], host.kv[:, :, 8:12])
@@ -401,6 +404,57 @@ def _result_of_held(process: subprocess.Popen[bytes], path: Path, log: Path) -> 
         time.sleep(0.2)
     result: dict[str, Any] = json.loads(path.read_text())
     return result
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_the_worker_reports_a_load_once_its_copy_is_done(tmp_path: Path, device: str) -> None:
+    """Bounce → vLLM's blocks through the worker (on CUDA: a side stream and an event): the
+    request is reported finished once, after the KV is in the blocks, never before."""
+    from types import SimpleNamespace
+
+    from stagefate.integrations.vllm.worker_side import WorkerSide
+
+    bounce = SharedHostPool(LAYOUT, 16, tmp_path / "bounce")  # the scheduler side's
+    bounce.kv.copy_(torch.randn(bounce.kv.shape).to(LAYOUT.dtype))
+    worker = WorkerSide(LAYOUT, BLOCK, MemoryStorage(), tmp_path / "bounce", 16)
+    worker.register_kv_caches(_caches("split", device=device))
+    assert worker.paged is not None
+    copying: list[Any] = []
+    launch = worker.paged.write_from_host
+
+    def held(*args: Any) -> Any:  # the copy runs; its handle answers "not yet" until released
+        handle = launch(*args)
+        copying.append(handle)
+        return SimpleNamespace(done=lambda: len(copying) > 1 and handle.done())
+
+    worker.paged.write_from_host = held  # type: ignore[method-assign]
+    # (a LoadOrder's fields: the metadata classes import vLLM, which this tier lacks)
+    order = SimpleNamespace(request_id="r1", host_slots=np.arange(8, 16), block_ids=[3, 1])
+    worker.start_load_kv(SimpleNamespace(loads=[order], unloadable={}))  # type: ignore[arg-type]
+    assert worker.get_finished() == set()  # the copy is not done: vLLM must not run it yet
+    copying.append("released")
+    assert worker.get_finished() == {"r1"}
+    assert worker.get_finished() == set() and worker.get_block_ids_with_load_errors() == set()
+    pages = worker.paged.pages([3, 1])
+    assert torch.equal(pages[0], bounce.kv[:, :, 8:12]) and torch.equal(
+        pages[1], bounce.kv[:, :, 12:16]
+    )
+    bounce.unlink()
+
+
+def test_a_load_that_cannot_start_is_reported_finished_with_its_blocks_in_error(
+    tmp_path: Path,
+) -> None:
+    from types import SimpleNamespace
+
+    from stagefate.integrations.vllm.worker_side import WorkerSide
+
+    worker = WorkerSide(LAYOUT, BLOCK, MemoryStorage(), tmp_path / "missing", 16)
+    worker.register_kv_caches(_caches("split"))
+    order = SimpleNamespace(request_id="r1", host_slots=np.arange(4), block_ids=[2])
+    # (there is no bounce file to map: the load cannot start)
+    worker.start_load_kv(SimpleNamespace(loads=[order], unloadable={}))  # type: ignore[arg-type]
+    assert worker.get_finished() == {"r1"} and worker.get_block_ids_with_load_errors() == {2}
 
 
 def test_a_failed_write_through_is_counted_not_raised(tmp_path: Path) -> None:

@@ -10,6 +10,13 @@ one tensor per attention layer, in one of two layouts this module serves:
 
 Any other shape is refused when the caches are registered, naming the shape found and the two
 served, so a deployment learns at startup, not at the first load.
+
+On CUDA a load runs as the runtime's H2D copies do (``runtime/copy.py``): on a stream of its
+own that first waits for the work already queued on vLLM's stream (a block just allocated may
+still be read by an earlier kernel), from a pinned staging copy of the bounce slots, and ends
+with an event; its handle is queried, never waited on, and vLLM is told of the load only once
+it is done. Reading blocks out for L3 (``pages``) runs on vLLM's stream, after the forward that
+wrote them. On the CPU both are synchronous and a load's handle is done at once.
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ from typing import Literal
 import numpy as np
 import torch
 
+from ...runtime.copy import FINISHED, CopyHandle, record_done, side_stream
 from ...runtime.pools import KVLayout, SlotPool
 
 Kind = Literal["cpu", "split"]
@@ -52,6 +60,9 @@ class PagedKV:
         for tensor in self.layers:
             if tensor.shape != self.layers[0].shape or tensor.dtype != layout.dtype:
                 raise ValueError("vLLM's KV caches differ in shape or dtype across layers")
+        self.device = self.layers[0].device
+        self.stream = side_stream(self.device)
+        """Loads' stream on CUDA (None on the CPU): never vLLM's own."""
 
     def pages(self, block_ids: Sequence[int]) -> list[torch.Tensor]:
         """The KV of ``block_ids`` as host pages ``[layers, 2, block_size, heads, dim]``."""
@@ -72,8 +83,9 @@ class PagedKV:
 
     def write_from_host(
         self, host: SlotPool, host_slots: np.ndarray, block_ids: Sequence[int]
-    ) -> None:
-        """``blocks[block_ids] = host[host_slots]``: ``block_size`` bounce slots per block."""
+    ) -> CopyHandle:
+        """Queue ``blocks[block_ids] = host[host_slots]`` (``block_size`` bounce slots per
+        block); the handle is done once the blocks hold the KV."""
         count, size = len(block_ids), self.block_size
         if len(host_slots) != count * size:
             raise ValueError(
@@ -81,11 +93,26 @@ class PagedKV:
                 f"got {len(host_slots)}"
             )
         if not count:
-            return
-        device = self.layers[0].device
+            return FINISHED
         source = host.kv[:, :, torch.as_tensor(host_slots)]  # (layers, 2, n, heads, dim)
+        stream = self.stream
+        if stream is None:
+            self._scatter(source, block_ids)
+            return FINISHED
+        stream.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(stream):
+            # pinned, so the upload is asynchronous; the caching host allocator keeps the
+            # staging copy until the copy that reads it has run
+            self._scatter(source.pin_memory(), block_ids)
+            return record_done(stream)
+
+    def _scatter(self, source: torch.Tensor, block_ids: Sequence[int]) -> None:
+        """``blocks[block_ids] = source`` (``(layers, 2, tokens, heads, dim)``) on the current
+        stream."""
+        count, size, device = len(block_ids), self.block_size, self.device
         heads, dim = self.layout.kv_heads, self.layout.head_dim
-        blocks = source.view(len(self.layers), 2, count, size, heads, dim).to(device)
+        blocks = source.view(len(self.layers), 2, count, size, heads, dim)
+        blocks = blocks.to(device, non_blocking=source.is_pinned())
         ids = torch.tensor(list(block_ids), dtype=torch.int64, device=device)
         for index, layer in enumerate(self.layers):
             kv = blocks[index]  # (2, blocks, B, heads, dim)

@@ -1,11 +1,13 @@
 """The connector's worker side: bounce → vLLM's blocks, and vLLM's blocks → L3.
 
 It decides nothing: the scheduler side's metadata says which bounce slots go to which blocks
-and which blocks go to L3 under which keys. A load is made in ``start_load_kv`` and reported in
-the same step's ``get_finished``; one that fails (or that the scheduler side could not make
-after vLLM allocated for it) is reported by ``get_block_ids_with_load_errors`` in that step too,
-as vLLM's contract asks. Saves are made in ``wait_for_save``, after the step's forward wrote
-the blocks.
+and which blocks go to L3 under which keys. A load is queued in ``start_load_kv`` and reported
+by the first ``get_finished`` that finds its copy done: the same step on the CPU, where copies
+are synchronous; on CUDA once its event has fired (vLLM schedules the request only after that,
+so its forward never reads a block still being written). A load that fails to start (or that
+the scheduler side could not make after vLLM allocated for it) is reported finished at once,
+with its blocks in ``get_block_ids_with_load_errors`` in that step, as vLLM's contract asks.
+Saves are made in ``wait_for_save``, after the step's forward wrote the blocks.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from ...runtime.copy import CopyHandle
 from ...runtime.engine import SharedHostPool
 from ...runtime.pools import KVLayout
 from ...runtime.storage import Storage
@@ -38,6 +41,8 @@ class WorkerSide:
         self.paged: PagedKV | None = None
         self._finished: set[str] = set()
         self._errors: set[int] = set()
+        self._copying: dict[str, CopyHandle] = {}
+        """Loads queued and not yet reported, by request."""
         self.failed_saves = 0
         """Pages the write-through could not store (each is a miss later, nothing worse)."""
 
@@ -59,11 +64,13 @@ class WorkerSide:
     def start_load_kv(self, meta: StagefateMetadata) -> None:
         for order in meta.loads:
             try:
-                self._kv().write_from_host(self._host_pool(), order.host_slots, order.block_ids)
+                self._copying[order.request_id] = self._kv().write_from_host(
+                    self._host_pool(), order.host_slots, order.block_ids
+                )
             except Exception:  # reported to vLLM, which recomputes or fails the request
                 logger.exception("stagefate: load of %s failed", order.request_id)
                 self._errors.update(order.block_ids)
-            self._finished.add(order.request_id)
+                self._finished.add(order.request_id)
         for request_id, block_ids in meta.unloadable.items():
             self._errors.update(block_ids)
             self._finished.add(request_id)
@@ -77,7 +84,10 @@ class WorkerSide:
                 self.failed_saves += len(order.keys)
 
     def get_finished(self) -> set[str]:
-        finished, self._finished = self._finished, set()
+        done = [rid for rid, copy in self._copying.items() if copy.done()]
+        for rid in done:
+            del self._copying[rid]
+        finished, self._finished = self._finished | set(done), set()
         return finished
 
     def get_block_ids_with_load_errors(self) -> set[int]:
