@@ -751,11 +751,11 @@ def _read_pages(record: Rec) -> int:
     return min(record.hit, record.span_end - record.matched)
 
 
-def _owns(mc: ModelChecker, other: Rec | None, j: int, i: int, start: int, end: int) -> bool:
-    """Record ``j`` (not ``i``) owns pages ``[start, end)`` for in-flight dedup."""
-    if j == i or other is None or other.state not in mc.owning or not other.read or end <= start:
+def _owns_page(mc: ModelChecker, other: Rec | None, j: int, i: int, page: int) -> bool:
+    """Record ``j`` (not ``i``) owns page ``page`` for in-flight dedup."""
+    if j == i or other is None or other.state not in mc.owning:
         return False
-    return other.matched <= start and end <= min(other.matched + other.read, other.span_end)
+    return other.matched <= page < min(other.matched + other.read, other.span_end)
 
 
 def _hit_end(record: Rec) -> int:
@@ -777,9 +777,15 @@ def _host_short_for_trimmed(mc: ModelChecker, d: _Draft, i: int, r: Rec, a: Args
     return d.host_free + a.host_slack < _hit_end(r) - max(r.matched, _live_anchor(d, r))
 
 
+def _head_owner(mc: ModelChecker, d: _Draft, i: int, r: Rec) -> int | None:
+    """The sibling owning the first page the read would bring (in-flight dedup's head)."""
+    if not _read_pages(r):
+        return None
+    return next((j for j, o in enumerate(d.records) if _owns_page(mc, o, j, i, r.matched)), None)
+
+
 def _span_inflight(mc: ModelChecker, d: _Draft, i: int, r: Rec, a: Args) -> bool:
-    start, end = r.matched, r.matched + _read_pages(r)
-    return any(_owns(mc, other, j, i, start, end) for j, other in enumerate(d.records))
+    return _head_owner(mc, d, i, r) is not None
 
 
 GUARDS: dict[str, Guard] = {
@@ -886,12 +892,11 @@ def _insert_tail(mc: ModelChecker, d: _Draft, i: int, r: Rec, a: Args) -> Rec:
 
 
 def _wait_for_sibling(mc: ModelChecker, d: _Draft, i: int, r: Rec, a: Args) -> Rec:
-    start, end = r.matched, r.matched + _read_pages(r)
-    for j, other in enumerate(d.records):
-        if _owns(mc, other, j, i, start, end):
-            d.waiting_on[i] = j
-            return r
-    raise Violation("dedup_waiters", f"r{i} declined in flight but no sibling owns its span")
+    owner = _head_owner(mc, d, i, r)
+    if owner is None:
+        raise Violation("dedup_waiters", f"r{i} declined in flight but no sibling owns its head")
+    d.waiting_on[i] = owner
+    return r
 
 
 def _live_fields(mc: ModelChecker, record: Rec | None) -> Rec | None:

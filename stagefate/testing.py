@@ -173,7 +173,8 @@ def kv_marks(pipe: BufferPipeline, slots: torch.Tensor) -> list[float]:
 
 def assert_quiescent(pipe: BufferPipeline) -> None:
     """Nothing live, nothing pinned, every host slot back, the device pool conserved, every
-    read settled and the books closed (to the token)."""
+    read settled, nobody owning or waiting in the dedup book, and the books closed (to the
+    token)."""
     assert pipe.is_idle(), f"live records: {list(pipe.records)}"
     assert pipe.host_pool.available() == pipe.host_pool.capacity, "a bounce slot was not freed"
     if pipe.host_aux_pool is not None:
@@ -187,6 +188,7 @@ def assert_quiescent(pipe: BufferPipeline) -> None:
     ended = sum(getattr(stats, reason) for reason in pipe.spec.reasons)
     assert stats.issued + stats.declined_too_short == ended, "a record did not end exactly once"
     assert pipe.reads_in_flight() == (0, 0)
+    assert pipe.dedup.is_empty(), "in-flight dedup still lists an owner or a waiter"
     assert stats.l3_reads == stats.filled + stats.l3_reads_wasted
     assert stats.l3_read_tokens == stats.spliced_tokens + stats.l3_read_tokens_wasted
     wasted = pipe.wasted_by_reason().values()

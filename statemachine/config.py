@@ -45,7 +45,8 @@ class PipelineConfig(BaseModel):
     through a :class:`~stagefate.statemachine.group.Group` (docs/tensor-parallel.md)."""
     tp_rank: int = 0
     dedup_inflight: bool = True
-    """Decline a read whose whole span a live sibling is already fetching, and wait for it."""
+    """Decline a read whose head (first page) a live sibling is already fetching, wait for
+    it, and read only the rest once it has landed."""
     check_oracle: bool = False
     """Run the ``transitions`` oracle in lockstep; any disagreement raises (slow; for fuzzing)."""
 

@@ -339,13 +339,16 @@ class BufferPipeline:
     def release_aborted_request(self, req_id: str) -> None:
         """Abort: release everything the request holds (a read in flight ends on completion)."""
         self.retries.forget(req_id)
+        self.dedup.stop_waiting(req_id)
         record = self.records.get(req_id)
         if record is not None:
             self._fire(record, "abort")
 
     def due_retries(self, waiting_req_ids: Sequence[str]) -> list[str]:
         """Waiting requests whose paced retry is due now (the queue head never waits)."""
-        return self.retries.due(waiting_req_ids, self.polls)
+        # one waiting on a sibling is due when that sibling's ownership shrinks, not before:
+        # re-issued earlier it would only be declined again, spending its attempts
+        return self.retries.due(waiting_req_ids, self.polls, held=self.dedup.is_waiting)
 
     def write_through(
         self,
@@ -393,8 +396,9 @@ class BufferPipeline:
         it without what the prefetch brings (SGLang's ``check_prefetch_progress`` is False).
 
         True while its record is before ``staged`` (existence query, parked, commit, read), and
-        while it waits for a sibling already reading its whole span (``declined_inflight``):
-        its retry falls due the moment that sibling ends.
+        while it waits for a sibling already reading its span's head (``declined_inflight``):
+        its retry falls due the moment that sibling's ownership shrinks (it lands, ends short
+        or is aborted), and not before.
         """
         record = self.records.get(req_id)
         if record is not None:
@@ -585,7 +589,7 @@ class BufferPipeline:
         if not self.config.dedup_inflight:
             return False
         digests = self._read_digests(record, record.plan_tokens)
-        self._look.sibling = sibling = self.dedup.sibling_owning(record.request_id, digests)
+        self._look.sibling = sibling = self.dedup.sibling_owning_head(record.request_id, digests)
         return sibling is not None
 
     def _guard_parked_ahead(self, record: Record) -> bool:

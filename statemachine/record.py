@@ -82,7 +82,7 @@ class Lookups:
     span: PrefixMatch | None = None
     """The live match of the request's whole tokens (the splice hangs below ``last_node``)."""
     sibling: str | None = None
-    """The live record found reading this record's whole span (in-flight dedup)."""
+    """The live record found reading this record's head (in-flight dedup)."""
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 
 class RetryBook:
@@ -43,12 +43,15 @@ class RetryBook:
         if request_id in self._armed_at:
             self._armed_at[request_id] = now - self.interval
 
-    def due(self, waiting: Sequence[str], now: int) -> list[str]:
-        """Pending retries that are due among ``waiting`` (queue order); each counts an attempt."""
+    def due(
+        self, waiting: Sequence[str], now: int, held: Callable[[str], bool] = lambda _: False
+    ) -> list[str]:
+        """Pending retries that are due among ``waiting`` (queue order); each counts an attempt.
+        A ``held`` request is never due (it waits for an event that makes it due itself)."""
         out = []
         for position, request_id in enumerate(waiting):
             armed_at = self._armed_at.get(request_id)
-            if armed_at is None:
+            if armed_at is None or held(request_id):
                 continue
             if (position == 0 and self.head_due_at_once) or now - armed_at >= self.interval:
                 del self._armed_at[request_id]

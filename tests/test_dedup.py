@@ -1,4 +1,5 @@
-"""In-flight dedup: a request whose whole span a live sibling is fetching waits for it."""
+"""In-flight dedup: a request whose span's head a live sibling is fetching waits for it, then
+reads only the rest."""
 
 from __future__ import annotations
 
@@ -93,26 +94,36 @@ def test_equal_tokens_in_another_namespace_are_not_deduplicated() -> None:
     assert_quiescent(consumer)
 
 
-def test_partial_overlap_reads_twice_and_trims_the_second() -> None:
+@pytest.mark.invariant("dedup_waiters")
+def test_a_shared_head_is_read_once_and_the_waiter_reads_only_the_rest() -> None:
     pair = make_pair(config(PAGE))
     consumer, seq = pair.consumer, seq_of(5, PAGE)
     pair.publish(seq, mark=9)
     head = seq[: 3 * PAGE]
     consumer.prefetch_from_storage("a", head, 0)
     consumer.prefetch_from_storage("b", seq, 0)
+    consumer.io.complete(consumer.io.queued("exists")[0])  # type: ignore[attr-defined]
+    consumer.poll()  # a commits: its read of the head is in flight
+    consumer.io.complete(consumer.io.queued("exists")[0])  # type: ignore[attr-defined]
+    consumer.poll()  # b's span starts with what a reads: b waits for a
+    assert consumer.state("a") == "reading" and consumer.state("b") is None
+    assert ("b", "no_anchor", "released", "declined_inflight") in pair.outcomes
+    assert consumer.due_retries(["b"]) == []  # even at the queue head: a still owns the head
     pair.settle()
-    assert consumer.stats.l3_reads == 2 and consumer.stats.declined_inflight == 0
     _admit(consumer, "a", head)
+    pair.settle()  # a is filled: the head is on the device
+    assert consumer.due_retries(["b"]) == ["b"]
+    consumer.prefetch_from_storage("b", seq, consumer.tree.match_prefix(seq).length)
     pair.settle()
-    assert _admit(consumer, "b", seq).numel() == 2 * PAGE  # a published the head: trimmed
+    assert _admit(consumer, "b", seq).numel() == 2 * PAGE  # only what a did not bring
     pair.settle()
     stats = consumer.stats
-    assert stats.trimmed_tokens == 3 * PAGE and stats.filled == 2
-    assert stats.l3_read_tokens_wasted == 3 * PAGE and stats.l3_reads_wasted == 0
+    assert stats.l3_reads == 2 and stats.l3_read_tokens == 5 * PAGE and stats.filled == 2
+    assert stats.l3_read_tokens_wasted == 0 and stats.trimmed_tokens == 0
     assert_quiescent(consumer)
 
 
-def test_short_read_wakes_waiters_whose_span_it_no_longer_owns() -> None:
+def test_a_short_read_wakes_its_waiters_and_one_whose_head_it_still_owns_waits_again() -> None:
     pair = make_pair(config(PAGE))
     consumer, seq = pair.consumer, seq_of(5, PAGE)
     pair.publish(seq, mark=9)
@@ -120,13 +131,20 @@ def test_short_read_wakes_waiters_whose_span_it_no_longer_owns() -> None:
     consumer.io.complete_short(consumer.io.queued("read")[0], 2 * PAGE)  # type: ignore[attr-defined]
     consumer.poll()
     assert consumer.state("a") == "staged"
-    assert consumer.due_retries([NOT_HEAD, "b"]) == ["b"]
+    assert consumer.due_retries([NOT_HEAD, "b"]) == ["b"]  # a's ownership shrank: b decides again
     consumer.prefetch_from_storage("b", seq, 0)
     pair.settle()
-    assert consumer.stats.l3_reads == 2  # b reads the whole span: a holds only its head
-    for request_id in ("a", "b"):
-        consumer.release_aborted_request(request_id)
+    assert consumer.stats.l3_reads == 1 and consumer.stats.declined_inflight == 2  # a owns b's head
+    _admit(consumer, "a", seq)
+    pair.settle()  # a is filled with the two pages it brought
+    assert consumer.due_retries([NOT_HEAD, "b"]) == ["b"]
+    consumer.prefetch_from_storage("b", seq, consumer.tree.match_prefix(seq).length)
     pair.settle()
+    assert _admit(consumer, "b", seq).numel() == 3 * PAGE  # the rest, read by b itself
+    pair.settle()
+    stats = consumer.stats
+    assert stats.l3_reads == 2 and stats.l3_read_tokens == 5 * PAGE + 3 * PAGE
+    assert stats.l3_read_tokens_wasted == 3 * PAGE  # asked of a's read, never brought
     assert_quiescent(consumer)
 
 

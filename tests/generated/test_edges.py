@@ -455,8 +455,9 @@ def test_cap_skip__commit__device_covers_span() -> None:
 def test_cap_skip__commit__span_inflight() -> None:
     """(cap_skip) --commit--> released (declined_inflight)
 
-    when span_inflight: every page key the read would bring is owned by one live sibling record
-    (reading, staged, trimmed or consumed): it is already fetching this span
+    when span_inflight: the first page key the read would bring (the span's head) is owned by a
+    live sibling record (reading, staged, trimmed or consumed): it is already fetching that
+    head, and the re-issue after it lands reads only the rest
     """
     world = LineWorld(BOUNDS)
     world.issue(0, stale=True)
@@ -570,20 +571,21 @@ def test_anchor_lost__commit__device_covers_span() -> None:
 def test_anchor_lost__commit__span_inflight() -> None:
     """(anchor_lost) --commit--> released (declined_inflight)
 
-    when span_inflight: every page key the read would bring is owned by one live sibling record
-    (reading, staged, trimmed or consumed): it is already fetching this span
+    when span_inflight: the first page key the read would bring (the span's head) is owned by a
+    live sibling record (reading, staged, trimmed or consumed): it is already fetching that
+    head, and the re-issue after it lands reads only the rest
     """
     world = LineWorld(BOUNDS)
-    world.issue(0, stale=True)
-    world.expect(device=0, host_free=2, pinned=0, r0="anchor_lost", r1=None, r2=None)
-    world.issue(1, stale=True)
-    world.expect(device=0, host_free=2, pinned=0, r0="anchor_lost", r1="anchor_lost", r2=None)
-    world.publish()
-    world.expect(device=1, host_free=2, pinned=0, r0="anchor_lost", r1="anchor_lost", r2=None)
+    world.issue(0)
+    world.expect(device=0, host_free=2, pinned=0, r0="no_anchor", r1=None, r2=None)
     world.complete(0, "short", pages=2)
-    world.expect(device=1, host_free=0, pinned=1, r0="reading", r1="anchor_lost", r2=None)
-    world.complete(1, "short", pages=2)
-    world.expect(device=1, host_free=0, pinned=1, r0="reading", r1=None, r2=None)
+    world.expect(device=0, host_free=0, pinned=0, r0="reading", r1=None, r2=None)
+    world.issue(1, stale=True)
+    world.expect(device=0, host_free=0, pinned=0, r0="reading", r1="anchor_lost", r2=None)
+    world.publish()
+    world.expect(device=1, host_free=0, pinned=0, r0="reading", r1="anchor_lost", r2=None)
+    world.complete(1)
+    world.expect(device=1, host_free=0, pinned=0, r0="reading", r1=None, r2=None)
     world.finish()
 
 
@@ -681,8 +683,9 @@ def test_parked__commit__device_covers_span() -> None:
 def test_parked__commit__span_inflight() -> None:
     """(parked) --commit--> released (declined_inflight)
 
-    when span_inflight: every page key the read would bring is owned by one live sibling record
-    (reading, staged, trimmed or consumed): it is already fetching this span
+    when span_inflight: the first page key the read would bring (the span's head) is owned by a
+    live sibling record (reading, staged, trimmed or consumed): it is already fetching that
+    head, and the re-issue after it lands reads only the rest
     """
     world = LineWorld(BOUNDS)
     world.issue(0)
@@ -695,7 +698,7 @@ def test_parked__commit__span_inflight() -> None:
     world.expect(device=0, host_free=2, pinned=0, r0="parked", r1="parked", r2=None)
     world.issue(2)
     world.expect(device=0, host_free=2, pinned=0, r0="parked", r1="parked", r2="no_anchor")
-    world.complete(2, "short", pages=2)
+    world.complete(2)
     world.expect(device=0, host_free=2, pinned=0, r0="parked", r1="parked", r2="parked")
     world.abort(0)
     world.expect(device=0, host_free=2, pinned=0, r0=None, r1="parked", r2="parked")
@@ -762,20 +765,21 @@ def test_locked__commit__device_covers_span() -> None:
 def test_locked__commit__span_inflight() -> None:
     """(locked) --commit--> released (declined_inflight)
 
-    when span_inflight: every page key the read would bring is owned by one live sibling record
-    (reading, staged, trimmed or consumed): it is already fetching this span
+    when span_inflight: the first page key the read would bring (the span's head) is owned by a
+    live sibling record (reading, staged, trimmed or consumed): it is already fetching that
+    head, and the re-issue after it lands reads only the rest
     """
     world = LineWorld(BOUNDS)
-    world.issue(0, stale=True)
-    world.expect(device=0, host_free=2, pinned=0, r0="anchor_lost", r1=None, r2=None)
-    world.publish()
-    world.expect(device=1, host_free=2, pinned=0, r0="anchor_lost", r1=None, r2=None)
+    world.issue(0)
+    world.expect(device=0, host_free=2, pinned=0, r0="no_anchor", r1=None, r2=None)
     world.complete(0, "short", pages=2)
-    world.expect(device=1, host_free=0, pinned=1, r0="reading", r1=None, r2=None)
+    world.expect(device=0, host_free=0, pinned=0, r0="reading", r1=None, r2=None)
+    world.publish()
+    world.expect(device=1, host_free=0, pinned=0, r0="reading", r1=None, r2=None)
     world.issue(1)
-    world.expect(device=1, host_free=0, pinned=2, r0="reading", r1="locked", r2=None)
-    world.complete(1, "short", pages=2)
-    world.expect(device=1, host_free=0, pinned=1, r0="reading", r1=None, r2=None)
+    world.expect(device=1, host_free=0, pinned=1, r0="reading", r1="locked", r2=None)
+    world.complete(1)
+    world.expect(device=1, host_free=0, pinned=0, r0="reading", r1=None, r2=None)
     world.finish()
 
 
@@ -851,8 +855,9 @@ def test_no_anchor__commit__device_covers_span() -> None:
 def test_no_anchor__commit__span_inflight() -> None:
     """(no_anchor) --commit--> released (declined_inflight)
 
-    when span_inflight: every page key the read would bring is owned by one live sibling record
-    (reading, staged, trimmed or consumed): it is already fetching this span
+    when span_inflight: the first page key the read would bring (the span's head) is owned by a
+    live sibling record (reading, staged, trimmed or consumed): it is already fetching that
+    head, and the re-issue after it lands reads only the rest
     """
     world = LineWorld(BOUNDS)
     world.issue(0)
@@ -861,7 +866,7 @@ def test_no_anchor__commit__span_inflight() -> None:
     world.expect(device=0, host_free=0, pinned=0, r0="reading", r1=None, r2=None)
     world.issue(1)
     world.expect(device=0, host_free=0, pinned=0, r0="reading", r1="no_anchor", r2=None)
-    world.complete(1, "short", pages=2)
+    world.complete(1)
     world.expect(device=0, host_free=0, pinned=0, r0="reading", r1=None, r2=None)
     world.finish()
 

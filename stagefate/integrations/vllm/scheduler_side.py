@@ -6,10 +6,10 @@ Which vLLM call does what in the lifecycle (docs/vllm.md draws it):
   call of an attempt issues the prefetch of the uncomputed tail (``prefetch_from_storage``: the
   lock re-matches the anchor in vLLM's prefix cache and pins its blocks); it answers ``None``
   ("ask again next step") while the prefetch is pending, including while it waits for a sibling
-  that is reading the same span, and the hit with ``load_async=True`` once the span is staged
-  in the bounce buffer (``staged_splice_tokens`` against the local hit vLLM has now, so a span
-  vLLM computed meanwhile is trimmed, or declined when it covers it all). An attempt that ended
-  with nothing staged answers 0: vLLM computes.
+  that is reading its span's head (woken, it issues again, for the rest), and the hit with
+  ``load_async=True`` once the span is staged in the bounce buffer (``staged_splice_tokens``
+  against the local hit vLLM has now, so a span vLLM computed meanwhile is trimmed, or declined
+  when it covers it all). An attempt that ended with nothing staged answers 0: vLLM computes.
 * ``update_state_after_alloc`` (vLLM allocated the request's blocks): ``plan_staged_splice`` at
   the local hit, then ``init_load_back`` into exactly the blocks vLLM allocated for the
   external tokens (granted to the pipeline's device pool); the copy goes to the worker.
@@ -61,6 +61,9 @@ class _Request:
     """Tokens of the request already in L3 (computed by it and stored, or loaded or cached)."""
     attempt_open: bool = False
     """An attempt began at a get_num_new_matched_tokens and the request was not admitted yet."""
+    waiting: bool = False
+    """Declined while a sibling reads its span's head (``declined_inflight``): woken, it
+    issues again for the rest."""
     offered: tuple[int, int] | None = None
     """(local hit, tokens) of the last hit answered to vLLM."""
     scheduled: bool = False
@@ -131,10 +134,14 @@ class SchedulerSide:
         pipe = self.pipeline
         state = pipe.state(rid)
         if state is None:
-            waiting = pipe.prefetch_pending(rid)  # on a sibling reading this very span
-            if waiting and not pipe.due_retries([rid]):
+            if pipe.prefetch_pending(rid):  # on a sibling reading this span's head
+                kept.waiting = True
                 return None, False
-            if kept.attempt_open and not waiting:
+            # woken: the sibling's ownership shrank (its head is on the device, or it ended),
+            # so this request issues again, for the rest
+            woken = kept.waiting and bool(pipe.due_retries([rid]))
+            kept.waiting = False
+            if kept.attempt_open and not woken:
                 return 0, False  # this attempt ended with nothing staged: vLLM computes
             kept.attempt_open = True
             # vLLM's local hit stops a token short of the prompt (it computes at least the
