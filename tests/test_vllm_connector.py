@@ -472,3 +472,31 @@ def test_a_failed_write_through_is_counted_not_raised(tmp_path: Path) -> None:
     meta = SimpleNamespace(saves=[SimpleNamespace(keys=["a", "b"], block_ids=[0, 1])])
     worker.wait_for_save(meta)  # type: ignore[arg-type]
     assert worker.failed_saves == 2
+
+
+def test_the_load_watch_tells_two_requests_apart_from_one_request_loading_again() -> None:
+    """The benchmark's count of loads: a block two requests load is what dedup saves; one
+    request loading its blocks again (vLLM preempted it) is not."""
+    from types import SimpleNamespace
+
+    from stagefate.targets.vllm.engine import BLOCK, LoadWatch
+
+    connector = SimpleNamespace(
+        get_num_new_matched_tokens=lambda request, computed: (None, False),
+        update_state_after_alloc=lambda request, blocks, external: None,
+    )
+    watch = LoadWatch(connector)
+    a = SimpleNamespace(request_id="a", block_hashes=[b"1", b"2", b"3"])
+    b = SimpleNamespace(request_id="b", block_hashes=[b"1", b"2", b"4"])
+
+    def load(request: SimpleNamespace, local_blocks: int, blocks: int) -> None:
+        connector.get_num_new_matched_tokens(request, local_blocks * BLOCK)
+        connector.update_state_after_alloc(request, None, blocks * BLOCK)
+
+    load(a, 0, 2)  # blocks 1, 2
+    load(b, 1, 2)  # blocks 2 (a loaded it: a duplicate), 4
+    load(a, 0, 2)  # a again, preempted meanwhile: 1, 2 reloaded
+    assert (watch.blocks, watch.duplicates, watch.reloads) == (6, 1, 2)
+    watch.next_batch()
+    load(b, 0, 1)  # a new batch: nothing loaded in it before
+    assert (watch.blocks, watch.duplicates, watch.reloads) == (7, 1, 2)

@@ -14,9 +14,10 @@ environment (one process per connector, back to back; :mod:`stagefate.targets.vl
 vLLM's device pool is held to :data:`KV_BLOCKS` blocks, so its own prefix cache evicts and a
 returning prefix has to come back from outside it. Per connector: whether it ran, greedy
 outputs equal to no connector's, L3 reads and tokens (stagefate's books; a peer reads what it
-loads), tokens read and never used, blocks loaded and loaded twice within one batch (watched
-through vLLM's own calls, the same for every connector), vLLM's prefix-cache and external hits,
-its mean TTFT, and generated tokens per second.
+loads), tokens read and never used, blocks loaded, and within one batch those loaded by two
+requests (what in-flight dedup saves) and those one request loaded again after vLLM preempted
+it (watched through vLLM's own calls, the same for every connector), vLLM's prefix-cache and
+external hits, its mean TTFT, and generated tokens per second.
 """
 
 from __future__ import annotations
@@ -41,7 +42,8 @@ _HEADERS = (
     "tokens read",
     "read, never used",
     "blocks loaded",
-    "loaded twice in a batch",
+    "loaded by two requests",
+    "reloaded after preemption",
     "local prefix hits (tokens)",
     "external hits (tokens)",
     "TTFT mean (ms)",
@@ -76,6 +78,7 @@ def _row(name: str | None, result: dict[str, Any], baseline: list[Any] | None) -
         stats["l3_read_tokens_wasted"] if stats else "–",
         result["loaded_blocks"],
         result["duplicate_blocks"],
+        result["reloaded_blocks"],
         int(metrics.get("vllm:prefix_cache_hits", 0)),
         int(metrics.get("vllm:external_prefix_cache_hits", 0)),
         f"{ttft:.1f}",

@@ -437,14 +437,18 @@ def instance(arguments: dict[str, Any]) -> dict[str, Any]:
 
 class LoadWatch:
     """What any connector has vLLM load, watched on the scheduler side by vLLM's own calls:
-    blocks loaded (by their vLLM block hash), and those loaded again within one batch of
-    arrivals (a duplicate load: the same KV brought in twice while both requests were live)."""
+    blocks loaded (by their vLLM block hash); within one batch of arrivals, those another
+    request had loaded already (``duplicates``: the same KV brought in twice for two requests,
+    what in-flight dedup is for), and those the same request loads again (``reloads``: it was
+    preempted, its blocks freed, and it loads them back when it is scheduled again)."""
 
     def __init__(self, connector: Any) -> None:
         self.blocks = 0
         self.duplicates = 0
+        self.reloads = 0
         self._local: dict[str, int] = {}
-        self._batch: set[bytes] = set()
+        self._batch: dict[bytes, set[str]] = {}
+        """block hash -> the requests that loaded it in this batch"""
         ask, allocated = connector.get_num_new_matched_tokens, connector.update_state_after_alloc
 
         def watched_ask(request: Any, num_computed_tokens: int) -> Any:
@@ -453,13 +457,16 @@ class LoadWatch:
 
         def watched_allocated(request: Any, blocks: Any, num_external_tokens: int) -> Any:
             if num_external_tokens > 0:
-                first = self._local[request.request_id] // BLOCK
+                rid = request.request_id
+                first = self._local[rid] // BLOCK
                 for block_hash in request.block_hashes[
                     first : first + num_external_tokens // BLOCK
                 ]:
                     self.blocks += 1
-                    self.duplicates += block_hash in self._batch
-                    self._batch.add(block_hash)
+                    loaders = self._batch.setdefault(block_hash, set())
+                    self.reloads += rid in loaders
+                    self.duplicates += bool(loaders) and rid not in loaders
+                    loaders.add(rid)
             return allocated(request, blocks, num_external_tokens)
 
         connector.get_num_new_matched_tokens = watched_ask
@@ -501,6 +508,7 @@ def workload(arguments: dict[str, Any]) -> dict[str, Any]:
         "metrics": _metrics(llm),
         "loaded_blocks": 0 if watch is None else watch.blocks,
         "duplicate_blocks": 0 if watch is None else watch.duplicates,
+        "reloaded_blocks": 0 if watch is None else watch.reloads,
     }
     if connector == STAGEFATE:
         result["stagefate"] = books(llm)
