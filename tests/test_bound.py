@@ -8,6 +8,8 @@ import random
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from stagefate.cli import main
 from stagefate.registry import make_replay
@@ -25,20 +27,22 @@ def _request(index: int, blocks: list[int], input_length: int) -> TraceRequest:
 def test_the_bound_is_a_hand_count_of_pages_an_earlier_request_wrote() -> None:
     trace = [
         _request(0, [1, 2], 1024),  # key: 1,023 tokens, 15 whole pages of 64; nothing before it
-        _request(1, [1, 2, 3], 1536),  # its first 15 pages are request 0's key: 960 tokens
+        # its first 16 pages are request 0's prompt (the 16th, past request 0's key, is cached
+        # once request 0 ran): 1,024 tokens
+        _request(1, [1, 2, 3], 1536),
         _request(2, [1, 9], 600),  # block 1's 8 pages: 512 (block 9 is new)
-        _request(3, [1, 2, 3], 1536),  # request 1's key, all 23 pages: 1,472
+        _request(3, [1, 2, 3], 1536),  # request 1's prompt holds all 23 pages of its key: 1,472
         _request(4, [2], 512),  # block 2 at the start is another prefix: 0
     ]
     bound = hit_rate_bound(trace, 64)
-    assert bound.reusable_tokens == 960 + 512 + 1472
+    assert bound.reusable_tokens == 1024 + 512 + 1472
     assert bound.prompt_tokens == 1024 + 1536 + 600 + 1536 + 512
-    assert bound.hit_rate == round(2944 / 5208, 6)
+    assert bound.hit_rate == round(3008 / 5208, 6)
 
 
 def _brute_force(trace: list[TraceRequest], page: int) -> int:
-    """The same count over real tokens: a page is reusable when the key up to its end is the
-    prefix of an earlier request's key (whole pages)."""
+    """The same count over real tokens: a page of the key is reusable when the key up to its
+    end is a prefix of an earlier request's prompt (whole pages)."""
     seen: set[tuple[int, ...]] = set()
     reusable = 0
     for request in trace:
@@ -49,7 +53,8 @@ def _brute_force(trace: list[TraceRequest], page: int) -> int:
         while leading < len(prefixes) and prefixes[leading] in seen:
             leading += 1
         reusable += leading * page
-        seen.update(prefixes)
+        prompt = tuple(TokenKey.of(request.tokens()).whole_pages(page).tolist())
+        seen.update(prompt[:end] for end in range(page, len(prompt) + 1, page))
     return reusable
 
 
@@ -59,8 +64,8 @@ def test_the_bound_equals_a_brute_force_over_the_synthesized_tokens(page: int) -
     trace = []
     for index in range(40):
         blocks = [chooser.choice([1, 2, 3]) for _ in range(chooser.randint(1, 4))]
-        length = 512 * (len(blocks) - 1) + chooser.randint(1, 512)
-        trace.append(_request(index, blocks, length))
+        last = chooser.choice([chooser.randint(1, 512), page % 512 or 512, 512])  # whole pages too
+        trace.append(_request(index, blocks, 512 * (len(blocks) - 1) + last))
     assert hit_rate_bound(trace, page).reusable_tokens == _brute_force(trace, page) > 0
 
 
@@ -87,3 +92,53 @@ def test_the_replay_shows_the_bound_and_says_when_nothing_is_left_to_decide(
     assert f"{bound['reusable_tokens']:,} of {bound['prompt_tokens']:,} prompt tokens" in printed
     assert "every policy reaches the bound at 0.3x: this load leaves nothing to decide" in printed
     assert "--sweep 0.3,0.6,1.2" in printed
+
+
+def test_a_turn_extending_a_prompt_of_whole_pages_reuses_its_last_page_within_the_bound() -> None:
+    """A prompt of 71 whole pages leaves its 71st page (past its own key) in the cache once it
+    ran; the next turn extends it and reuses all 71. The bound once counted 70, and every
+    policy passed it by that page."""
+    first = _request(0, list(range(1, 10)), 71 * 64)
+    follow_up = TraceRequest(1, 60_000.0, 71 * 64 + 600, 4, tuple(range(1, 12)))
+    bound = hit_rate_bound([first, follow_up], 64)
+    assert bound.reusable_tokens == 71 * 64
+    for policy in ("live", "blind"):
+        metrics = make_replay(policy, [first, follow_up], SMALL).run()
+        assert metrics.engine.retractions == 0
+        assert metrics.prefill_tokens_computed == first.input_length + 600
+        assert metrics.hit_rate == bound.hit_rate
+
+
+BLOCKS = st.lists(st.integers(1, 6), min_size=1, max_size=3)
+
+
+@st.composite
+def traces(draw: st.DrawFn) -> list[TraceRequest]:
+    """A few requests: fresh prompts, turns extending an earlier prompt whole, and prompts that
+    share an earlier one's head; lengths whole pages, whole blocks, or anything."""
+    requests: list[TraceRequest] = []
+    for index in range(draw(st.integers(1, 6))):
+        kind = draw(st.sampled_from(["fresh", "turn", "shared"])) if requests else "fresh"
+        if kind == "fresh":
+            blocks = draw(BLOCKS)
+        else:
+            earlier = draw(st.sampled_from(requests))
+            whole = -(-earlier.input_length // 512)
+            kept = whole if kind == "turn" else draw(st.integers(1, whole))
+            blocks = [*earlier.hash_ids[:kept], *draw(BLOCKS)]
+        last = draw(st.sampled_from([512, 448, 64, 1]) | st.integers(1, 512))
+        length = 512 * (len(blocks) - 1) + last
+        gap = draw(st.sampled_from([1.0, 5_000.0, 60_000.0]))
+        at = requests[-1].timestamp_ms + gap if requests else 0.0
+        requests.append(TraceRequest(index, at, length, 4, tuple(blocks)))
+    return requests
+
+
+@settings(max_examples=25, deadline=None)
+@given(trace=traces())
+def test_no_policy_passes_the_bound_on_generated_traces(trace: list[TraceRequest]) -> None:
+    bound = hit_rate_bound(trace, SMALL.page_size)
+    for policy in ("live", "blind"):
+        metrics = make_replay(policy, trace, SMALL).run()
+        if metrics.engine.retractions == 0:  # a retracted re-run may reuse its own pages
+            assert metrics.hit_rate <= bound.hit_rate, (policy, bound)

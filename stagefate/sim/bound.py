@@ -3,10 +3,14 @@
 A prompt token can be served from cache only if an earlier request's prompt held the same
 token at the same place with the same prefix before it, and only in whole pages of the
 cacheable key (the prompt without its last token, which is always computed: the engine's
-``EngineRequest.key``). So the bound counts, request by request in arrival order, the leading
-pages of its key that some earlier request's key already holds, as a radix tree that never
-evicts would match them. It reads the trace alone: no timing, no memory, no policy; a policy's
-hit rate divided by it says how much of what was there to reuse the design reused.
+``EngineRequest.key``). What an earlier request leaves in the cache is every whole page of its
+*prompt*, the last token included (its KV exists once the request ran, and the engine
+publishes it when the request finishes; its output's pages are its own). So the bound counts,
+request by request in arrival order, the leading pages of its key that some earlier request's
+prompt already holds, as a radix tree that never evicts would match them. (The two differ when
+a prompt is a whole number of pages: its last page is in no key of its own, yet a later turn
+that extends it reuses that page.) It reads the trace alone: no timing, no memory, no policy;
+a policy's hit rate divided by it says how much of what was there to reuse the design reused.
 
 The one way a replay can pass it is a retraction: a request retracted mid-prefill re-runs over
 its own pages (the engine block counts retractions); without one, no policy exceeds the bound.
@@ -38,8 +42,9 @@ def hit_rate_bound(trace: list[TraceRequest], page_size: int) -> TraceBound:
     reusable = prompt = 0
     for request in sorted(trace, key=lambda r: (r.timestamp_ms, r.index)):
         prompt += request.input_length
-        pages = list(page_chain(request, page_size))
-        reusable += leading_pages(pages, seen) * page_size
+        pages = list(page_chain(request, page_size))  # the whole prompt's pages
+        key_pages = (request.input_length - 1) // page_size
+        reusable += leading_pages(pages[:key_pages], seen) * page_size
         seen.update(pages)
     return TraceBound(
         hit_rate=round(reusable / prompt, 6) if prompt else 0.0,
@@ -60,13 +65,13 @@ def leading_pages(pages: Sequence[int], held: Container[int]) -> int:
 
 
 def page_chain(request: TraceRequest, page_size: int) -> Iterator[int]:
-    """One id per whole page of the request's key, each naming its page and every page before
-    it (so equal ids mean equal prefixes). Token ``j`` of block ``h`` is ``h * 512 + j``
+    """One id per whole page of the request's prompt, each naming its page and every page
+    before it (so equal ids mean equal prefixes). Token ``j`` of block ``h`` is ``h * 512 + j``
     (:meth:`TraceRequest.tokens`), so a page is named by the blocks and offsets it covers,
     without synthesizing a token."""
-    key_tokens = (request.input_length - 1) // page_size * page_size
+    whole_tokens = request.input_length // page_size * page_size
     chain = 0
-    for start in range(0, key_tokens, page_size):
+    for start in range(0, whole_tokens, page_size):
         pieces = []
         position, end = start, start + page_size
         while position < end:
