@@ -167,3 +167,16 @@ def test_fuzz_tp_refuses_another_target(capsys: pytest.CaptureFixture[str]) -> N
     assert "--tp fuzzes stagefate's own pipeline" in capsys.readouterr().out
     assert main(["fuzz", "--processes", "--steps", "10"]) == 2
     assert "give it with --tp 2 or more" in capsys.readouterr().out
+
+
+def test_text_the_cli_did_not_write_is_printed_as_written(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """rich reads no markup in what the CLI prints: square brackets in a hint or a log survive."""
+    from stagefate.cli.common import console, flagged
+
+    flagged("error:", "install it: pip install 'stagefate[mooncake]'")
+    console.print("no_anchor --hit [zero_pages]--> released")
+    printed = capsys.readouterr().out
+    assert "error: install it: pip install 'stagefate[mooncake]'" in printed
+    assert "no_anchor --hit [zero_pages]--> released" in printed

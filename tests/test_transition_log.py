@@ -113,7 +113,7 @@ def _broken(steps: list[dict[str, object]], kind: str) -> tuple[list[dict[str, o
     ("kind", "message"),
     [
         ("source", "but the step leaves 'parked'"),
-        ("edge", "is not an edge of the spec"),
+        ("edge", "[moon_phase]--> is not an edge of the spec"),  # brackets printed as written
         ("target", "leads to 'no_anchor', not 'locked'"),
         ("reason", "not 'filled'"),
         ("after_end", "has no live record"),

@@ -18,7 +18,7 @@ from pydantic import ValidationError
 from ..runtime.mooncake import MooncakeUnavailable
 from ..targets import TargetUnavailable
 from . import bench, check, diagram, fuzz, replay, spec_diff, targets, validate
-from .common import console
+from .common import flagged
 
 COMMANDS = (replay, fuzz, check, validate, diagram, spec_diff, bench, targets)
 
@@ -56,13 +56,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         result: int = args.func(args)
     except USAGE_ERRORS as exc:
-        console.print(f"[red]error:[/red] {usage_message(exc)}", soft_wrap=True)  # one line
+        flagged("error:", usage_message(exc))
         return 2
     except Exception:  # stagefate's own failure: the whole story, for a bug report
         traceback.print_exc()
-        console.print(
-            "[red]internal error[/red] (a bug in stagefate, not in how it was called): "
-            "the traceback is above"
+        flagged(
+            "internal error",
+            "(a bug in stagefate, not in how it was called): the traceback is above",
         )
         return 1
     return result

@@ -16,7 +16,7 @@ from ..spec.load import DEFAULT_SPEC_PATH
 from ..spec.modelcheck import Bounds
 from ..spec.modelcheck_ranks import RANK_BOUNDS
 from ..spec.schema import LifecycleSpec
-from .common import console, count, positive_int, report_unreached, spec_source
+from .common import console, count, flagged, positive_int, report_unreached, spec_source
 
 
 def add_parser(sub: Any) -> None:
@@ -102,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
     # another implementation's design has no bindings here: its code is its own
     findings = run_static_checks(spec, *(() if spec.design else implemented_names()))
     for finding in findings:
-        console.print(f"[red]FAIL[/red] {finding}")
+        flagged("FAIL", str(finding))
     if findings:
         console.print(f"{len(findings)} static finding(s) in {spec_path}")
         return 1
@@ -143,8 +143,8 @@ def _emit_tests(spec: LifecycleSpec, bounds: Bounds, source: str, out: Path, dif
         committed.splitlines(), text.splitlines(), str(path), "generated", lineterm="", n=1
     )
     for line in itertools.islice(lines, 80):
-        console.print(line, markup=False, highlight=False)
-    console.print(f"[red]STALE[/red] {path}: run `{COMMAND}` and commit it")
+        console.print(line)
+    flagged("STALE", f"{path}: run `{COMMAND}` and commit it")
     return 1
 
 
@@ -167,10 +167,10 @@ def _model_check(spec: LifecycleSpec, bounds: Bounds, ranks: int, fuller_host: i
         f"{bounds.threshold_pages}, {bounds.issues_per_request} issues each)"
     )
     if result.violation is not None:
-        console.print(f"[red]VIOLATION[/red] {result.violation}", markup=True)
+        flagged("VIOLATION", str(result.violation))
         console.print("shortest counterexample:")
         for number, step in enumerate(result.counterexample or [], start=1):
-            console.print(f"  {number}. {step}", markup=False)
+            console.print(f"  {number}. {step}")
         return 1
     modelled = [
         e for e in ModelChecker(spec, bounds).all_edges() if e[2] not in NOT_MODELLED_GUARDS
@@ -182,7 +182,7 @@ def _model_check(spec: LifecycleSpec, bounds: Bounds, ranks: int, fuller_host: i
     )
     report_unreached(result.unreached_edges)
     for state in result.unreached_states:
-        console.print(f"finding: state never reached: {state}", markup=False)
+        console.print(f"finding: state never reached: {state}")
     if result.truncated:
         console.print(f"finding: stopped at --max-states {bounds.max_states:,}; raise it")
     return 1 if result.unreached_edges or result.unreached_states or result.truncated else 0

@@ -1,5 +1,9 @@
 """What every command shares: the console, numeric flag types that refuse bad values before any
-work starts, the report of spec edges never reached, and where the checkout and its spec are."""
+work starts, the report of spec edges never reached, and where the checkout and its spec are.
+
+The console reads no markup: what it prints (a log's ``--hit [zero_pages]-->``, an install hint
+``pip install 'stagefate[mooncake]'``, an exception's text) comes out as written. A line that
+leads with a red label says so through :func:`flagged`."""
 
 from __future__ import annotations
 
@@ -10,10 +14,17 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.text import Text
 
 from ..spec.load import DEFAULT_SPEC_PATH
 
-console = Console(highlight=False)
+console = Console(highlight=False, markup=False)
+
+
+def flagged(label: str, text: str) -> None:
+    """Print ``label`` in red, then ``text`` exactly as it is, unwrapped (one finding, one line
+    to grep, whatever the terminal's width)."""
+    console.print(Text.assemble((label, "red"), " ", text), soft_wrap=True)
 
 
 def number(
@@ -51,7 +62,7 @@ def positive(meaning: str) -> Callable[[str], float]:
 
 def report_unreached(edges: Sequence[tuple[str, str, str]]) -> None:
     for state, event, guard in edges:
-        console.print(f"finding: edge never reached: {state} --{event} [{guard}]-->", markup=False)
+        console.print(f"finding: edge never reached: {state} --{event} [{guard}]-->")
 
 
 def add_sglang_env(parser: Any, applies_to: str) -> None:

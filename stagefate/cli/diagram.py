@@ -9,7 +9,7 @@ from typing import Any
 from ..spec import load_spec
 from ..spec.diagram import spec_digest, stale_diagrams, write_diagrams
 from ..spec.load import DEFAULT_SPEC_PATH
-from .common import checkout_root, console, spec_source
+from .common import checkout_root, console, flagged, spec_source
 
 
 def add_parser(sub: Any) -> None:
@@ -57,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
         problems = stale_diagrams(spec, out, digest, source)
         again = "stagefate diagram" + (f" --spec {args.spec} --out {out}" if args.spec else "")
         for problem in problems:
-            console.print(f"[red]STALE[/red] {problem}; run `{again}` and commit {out}")
+            flagged("STALE", f"{problem}; run `{again}` and commit {out}")
         return 1 if problems else 0
     for path in write_diagrams(spec, out, digest, source):
         console.print(f"wrote {path}")

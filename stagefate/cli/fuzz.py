@@ -13,6 +13,7 @@ from ..registry import TREES, split
 from .common import (
     add_sglang_env,
     console,
+    flagged,
     parse_sglang_env,
     positive,
     positive_int,
@@ -120,10 +121,11 @@ def run(args: argparse.Namespace) -> int:
     if args.log:
         console.print(f"wrote {args.log}: the transition log of the last program run")
     if result.failure is not None:
-        console.print(
-            f"[red]VIOLATION[/red] {type(result.failure).__name__}: {result.failure}\n"
+        flagged(
+            "VIOLATION",
+            f"{type(result.failure).__name__}: {result.failure}\n"
             f"The minimal failing program is printed above; the example is saved in {DATABASE}, "
-            "so the next run replays it first."
+            "so the next run replays it first.",
         )
         return 1
     return 0
@@ -156,9 +158,10 @@ def _fuzz_ranks(args: argparse.Namespace, database: Path) -> int:
         f"lockstep (threads), {seconds:.0f} s, seed {args.seed}; {_RANK_FAULTS}"
     )
     if failure is not None:
-        console.print(
-            f"[red]VIOLATION[/red] {type(failure).__name__}: {failure}\n"
-            f"The minimal failing program is printed above; the example is saved in {database}."
+        flagged(
+            "VIOLATION",
+            f"{type(failure).__name__}: {failure}\n"
+            f"The minimal failing program is printed above; the example is saved in {database}.",
         )
         return 1
     return 0
@@ -185,7 +188,7 @@ def _fuzz_rank_processes(args: argparse.Namespace) -> int:
     failed = [(rank, failure) for rank, (*_, failure) in enumerate(ranks) if failure]
     if failed:
         for rank, failure in failed:
-            console.print(f"[red]VIOLATION[/red] rank {rank}: {failure}")
+            flagged("VIOLATION", f"rank {rank}: {failure}")
         console.print(
             "Each rank printed its failing program above (the same program on every rank)."
         )
@@ -238,7 +241,6 @@ def _fuzz_sglang(args: argparse.Namespace, database: Path) -> int:
             f"every program's run followed SGLang's own design ({result.design.name}): its "
             f"decisions took {len(result.design_edges)} of the design's {len(edges)} edges"
             + (f"; not taken: {missing}" if missing else ""),
-            markup=False,
             soft_wrap=True,
         )
     console.print(
@@ -249,9 +251,10 @@ def _fuzz_sglang(args: argparse.Namespace, database: Path) -> int:
         + (f", set aside: {', '.join(sorted(set(args.set_aside)))}" if args.set_aside else "")
     )
     if result.failure is not None:
-        console.print(
-            f"[red]VIOLATION[/red] {type(result.failure).__name__}: {result.failure}\n"
-            f"The minimal failing program is printed above; the example is saved in {database}."
+        flagged(
+            "VIOLATION",
+            f"{type(result.failure).__name__}: {result.failure}\n"
+            f"The minimal failing program is printed above; the example is saved in {database}.",
         )
         return 1
     return 0

@@ -432,7 +432,7 @@ def run(args: argparse.Namespace) -> int:
         sweep = _sweep(args, trace, policies, speeds, sglang_env)
         console.print(sweep_table(sweep))
         for line in bound_story(sweep, bound):
-            console.print(line, markup=False)
+            console.print(line)
         _save(args, sweep, functools.partial(write_sweep_json, bound=bound), write_sweep_plot)
         return 0
     live_logged = bool(args.log) and "live" in policies
@@ -469,7 +469,7 @@ def run(args: argparse.Namespace) -> int:
         console.print(wasted_table(results))
     lines = story(results, arrival_ms / 1e3 / args.speed, ran, releases)
     for line in lines + bound_story({args.speed: results}, bound):
-        console.print(line, markup=False)
+        console.print(line)
     _save(args, results, functools.partial(write_json, bound=bound), write_plot)
     return 0
 
@@ -537,7 +537,7 @@ def _behind_the_router(
         console.print(instances_table(name, metrics))
     lines = story(totals, arrival_ms / 1e3 / args.speed) + cross_instance_story(results)
     for line in lines + bound_story({args.speed: totals}, bound):
-        console.print(line, markup=False)
+        console.print(line)
     if args.json:
         write_instances_json(results, Path(args.json), bound)
         console.print(f"wrote {args.json}")
@@ -617,7 +617,7 @@ def _over_seeds(
     runs = sweep[speeds[0]]
     console.print(spread_table(runs, seeds))
     for line in spread_story(runs, seeds):
-        console.print(line, markup=False)
+        console.print(line)
     if args.json:
         write_spread_json(runs, seeds, Path(args.json), bound)
         console.print(f"wrote {args.json}")

@@ -33,5 +33,5 @@ def run(args: argparse.Namespace) -> int:
         Path(args.out).write_text(page)
         console.print(f"wrote {args.out}")
     else:
-        console.print(page, markup=False, highlight=False, soft_wrap=True)
+        console.print(page, soft_wrap=True)
     return 0

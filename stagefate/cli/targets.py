@@ -12,7 +12,7 @@ from typing import Any
 
 from rich.table import Table
 
-from .common import console
+from .common import console, flagged
 
 
 def add_parser(sub: Any) -> None:
@@ -69,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         path = install(version, lambda step: console.print(f"sglang=={version}: {step}"))
     except InstallFailed as failed:
-        console.print(f"[red]error:[/red] {failed}", soft_wrap=True)
+        flagged("error:", str(failed))
         return 1
     console.print(f"SGLang {version} is ready in {path}")
     return 0
@@ -94,7 +94,7 @@ def _install_vllm(force: bool) -> int:
     try:
         path = vllm.install(lambda step: console.print(f"vllm=={vllm.VERSION}: {step}"))
     except InstallFailed as failed:
-        console.print(f"[red]error:[/red] {failed}", soft_wrap=True)
+        flagged("error:", str(failed))
         return 1
     console.print(f"vLLM {vllm.VERSION} is ready in {path}")
     return 0

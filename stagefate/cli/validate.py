@@ -9,7 +9,7 @@ from typing import Any
 from ..spec import load_spec
 from ..spec.load import DEFAULT_SPEC_PATH
 from ..spec.schema import LifecycleSpec
-from .common import console
+from .common import console, flagged
 
 
 def add_parser(sub: Any) -> None:
@@ -42,15 +42,11 @@ def run(args: argparse.Namespace) -> int:
         for other in paths[1:]:
             difference = first_difference(paths[0], other)
             if difference is not None:
-                console.print(
-                    f"[red]OUT OF LOCKSTEP[/red] {paths[0]} and {other} differ at {difference}",
-                    soft_wrap=True,
-                )
+                flagged("OUT OF LOCKSTEP", f"{paths[0]} and {other} differ at {difference}")
                 return 1
         console.print(
             f"the {len(paths)} ranks' logs are identical: every rank fired the same "
             "transitions in the same order",
-            markup=False,
             soft_wrap=True,
         )
     return 0
@@ -62,7 +58,7 @@ def _validate(path: Path, spec: LifecycleSpec) -> bool:
     with path.open(encoding="utf-8") as lines:
         summary = validate_log(lines, spec)
     if summary.violation is not None:
-        console.print(f"[red]INVALID[/red] {path}:{summary.violation}", soft_wrap=True)
+        flagged("INVALID", f"{path}:{summary.violation}")
         return False
     ended = ", ".join(f"{reason} {n:,}" for reason, n in summary.ended.most_common()) or "none"
     live = ", ".join(f"{state} {n:,}" for state, n in summary.live.most_common()) or "none"
@@ -70,7 +66,6 @@ def _validate(path: Path, spec: LifecycleSpec) -> bool:
         f"{path}: {summary.lines:,} transitions of {summary.records:,} records follow the spec; "
         f"{len(summary.edges)} of {len(spec.edges())} edges taken; ended: {ended}; "
         f"still live: {live}",
-        markup=False,
         soft_wrap=True,
     )
     return True
