@@ -96,6 +96,11 @@ def test_bounds_too_small_to_reach_every_edge_are_a_finding(
         (["replay", "--router", "nearest"], "argument --router: invalid choice: 'nearest'"),
         (["check", "--ranks", "0"], "argument --ranks: must be at least 1 (tensor-parallel"),
         (["replay", "--limit", "ten"], "argument --limit: takes a whole number"),
+        (["fuzz", "--budget", "nan"], "argument --budget: takes a finite number"),
+        (["fuzz", "--budget", "inf", "--steps", "200"], "argument --budget: takes a finite"),
+        (["fuzz", "--seed", "-1"], "argument --seed: must be at least 0"),
+        (["replay", "--speed", "inf"], "argument --speed: takes a finite number"),
+        (["replay", "--utilization", "nan"], "argument --utilization: takes a finite number"),
     ],
 )
 def test_a_numeric_flag_out_of_range_is_refused_before_any_work(

@@ -8,6 +8,7 @@ leads with a red label says so through :func:`flagged`."""
 from __future__ import annotations
 
 import argparse
+import math
 import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -30,8 +31,10 @@ def flagged(label: str, text: str) -> None:
 def number(
     kind: type[int] | type[float], low: float, meaning: str, strict: bool = False
 ) -> Callable[[str], float]:
-    """An argparse type: a ``kind`` of at least ``low`` (above it, when ``strict``). A bad value
-    is refused before any work starts: argparse names the flag, exits 2, and this says why."""
+    """An argparse type: a finite ``kind`` of at least ``low`` (above it, when ``strict``). A
+    bad value is refused before any work starts: argparse names the flag, exits 2, and this says
+    why (``nan`` and ``inf`` parse as floats and compare false or pass every bound, so they are
+    refused by name: a budget of ``nan`` never ended)."""
     noun = "a whole number" if kind is int else "a number"
 
     def parse(text: str) -> float:
@@ -39,6 +42,8 @@ def number(
             value = kind(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"takes {noun} ({meaning}); got {text!r}") from None
+        if not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"takes a finite number ({meaning}); got {text!r}")
         if value < low or (strict and value == low):
             bound = f"greater than {low:g}" if strict else f"at least {low:g}"
             raise argparse.ArgumentTypeError(f"must be {bound} ({meaning}); got {text}")

@@ -8,11 +8,13 @@ from pathlib import Path
 from typing import Any
 
 from rich.table import Table
+from rich.text import Text
 
 from ..registry import TREES, split
 from .common import (
     add_sglang_env,
     console,
+    count,
     flagged,
     parse_sglang_env,
     positive,
@@ -31,7 +33,9 @@ def add_parser(sub: Any) -> None:
         type=positive("seconds to run"),
         help="seconds to run instead of a step count",
     )
-    fuzz.add_argument("--seed", type=int, default=0)
+    fuzz.add_argument(
+        "--seed", type=count("the campaign's seed"), default=0, help="seeds Hypothesis (default 0)"
+    )
     fuzz.add_argument("--faults", action=argparse.BooleanOptionalAction, default=True)
     fuzz.add_argument("--profile", default="fuzz", choices=["ci", "dev", "fuzz", "repro"])
     fuzz.add_argument(
@@ -229,8 +233,8 @@ def _fuzz_sglang(args: argparse.Namespace, database: Path) -> int:
     table = Table(title="SGLang's decisions reached")
     table.add_column("outcome")
     table.add_column("count", justify="right")
-    for name, count in result.outcomes.items():
-        table.add_row(name, f"{count:,}" if count else "[red]0[/red]")
+    for name, seen in result.outcomes.items():
+        table.add_row(name, Text(f"{seen:,}", style="" if seen else "red"))
     console.print(table)
     if result.design is not None and result.failure is None:
         from ..targets.sglang.design_log import load_design
