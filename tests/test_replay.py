@@ -289,7 +289,31 @@ def test_cli_sweep_writes_json_and_a_png(tmp_path: Path) -> None:
         ('{"timestamp": -1, "input_length": 1, "output_length": 1, "hash_ids": [1]}', "timestamp"),
         (
             '{"timestamp": 0, "input_length": 0, "output_length": 1, "hash_ids": []}',
-            "input_length must be an int of at least 1",
+            "input_length must be an int from 1 to",
+        ),
+        ('{"timestamp": NaN, "input_length": 1, "output_length": 1, "hash_ids": [1]}', "finite"),
+        (
+            '{"timestamp": Infinity, "input_length": 1, "output_length": 1, "hash_ids": [1]}',
+            "finite",
+        ),
+        ('{"timestamp": true, "input_length": 1, "output_length": 1, "hash_ids": [1]}', "finite"),
+        (
+            '{"timestamp": 0, "input_length": true, "output_length": 1, "hash_ids": [1]}',
+            "input_length must be an int",
+        ),
+        (
+            '{"timestamp": 0, "input_length": 1e20, "output_length": 1, "hash_ids": [1]}',
+            "input_length must be an int",
+        ),
+        (
+            '{"timestamp": 0, "input_length": 100000000000000000000, "output_length": 1, '
+            '"hash_ids": [1]}',
+            "no model's context is longer",
+        ),
+        (
+            '{"timestamp": 0, "input_length": 1, "output_length": 1, '
+            '"hash_ids": [9007199254740993]}',
+            "hash_ids must be a list of ints from 0 to 2\\*\\*53",
         ),
     ],
 )
@@ -301,6 +325,18 @@ def test_bad_trace_lines_name_file_line_and_field(tmp_path: Path, line: str, mes
     with pytest.raises(TraceError, match=message) as caught:
         load_trace(path)
     assert f"{path}:2" in str(caught.value)
+
+
+def test_limit_takes_the_earliest_arrivals_of_a_trace_out_of_order(tmp_path: Path) -> None:
+    path = tmp_path / "unsorted.jsonl"
+    rows = [(3000, 7), (1000, 8), (2000, 9)]
+    path.write_text(
+        "".join(
+            f'{{"timestamp": {ms}, "input_length": 1, "output_length": 1, "hash_ids": [{h}]}}\n'
+            for ms, h in rows
+        )
+    )
+    assert [r.hash_ids for r in load_trace(path, limit=2)] == [(8,), (9,)]
 
 
 def test_cli_bad_input_is_a_clear_error_and_exit_2(

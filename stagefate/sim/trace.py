@@ -9,6 +9,7 @@ the trace: token ``j`` of block ``h`` is ``h * 512 + j``.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -52,16 +53,37 @@ def load_trace(path: Path | str | None = None, limit: int | None = None) -> list
     if not trace_path.is_file():
         raise TraceError(f"trace {trace_path} does not exist; pass --trace PATH to a .jsonl file")
     requests: list[TraceRequest] = []
+    in_order = True
     with trace_path.open() as lines:
         for number, line in enumerate(lines, start=1):
             if not line.strip():
                 continue
-            requests.append(_parse(trace_path, number, line, len(requests)))
-            if limit is not None and len(requests) >= limit:
-                break
+            request = _parse(trace_path, number, line, len(requests))
+            in_order = in_order and (
+                not requests or requests[-1].timestamp_ms <= request.timestamp_ms
+            )
+            requests.append(request)
+            if limit is not None and in_order and len(requests) >= limit:
+                break  # (out of order, the earliest arrivals may lie further on: read it all)
     if not requests:
         raise TraceError(f"trace {trace_path} holds no requests")
-    return sorted(requests, key=lambda request: (request.timestamp_ms, request.index))
+    arrivals = sorted(requests, key=lambda request: (request.timestamp_ms, request.index))
+    return arrivals if limit is None else arrivals[:limit]
+
+
+MAX_TOKENS = 1 << 24
+"""The longest prompt or output a trace line may give (16 M tokens, past every model's context)."""
+MAX_HASH_ID = 1 << 53
+"""The largest hash id: JSON's exact integers (a block's token ids, ``id * 512 + j``, stay far
+inside int64)."""
+
+
+def _whole(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def _parse(path: Path, number: int, line: str, index: int) -> TraceRequest:
@@ -77,13 +99,22 @@ def _parse(path: Path, number: int, line: str, index: int) -> TraceRequest:
             raise TraceError(f"{where}: missing field {field!r} (Mooncake format)")
     timestamp, length, output = row["timestamp"], row["input_length"], row["output_length"]
     hash_ids = row["hash_ids"]
-    if not isinstance(timestamp, (int, float)) or timestamp < 0:
-        raise TraceError(f"{where}: timestamp must be a non-negative number of ms")
+    # (JSON's true is an int to Python, and its NaN and Infinity are floats: both refused)
+    if not _number(timestamp) or not 0 <= timestamp < math.inf:
+        raise TraceError(f"{where}: timestamp must be a finite non-negative number of ms")
     for field, value, least in (("input_length", length, 1), ("output_length", output, 0)):
-        if not isinstance(value, int) or value < least:
-            raise TraceError(f"{where}: {field} must be an int of at least {least}, got {value!r}")
-    if not isinstance(hash_ids, list) or not all(isinstance(h, int) and h >= 0 for h in hash_ids):
-        raise TraceError(f"{where}: hash_ids must be a list of non-negative ints")
+        if not _whole(value) or not least <= value <= MAX_TOKENS:
+            raise TraceError(
+                f"{where}: {field} must be an int from {least} to {MAX_TOKENS:,} (no model's "
+                f"context is longer), got {value!r}"
+            )
+    if not isinstance(hash_ids, list) or not all(
+        _whole(h) and 0 <= h <= MAX_HASH_ID for h in hash_ids
+    ):
+        raise TraceError(
+            f"{where}: hash_ids must be a list of ints from 0 to 2**53 (JSON's exact integers; "
+            "a block's tokens are numbered from its id)"
+        )
     blocks = -(-length // BLOCK_TOKENS)
     if len(hash_ids) != blocks:
         raise TraceError(
