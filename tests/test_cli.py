@@ -185,3 +185,29 @@ def test_text_the_cli_did_not_write_is_printed_as_written(
     printed = capsys.readouterr().out
     assert "error: install it: pip install 'stagefate[mooncake]'" in printed
     assert "no_anchor --hit [zero_pages]--> released" in printed
+
+
+@pytest.mark.parametrize(
+    ("argv", "named"),
+    [
+        (["replay", "--json", "{missing}/out.json"], "argument --json: the folder"),
+        (["replay", "--json", "{folder}"], "argument --json: {folder} is a folder"),
+        (["replay", "--plot", "{folder}/plot"], "argument --plot: must name a .png file"),
+        (["replay", "--log", "{missing}/log.jsonl"], "argument --log: the folder"),
+        (["fuzz", "--steps", "200", "--log", "{missing}/f.jsonl"], "argument --log: the folder"),
+        (["check", "--emit-tests", "{file}"], "argument --emit-tests: {file} is a file"),
+        (["diagram", "--out", "{missing}/docs"], "argument --out: the folder"),
+        (["spec-diff", "stagefate", "stagefate", "--out", "{folder}"], "is a folder"),
+        (["bench", "copy", "--report", "{missing}/b.md"], "argument --report: the folder"),
+    ],
+)
+def test_an_output_path_that_cannot_be_written_is_refused_before_any_work(
+    tmp_path: Path, argv: list[str], named: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "a-file").write_text("")
+    places = {"missing": tmp_path / "nope", "folder": tmp_path, "file": tmp_path / "a-file"}
+    with pytest.raises(SystemExit) as exited:
+        main([arg.format(**places) for arg in argv])
+    assert exited.value.code == 2
+    assert named.format(**places) in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]  # nothing written

@@ -115,7 +115,7 @@ def test_seeds_refuse_a_log_and_a_plot_without_a_sweep(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert main(["replay", "--limit", "5", "--seeds", "2", "--log", str(tmp_path / "l")]) == 2
-    assert main(["replay", "--limit", "5", "--seeds", "2", "--plot", str(tmp_path / "p")]) == 2
+    assert main(["replay", "--limit", "5", "--seeds", "2", "--plot", str(tmp_path / "p.png")]) == 2
     out = capsys.readouterr().out
     assert "drop --seeds or --log" in out and "add --sweep" in out
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ..bench.report import Section
-from .common import console
+from .common import console, output_file
 
 BENCHES = ("dispatch", "tree", "copy", "lifecycle", "replay", "storage", "tp", "vllm")
 NEEDS_INSTALL = ("vllm",)
@@ -19,7 +19,12 @@ NEEDS_INSTALL = ("vllm",)
 def add_parser(sub: Any) -> None:
     bench = sub.add_parser("bench", help="run benchmarks, write docs/benchmarks.md")
     bench.add_argument("which", nargs="?", default="all", choices=["all", *BENCHES])
-    bench.add_argument("--report", default="docs/benchmarks.md", help="report file")
+    bench.add_argument(
+        "--report",
+        default="docs/benchmarks.md",
+        type=output_file("the report"),
+        help="report file",
+    )
     bench.add_argument("--trace", help="trace for the replay bench (default: the embedded slice)")
     bench.add_argument(
         "--limit",

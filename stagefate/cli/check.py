@@ -16,7 +16,15 @@ from ..spec.load import DEFAULT_SPEC_PATH
 from ..spec.modelcheck import Bounds
 from ..spec.modelcheck_ranks import RANK_BOUNDS
 from ..spec.schema import LifecycleSpec
-from .common import console, count, flagged, positive_int, report_unreached, spec_source
+from .common import (
+    console,
+    count,
+    flagged,
+    output_folder,
+    positive_int,
+    report_unreached,
+    spec_source,
+)
 
 
 def add_parser(sub: Any) -> None:
@@ -40,6 +48,7 @@ def add_parser(sub: Any) -> None:
     check.add_argument(
         "--emit-tests",
         metavar="DIR",
+        type=output_folder("the generated tests"),
         help="write a test per edge of the spec (the model checker's shortest program of public "
         f"calls for it) to DIR/{FILE_NAME} instead of model checking (tests/generated here)",
     )

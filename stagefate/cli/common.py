@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -63,6 +64,51 @@ def count(meaning: str) -> Callable[[str], float]:
 
 def positive(meaning: str) -> Callable[[str], float]:
     return number(float, 0, meaning, strict=True)
+
+
+def output_file(meaning: str, suffix: str | None = None) -> Callable[[str], str]:
+    """An argparse type for a file the command writes at its end: refused before any work if it
+    is a folder, if its folder does not exist or cannot be written, or (``suffix``) if its name
+    does not end in ``suffix`` (a run must not end in a bare ``[Errno …]`` after the work)."""
+
+    def parse(text: str) -> str:
+        path = Path(text)
+        if path.is_dir():
+            raise argparse.ArgumentTypeError(
+                f"{text} is a folder; name a file in it ({meaning}), e.g. {path / 'out'}"
+                f"{suffix or ''}"
+            )
+        if suffix is not None and path.suffix != suffix:
+            raise argparse.ArgumentTypeError(
+                f"must name a {suffix} file ({meaning}); got {text!r}, e.g. {text}{suffix}"
+            )
+        _writable_folder(path.parent, meaning)
+        return text
+
+    return parse
+
+
+def output_folder(meaning: str) -> Callable[[str], str]:
+    """An argparse type for a folder the command writes into (created if its parent exists)."""
+
+    def parse(text: str) -> str:
+        path = Path(text)
+        if path.exists() and not path.is_dir():
+            raise argparse.ArgumentTypeError(f"{text} is a file; name a folder ({meaning})")
+        _writable_folder(path if path.is_dir() else path.parent, meaning)
+        return text
+
+    return parse
+
+
+def _writable_folder(folder: Path, meaning: str) -> None:
+    where = folder if str(folder) else Path(".")
+    if not where.is_dir():
+        raise argparse.ArgumentTypeError(
+            f"the folder {where} does not exist ({meaning}); create it first or name another"
+        )
+    if not os.access(where, os.W_OK):
+        raise argparse.ArgumentTypeError(f"cannot write in {where} ({meaning})")
 
 
 def report_unreached(edges: Sequence[tuple[str, str, str]]) -> None:

@@ -9,7 +9,7 @@ from typing import Any
 from ..spec import load_spec
 from ..spec.diagram import spec_digest, stale_diagrams, write_diagrams
 from ..spec.load import DEFAULT_SPEC_PATH
-from .common import checkout_root, console, flagged, spec_source
+from .common import checkout_root, console, flagged, output_folder, spec_source
 
 
 def add_parser(sub: Any) -> None:
@@ -17,6 +17,7 @@ def add_parser(sub: Any) -> None:
     diagram.add_argument("--spec", help="spec file (default: the shipped lifecycle.yaml)")
     diagram.add_argument(
         "--out",
+        type=output_folder("the diagrams"),
         help="output folder (default: the docs/ of the stagefate checkout you run it in; "
         "docs/designs/NAME/ for spec/designs/NAME.yaml)",
     )

@@ -16,6 +16,7 @@ from .common import (
     console,
     count,
     flagged,
+    output_file,
     parse_sglang_env,
     positive,
     positive_int,
@@ -39,7 +40,9 @@ def add_parser(sub: Any) -> None:
     fuzz.add_argument("--faults", action=argparse.BooleanOptionalAction, default=True)
     fuzz.add_argument("--profile", default="fuzz", choices=["ci", "dev", "fuzz", "repro"])
     fuzz.add_argument(
-        "--log", help="write each program's transition log here (the failing one's on a failure)"
+        "--log",
+        type=output_file("the transition log"),
+        help="write each program's transition log here (the failing one's on a failure)",
     )
     fuzz.add_argument(
         "--tree",

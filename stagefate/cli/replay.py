@@ -24,6 +24,7 @@ from .common import (
     add_sglang_env,
     console,
     count,
+    output_file,
     parse_sglang_env,
     positive,
     positive_int,
@@ -153,9 +154,12 @@ def add_parser(sub: Any) -> None:
         "engine over its KV shard; the cost model's tensor_parallel becomes N (default 1: one "
         "pipeline, the preset's GPUs in the time model only)",
     )
-    replay.add_argument("--json", help="write {policy: metrics} to this file")
+    replay.add_argument(
+        "--json", type=output_file("the JSON"), help="write {policy: metrics} to this file"
+    )
     replay.add_argument(
         "--log",
+        type=output_file("the transition log"),
         help="write the live run's transition log (JSON lines) here; with --tp N one per rank, "
         "PATH's name with .rank0 … before its suffix; each SGLang policy's, in its design's "
         "words, beside it (live.sglang.jsonl, live.sglang-0.5.19.jsonl)",
@@ -166,7 +170,11 @@ def add_parser(sub: Any) -> None:
         help=f"the radix tree the policies run on: {', '.join(TREES)} (SGLang's take a "
         "release, e.g. sglang-rust==0.5.21; without one, the newest installed)",
     )
-    replay.add_argument("--plot", help="write a PNG comparing the policies (needs matplotlib)")
+    replay.add_argument(
+        "--plot",
+        type=output_file("the plot", ".png"),
+        help="write a PNG comparing the policies (needs matplotlib)",
+    )
     replay.set_defaults(func=run)
 
 

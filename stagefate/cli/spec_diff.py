@@ -9,7 +9,7 @@ from typing import Any
 from ..spec import load_spec
 from ..spec.load import DEFAULT_SPEC_PATH
 from ..spec.spec_diff import spec_diff
-from .common import console
+from .common import console, output_file
 
 
 def add_parser(sub: Any) -> None:
@@ -19,7 +19,11 @@ def add_parser(sub: Any) -> None:
     )
     diff.add_argument("a", help="a spec file (`stagefate` for the shipped lifecycle.yaml)")
     diff.add_argument("b", help="another (e.g. spec/designs/sglang-0.5.23.yaml)")
-    diff.add_argument("--out", help="write the Markdown to this file instead of printing it")
+    diff.add_argument(
+        "--out",
+        type=output_file("the comparison"),
+        help="write the Markdown to this file instead of printing it",
+    )
     diff.set_defaults(func=run)
 
 
