@@ -211,3 +211,23 @@ def test_an_output_path_that_cannot_be_written_is_refused_before_any_work(
     assert exited.value.code == 2
     assert named.format(**places) in capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]  # nothing written
+
+
+@pytest.mark.parametrize(
+    ("argv", "named"),
+    [
+        (["--page-size", "100000"], "--max-prefill-tokens 16,384 is below one page"),
+        (["--max-prefill-tokens", "1"], "pass --max-prefill-tokens 64 or more"),
+        (["--chunked-prefill-size", "1"], "pass --chunked-prefill-size 64 or more"),
+        (["--device-tokens", "99999999999999"], "--device-tokens 99,999,999,999,999 is more"),
+        (["--host-tokens", "99999999999999"], "pass a smaller --host-tokens"),
+    ],
+)
+def test_a_replay_that_could_never_run_is_refused_before_any_work(
+    argv: list[str], named: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Once each stalled ("pass a larger --device-tokens", a bug report) or failed inside
+    torch's allocator."""
+    assert main(["replay", "--limit", "5", *argv]) == 2
+    printed = capsys.readouterr().out
+    assert named in printed and "internal error" not in printed

@@ -178,6 +178,36 @@ def add_parser(sub: Any) -> None:
     replay.set_defaults(func=run)
 
 
+MAX_POOL_TOKENS = 1 << 28
+"""The largest device or host pool a replay takes: 268 M tokens, past any GPU's KV (an H200
+holds about 1 M tokens of Llama-3.1-8B's). The simulated pools are real tensors of 4 bytes a
+token, so a larger one would fail inside torch's allocator, or take the machine's memory."""
+
+
+def _check_pools(args: argparse.Namespace) -> None:
+    """Refuse, before any work, pools no machine has and a step that cannot hold one page (the
+    engine admits in whole pages: it would wait for ever)."""
+    for flag, tokens in (
+        ("--device-tokens", args.device_tokens),
+        ("--host-tokens", args.host_tokens),
+    ):
+        if tokens is not None and tokens > MAX_POOL_TOKENS:
+            raise ValueError(
+                f"{flag} {tokens:,} is more than any machine's KV ({MAX_POOL_TOKENS:,} tokens at "
+                f"most; the pool is allocated for real): pass a smaller {flag}"
+            )
+    page = args.page_size
+    for flag, tokens in (
+        ("--max-prefill-tokens", args.max_prefill_tokens),
+        ("--chunked-prefill-size", args.chunked_prefill_size),
+    ):
+        if tokens < page:
+            raise ValueError(
+                f"{flag} {tokens:,} is below one page ({page:,} tokens, --page-size): no prompt "
+                f"could be admitted; pass {flag} {page} or more, or a smaller --page-size"
+            )
+
+
 def _replay_options(args: argparse.Namespace, speed: float) -> ReplayOptions:
     from ..sim.engine import EngineOptions
 
@@ -404,6 +434,7 @@ def run(args: argparse.Namespace) -> int:
             "--plot (the table shows median [min–max])"
         )
     args.seed = seeds[0]  # one seed is today's single run under that seed
+    _check_pools(args)
     trace = load_trace(args.trace, args.limit)
     _choose_arrivals(args, trace)
     policies = _policies(args.policy, args.storage, args.releases, args.tp)
