@@ -231,3 +231,18 @@ def test_a_replay_that_could_never_run_is_refused_before_any_work(
     assert main(["replay", "--limit", "5", *argv]) == 2
     printed = capsys.readouterr().out
     assert named in printed and "internal error" not in printed
+
+
+@pytest.mark.parametrize(
+    ("argv", "named"),
+    [
+        (["--pages", "99999999999999999999"], "past 64 pages it cannot finish"),
+        (["--static", "--pages", "3"], "--static runs no model check: drop --pages"),
+        (["--fuller-host", "1"], "--fuller-host shapes the ranks' model check: add --ranks 2"),
+    ],
+)
+def test_check_flags_that_could_not_do_what_they_say_are_refused(
+    argv: list[str], named: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["check", *argv]) == 2
+    assert named in capsys.readouterr().out

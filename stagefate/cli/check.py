@@ -42,7 +42,6 @@ def add_parser(sub: Any) -> None:
     check.add_argument(
         "--fuller-host",
         type=count("host pages the last rank lacks"),
-        default=1,
         help="with --ranks: host pages the last rank's bounce pool lacks (default 1)",
     )
     check.add_argument(
@@ -59,16 +58,7 @@ def add_parser(sub: Any) -> None:
         "are not what the spec generates",
     )
     one, ranked = Bounds(), RANK_BOUNDS
-    for field, flag, kind, meaning in (
-        ("pages", "--pages", positive_int, "pages of the abstract token line"),
-        ("requests", "--requests", positive_int, "requests (request i wants pages - i)"),
-        ("host_pages", "--host-pages", count, "bounce capacity in pages"),
-        ("device_pages", "--device-pages", positive_int, "device pool capacity in pages"),
-        ("cap_pages", "--cap-pages", count, "anchor-pin cap in pages"),
-        ("threshold_pages", "--threshold-pages", count, "prefetch threshold in pages"),
-        ("issues_per_request", "--issues", positive_int, "prefetches per request"),
-        ("max_states", "--max-states", positive_int, "states explored at the most"),
-    ):
+    for field, flag, kind, meaning in _BOUND_FLAGS:
         single, several = getattr(one, field), getattr(ranked, field)
         defaults = f"{single}" if single == several else f"{single}; {several} with --ranks"
         check.add_argument(
@@ -79,6 +69,52 @@ def add_parser(sub: Any) -> None:
             help=f"model check: {meaning} (default {defaults})",
         )
     check.set_defaults(func=run)
+
+
+_BOUND_FLAGS = (
+    ("pages", "--pages", positive_int, "pages of the abstract token line"),
+    ("requests", "--requests", positive_int, "requests (request i wants pages - i)"),
+    ("host_pages", "--host-pages", count, "bounce capacity in pages"),
+    ("device_pages", "--device-pages", positive_int, "device pool capacity in pages"),
+    ("cap_pages", "--cap-pages", count, "anchor-pin cap in pages"),
+    ("threshold_pages", "--threshold-pages", count, "prefetch threshold in pages"),
+    ("issues_per_request", "--issues", positive_int, "prefetches per request"),
+    ("max_states", "--max-states", positive_int, "states explored at the most"),
+)
+"""The model checker's bounds as flags: (Bounds field, flag, type, meaning)."""
+MAX_PAGES = 64
+"""The most --pages a model check takes: the checker explores every state, and at the default
+5 pages × 3 requests that is already 2.4 M states in about a minute (huge page counts once ran
+the machine out of memory)."""
+
+
+def _check_flags(args: argparse.Namespace, bounds: Bounds) -> int:
+    """Refuse flags that could not do what they say, before any work; the --fuller-host to
+    use."""
+    given = [flag for field, flag, _, _ in _BOUND_FLAGS if getattr(args, field) is not None]
+    if args.static and (given or args.ranks > 1 or args.fuller_host is not None):
+        extra = given + (["--ranks"] if args.ranks > 1 else [])
+        extra += ["--fuller-host"] if args.fuller_host is not None else []
+        raise ValueError(f"--static runs no model check: drop {', '.join(extra)} or --static")
+    if args.fuller_host is not None and args.ranks == 1:
+        raise ValueError("--fuller-host shapes the ranks' model check: add --ranks 2, or drop it")
+    if bounds.pages > MAX_PAGES:
+        raise ValueError(
+            f"--pages {bounds.pages:,}: the model checker explores every state, and past "
+            f"{MAX_PAGES} pages it cannot finish (5 pages take about a minute); pass fewer"
+        )
+    if bounds.requests > bounds.pages:
+        raise ValueError(
+            f"--requests {bounds.requests} needs as many --pages (request i wants pages - i): "
+            f"pass --pages {bounds.requests} or more"
+        )
+    fuller_host = 1 if args.fuller_host is None else args.fuller_host
+    if args.ranks > 1 and fuller_host > bounds.host_pages:
+        raise ValueError(
+            f"--fuller-host {fuller_host}: the last rank has only {bounds.host_pages} "
+            f"host pages to lack; pass at most {bounds.host_pages} or raise --host-pages"
+        )
+    return fuller_host
 
 
 def _bounds(args: argparse.Namespace) -> Bounds:
@@ -96,16 +132,7 @@ def run(args: argparse.Namespace) -> int:
     from ..statemachine.bindings import implemented_names
 
     bounds = _bounds(args)
-    if bounds.requests > bounds.pages:
-        raise ValueError(
-            f"--requests {bounds.requests} needs as many --pages (request i wants pages - i): "
-            f"pass --pages {bounds.requests} or more"
-        )
-    if args.ranks > 1 and args.fuller_host > bounds.host_pages:
-        raise ValueError(
-            f"--fuller-host {args.fuller_host}: the last rank has only {bounds.host_pages} "
-            f"host pages to lack; pass at most {bounds.host_pages} or raise --host-pages"
-        )
+    fuller_host = _check_flags(args, bounds)
     spec_path = Path(args.spec) if args.spec else DEFAULT_SPEC_PATH
     spec = load_spec(spec_path)
     # another implementation's design has no bindings here: its code is its own
@@ -128,7 +155,7 @@ def run(args: argparse.Namespace) -> int:
         return _emit_tests(spec, bounds, spec_source(spec_path), Path(args.emit_tests), args.diff)
     if args.diff:
         raise ValueError("--diff compares generated tests: pass --emit-tests DIR with it")
-    return 0 if args.static else _model_check(spec, bounds, args.ranks, args.fuller_host)
+    return 0 if args.static else _model_check(spec, bounds, args.ranks, fuller_host)
 
 
 def _emit_tests(spec: LifecycleSpec, bounds: Bounds, source: str, out: Path, diff: bool) -> int:
