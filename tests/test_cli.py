@@ -246,3 +246,21 @@ def test_check_flags_that_could_not_do_what_they_say_are_refused(
 ) -> None:
     assert main(["check", *argv]) == 2
     assert named in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("argv", "named"),
+    [
+        (["--speed", "1", "--sweep", "1,2"], "--sweep sets the speeds"),
+        (["--speed", "1", "--utilization", "0.5"], "--utilization is --speed auto's target"),
+        (["--utilization", "0.5"], "add --speed auto"),  # the embedded slice runs at 0.3x
+        (["--router", "random"], "--router routes among --instances: add --instances 2"),
+        (["--sweep", ""], "--sweep takes positive speeds"),
+        (["--sweep", "1,inf"], "--sweep takes positive speeds"),
+    ],
+)
+def test_replay_flags_the_rest_of_the_line_leaves_without_effect_are_refused(
+    argv: list[str], named: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["replay", "--limit", "5", *argv]) == 2
+    assert named in " ".join(capsys.readouterr().out.split())

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import functools
 import logging
+import math
 import os
 import re
 from collections.abc import Callable, Sequence
@@ -32,6 +33,10 @@ from .common import (
 )
 
 Payload = TypeVar("Payload")
+DEFAULT_UTILIZATION = 0.9
+"""--speed auto's target: the share of time the engine is busy."""
+DEFAULT_ROUTER = "cache_aware"
+"""--instances' router: SGLang's."""
 
 
 def add_parser(sub: Any) -> None:
@@ -64,8 +69,8 @@ def add_parser(sub: Any) -> None:
     replay.add_argument(
         "--utilization",
         type=_utilization,
-        default=0.9,
-        help="--speed auto: the share of time the engine should be busy, in (0, 1] (default 0.9)",
+        help="--speed auto: the share of time the engine should be busy, in (0, 1] (default "
+        f"{DEFAULT_UTILIZATION})",
     )
     replay.add_argument(
         "--sweep",
@@ -142,7 +147,6 @@ def add_parser(sub: Any) -> None:
     replay.add_argument(
         "--router",
         choices=ROUTERS,
-        default="cache_aware",
         help="--instances: where each request goes (default cache_aware: SGLang's router, "
         "docs/replay.md)",
     )
@@ -269,6 +273,25 @@ def _utilization(text: str) -> float:
     return share
 
 
+def _check_combinations(args: argparse.Namespace, sweep: list[tuple[float, bool]]) -> None:
+    """Refuse flags that the rest of the command line leaves without effect (a user who gave
+    them meant something the run would not do)."""
+    if sweep and args.speed not in (None, "auto"):
+        raise ValueError(
+            "--sweep sets the speeds (one ending in a is a multiple of --speed auto's): drop "
+            f"--speed {args.speed}, or --sweep"
+        )
+    searched = args.speed == "auto" or any(relative for _speed, relative in sweep)
+    searched = searched or (args.speed is None and args.trace is not None and not sweep)
+    if args.utilization is not None and not searched:
+        raise ValueError(
+            "--utilization is --speed auto's target: add --speed auto (or a sweep like 1a,2a), "
+            "or drop --utilization"
+        )
+    if args.router is not None and args.instances == 1:
+        raise ValueError("--router routes among --instances: add --instances 2 (or more)")
+
+
 def _parse_speeds(text: str) -> list[tuple[float, bool]]:
     """``--sweep``: ``(speed, relative)`` pairs; a relative one is a multiple of auto's."""
     fix = "e.g. 0.5,1,2,4 or 0.5a,1a,2a (multiples of --speed auto's)"
@@ -281,7 +304,7 @@ def _parse_speeds(text: str) -> list[tuple[float, bool]]:
             speeds.append((float(part.removesuffix("a")), relative))
         except ValueError:
             raise ValueError(f"--sweep takes speeds {fix}; got {text!r}") from None
-    if not speeds or any(speed <= 0 for speed, _relative in speeds):
+    if not speeds or any(not 0 < speed < math.inf for speed, _relative in speeds):
         raise ValueError(f"--sweep takes positive speeds, {fix}; got {text!r}")
     return speeds
 
@@ -299,7 +322,8 @@ def _resolve_speeds(
         args.speed = args.speed or DEFAULT_SPEED
         return sorted({speed for speed, _relative in sweep})
     options = _replay_options(args, DEFAULT_SPEED).model_copy(update={"tp_size": 1})
-    search = find_speed(policy_factories(["live"])["live"], trace, options, args.utilization)
+    target = DEFAULT_UTILIZATION if args.utilization is None else args.utilization
+    search = find_speed(policy_factories(["live"])["live"], trace, options, target)
     console.print(
         f"--speed auto: {search.speed:.3g}x keeps the engine busy {search.busy_fraction:.3f} "
         f"of the time (target {search.utilization:g}) over the first {search.requests:,} "
@@ -424,7 +448,8 @@ def run(args: argparse.Namespace) -> int:
     )
     from ..sim.trace import load_trace
 
-    asked = _parse_speeds(args.sweep) if args.sweep else []
+    asked = [] if args.sweep is None else _parse_speeds(args.sweep)
+    _check_combinations(args, asked)
     seeds = [args.seed] if args.seeds is None else parse_seeds(args.seeds, args.seed)
     if len(seeds) > 1 and args.log:
         raise ValueError("--log records one run's transitions: drop --seeds or --log")
@@ -565,11 +590,12 @@ def _behind_the_router(
     )
 
     results = {}
+    router = args.router or DEFAULT_ROUTER
     for name in policies:
         console.print(
-            f"replay {name} ×{options.speed:g} on {args.instances} instances behind {args.router}"
+            f"replay {name} ×{options.speed:g} on {args.instances} instances behind {router}"
         )
-        results[name] = run_instances(name, trace, options, args.instances, args.router, sglang_env)
+        results[name] = run_instances(name, trace, options, args.instances, router, sglang_env)
     totals = {name: m.total for name, m in results.items()}
     console.print(metrics_table(totals, bound))
     for name, metrics in results.items():
