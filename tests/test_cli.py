@@ -264,3 +264,34 @@ def test_replay_flags_the_rest_of_the_line_leaves_without_effect_are_refused(
 ) -> None:
     assert main(["replay", "--limit", "5", *argv]) == 2
     assert named in " ".join(capsys.readouterr().out.split())
+
+
+@pytest.mark.parametrize(
+    ("argv", "named"),
+    [
+        (["bench", "dispatch", "--peer", "sglang"], "--peer is for bench tree or lifecycle"),
+        (["bench", "copy", "--trace", "t.jsonl"], "--trace is for bench replay, not copy"),
+        (["bench", "all", "--limit", "5"], "--limit is for bench vllm, not all"),
+        (["targets", "--force"], "drop the release and --force"),
+    ],
+)
+def test_a_flag_for_another_subcommand_is_refused(
+    argv: list[str], named: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(argv) == 2
+    assert named in " ".join(capsys.readouterr().out.split())
+
+
+def test_validate_refuses_a_folder_an_empty_log_and_a_binary_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    empty, binary = tmp_path / "empty.jsonl", tmp_path / "binary.jsonl"
+    empty.write_text("")
+    binary.write_bytes(b"\xff\xfe\x00garbage")
+    for path, named in (
+        (tmp_path, "is a folder"),
+        (empty, "is empty: nothing to validate"),
+        (binary, f"{binary}: not a text file"),
+    ):
+        assert main(["validate", str(path)]) == 2
+        assert named in " ".join(capsys.readouterr().out.split())

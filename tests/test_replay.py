@@ -346,6 +346,7 @@ def test_cli_bad_input_is_a_clear_error_and_exit_2(
     bad_costs.write_text("gpu_memory_gb: -1\n")
     cases = [
         (["--trace", str(tmp_path / "nope.jsonl")], "does not exist"),
+        (["--trace", str(tmp_path)], "is a folder; pass --trace PATH to a .jsonl file"),
         (["--limit", "5", "--device-tokens", "1024"], "--device-tokens"),
         (["--limit", "5", "--sweep", "1,fast"], "--sweep takes speeds"),
         (["--limit", "5", "--costs", str(bad_costs)], "gpu_memory_gb"),

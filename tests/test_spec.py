@@ -90,6 +90,17 @@ def test_unreadable_spec_file_says_so(tmp_path: Path) -> None:
         load_spec(bad)
 
 
+def test_a_key_given_twice_is_refused_naming_it_and_its_line(tmp_path: Path) -> None:
+    """Plain YAML keeps the last of two ``initial:`` keys: the spec would start elsewhere."""
+    twice = tmp_path / "twice.yaml"
+    text = DEFAULT_SPEC_PATH.read_text()
+    twice.write_text(text.replace("\ninitial:", "\ninitial: locked\ninitial:", 1))
+    assert "initial: locked\ninitial:" in twice.read_text()
+    line = twice.read_text().splitlines().index("initial: locked") + 2
+    with pytest.raises(SpecError, match=rf"key 'initial' is given twice .*line {line}"):
+        load_spec(twice)
+
+
 def test_implementations_check_names_the_missing_guard() -> None:
     bound = implemented_names()
     findings = check_implementations(load_spec(), bound.guards - {"host_short"}, bound.effects)

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ..bench.report import Section
-from .common import console, output_file
+from .common import console, output_file, positive_int
 
 BENCHES = ("dispatch", "tree", "copy", "lifecycle", "replay", "storage", "tp", "vllm")
 NEEDS_INSTALL = ("vllm",)
@@ -28,8 +28,7 @@ def add_parser(sub: Any) -> None:
     bench.add_argument("--trace", help="trace for the replay bench (default: the embedded slice)")
     bench.add_argument(
         "--limit",
-        type=int,
-        default=300,
+        type=positive_int("requests sent to vLLM"),
         help="vllm: requests of the embedded slice sent to vLLM (default 300)",
     )
     bench.add_argument(
@@ -78,9 +77,15 @@ def run(args: argparse.Namespace) -> int:
 
     if args.device == "cuda" and not torch.cuda.is_available():
         raise ValueError("--device cuda: torch sees no GPU here; use --device cpu or auto")
-    if args.limit < 1:
-        raise ValueError(f"--limit must be at least 1, got {args.limit}")
-    runners = _runners(args.trace, args.device, args.peer, args.limit)
+    for flag, given, used_by in (  # ("all" runs every bench but vllm)
+        ("--peer", args.peer, ("tree", "lifecycle", "all")),
+        ("--trace", args.trace, ("replay", "all")),
+        ("--limit", args.limit, ("vllm",)),
+    ):
+        if given is not None and args.which not in used_by:
+            benches = " or ".join(name for name in used_by if name != "all")
+            raise ValueError(f"{flag} is for bench {benches}, not {args.which}: drop it")
+    runners = _runners(args.trace, args.device, args.peer, args.limit or 300)
     assert set(runners) == set(BENCHES)
     names = (
         [name for name in runners if name not in NEEDS_INSTALL]

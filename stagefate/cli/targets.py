@@ -39,8 +39,11 @@ def run(args: argparse.Namespace) -> int:
     from ..targets.vllm import environment as vllm
 
     if args.action == "list":
-        if args.release:
-            raise ValueError("`stagefate targets` lists them all; drop the release")
+        if args.release or args.force:
+            raise ValueError(
+                "`stagefate targets` lists them all; drop the release and --force (they are "
+                "install's: stagefate targets install RELEASE [--force])"
+            )
         ready = installed()
         table = Table(title="SGLang releases with buffer mode")
         for column in ("release", "API", "built", "buffer mode", "installed"):

@@ -33,8 +33,15 @@ def run(args: argparse.Namespace) -> int:
     spec = load_spec(Path(args.spec) if args.spec else DEFAULT_SPEC_PATH)
     paths = [Path(log) for log in args.logs]
     for path in paths:
+        if path.is_dir():
+            raise ValueError(f"transition log {path} is a folder; pass the log file in it")
         if not path.is_file():
             raise ValueError(f"transition log {path} does not exist; write one with --log FILE")
+        if not path.stat().st_size:
+            raise ValueError(
+                f"transition log {path} is empty: nothing to validate (did the run that wrote it "
+                "fire any transition?); pass a log a run wrote with --log FILE"
+            )
     for path in paths:
         if not _validate(path, spec):
             return 1
@@ -55,8 +62,13 @@ def run(args: argparse.Namespace) -> int:
 def _validate(path: Path, spec: LifecycleSpec) -> bool:
     from ..transition_log import validate_log
 
-    with path.open(encoding="utf-8") as lines:
-        summary = validate_log(lines, spec)
+    try:
+        with path.open(encoding="utf-8") as lines:
+            summary = validate_log(lines, spec)
+    except UnicodeDecodeError as error:
+        raise ValueError(
+            f"{path}: not a text file ({error.reason}); pass a transition log"
+        ) from None
     if summary.violation is not None:
         flagged("INVALID", f"{path}:{summary.violation}")
         return False

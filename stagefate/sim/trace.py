@@ -50,6 +50,8 @@ def load_trace(path: Path | str | None = None, limit: int | None = None) -> list
     if limit is not None and limit < 1:
         raise TraceError(f"--limit must be at least 1, got {limit}")
     trace_path = default_trace_path() if path is None else Path(path)
+    if trace_path.is_dir():
+        raise TraceError(f"trace {trace_path} is a folder; pass --trace PATH to a .jsonl file")
     if not trace_path.is_file():
         raise TraceError(f"trace {trace_path} does not exist; pass --trace PATH to a .jsonl file")
     requests: list[TraceRequest] = []
