@@ -295,3 +295,11 @@ def test_validate_refuses_a_folder_an_empty_log_and_a_binary_file(
     ):
         assert main(["validate", str(path)]) == 2
         assert named in " ".join(capsys.readouterr().out.split())
+
+
+def test_a_searched_speed_is_one_a_user_can_type_back() -> None:
+    """--speed auto once reported ×1.01544 and advised --speed 2.03088."""
+    from stagefate.cli.replay import _three_digits
+
+    assert _three_digits(1.01544) == 1.02 and _three_digits(2 * 1.01544) == 2.03
+    assert _three_digits(0.300049) == 0.3

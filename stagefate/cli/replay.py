@@ -331,11 +331,19 @@ def _resolve_speeds(
         + ("" if search.reached else "; the fastest speed tried stays below the target")
     )
     if auto:
-        args.speed = search.speed * args.instances
+        args.speed = _three_digits(search.speed * args.instances)
         if args.instances > 1:  # each engine then carries what one carries at the auto speed
-            console.print(f"{args.instances} instances: {args.speed:.3g}x")
+            console.print(f"{args.instances} instances: {args.speed:g}x")
     args.speed = args.speed or DEFAULT_SPEED
-    return sorted({speed * (search.speed if relative else 1) for speed, relative in sweep})
+    return sorted(
+        {_three_digits(speed * (search.speed if relative else 1)) for speed, relative in sweep}
+    )
+
+
+def _three_digits(speed: float) -> float:
+    """A searched speed to three significant digits: what the report prints and advises is a
+    speed a user can type back (1.02, not 1.01544)."""
+    return float(f"{speed:.3g}")
 
 
 def _policies(choice: str, storage: str, releases: str | None, tp: int = 1) -> list[str]:
