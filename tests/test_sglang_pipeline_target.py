@@ -221,7 +221,7 @@ def test_the_campaign_catches_a_planted_bug(bug: str, monkeypatch: pytest.Monkey
 
 @pytest.mark.slow
 def test_fuzz_target_sglang_from_the_command_line(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["fuzz", "--target", "sglang", "--steps", "150", "--seed", "3"]) == 0
+    assert main(["fuzz", "--target", "sglang", "--steps", "2000", "--seed", "3"]) == 0
     out = capsys.readouterr().out
     assert "BufferModePipeline" in out and "try_lock_anchor" in out
 
@@ -286,7 +286,7 @@ def test_fuzz_target_sglang_logs_and_checks_its_design(
 ) -> None:
     """Every program's design log is checked at teardown; --log keeps the last one's."""
     log = tmp_path / "sglang.jsonl"
-    assert main(["fuzz", "--target", "sglang", "--steps", "300", "--log", str(log)]) == 0
+    assert main(["fuzz", "--target", "sglang", "--steps", "2000", "--log", str(log)]) == 0
     assert "every program's run followed SGLang's own design" in capsys.readouterr().out
     design = str(DEFAULT_SPEC_PATH.parent / "designs" / "sglang-0.5.23.yaml")
     assert main(["validate", "--spec", design, str(log)]) == 0

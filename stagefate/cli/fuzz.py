@@ -27,7 +27,10 @@ from .common import (
 def add_parser(sub: Any) -> None:
     fuzz = sub.add_parser("fuzz", help="stateful fuzz campaign over the real pipeline")
     fuzz.add_argument(
-        "--steps", type=positive_int("states to check"), help="states to check (default 20,000)"
+        "--steps",
+        type=positive_int("states to check"),
+        help="states to check (default 20,000); programs run whole, so up to one program's "
+        "steps more",
     )
     fuzz.add_argument(
         "--budget",

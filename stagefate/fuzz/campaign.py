@@ -81,9 +81,12 @@ def run_batches(
                 break
             if budget_seconds is not None and elapsed >= budget_seconds:
                 break
+            batch = BATCH_EXAMPLES
+            if steps is not None:  # no more programs than the states still to check need
+                batch = min(batch, -(-(steps - states()) // STEPS_PER_EXAMPLE))
             batch_settings = settings(
                 settings.get_profile(profile),
-                max_examples=BATCH_EXAMPLES,
+                max_examples=batch,
                 stateful_step_count=STEPS_PER_EXAMPLE,
                 derandomize=False,
                 database=DirectoryBasedExampleDatabase(str(DATABASE)),
@@ -92,7 +95,7 @@ def run_batches(
                 run_state_machine_as_test(machine, settings=batch_settings)
             except Exception as error:  # Hypothesis has printed the minimal failing program
                 failure = error
-            examples += BATCH_EXAMPLES
+            examples += batch
             progress.update(
                 task,
                 completed=states() if steps else time.monotonic() - started,
