@@ -327,6 +327,13 @@ def test_bad_trace_lines_name_file_line_and_field(tmp_path: Path, line: str, mes
     assert f"{path}:2" in str(caught.value)
 
 
+def test_a_binary_trace_is_refused_naming_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "binary.jsonl"
+    path.write_bytes(b"\xff\xfe\x00\x01")
+    with pytest.raises(TraceError, match=f"trace {path}: not a text file"):
+        load_trace(path)
+
+
 def test_limit_takes_the_earliest_arrivals_of_a_trace_out_of_order(tmp_path: Path) -> None:
     path = tmp_path / "unsorted.jsonl"
     rows = [(3000, 7), (1000, 8), (2000, 9)]

@@ -54,9 +54,24 @@ def load_trace(path: Path | str | None = None, limit: int | None = None) -> list
         raise TraceError(f"trace {trace_path} is a folder; pass --trace PATH to a .jsonl file")
     if not trace_path.is_file():
         raise TraceError(f"trace {trace_path} does not exist; pass --trace PATH to a .jsonl file")
+    try:
+        requests = _read(trace_path, limit)
+    except UnicodeDecodeError as error:
+        raise TraceError(
+            f"trace {trace_path}: not a text file ({error.reason}); pass a Mooncake-format "
+            ".jsonl trace"
+        ) from None
+    if not requests:
+        raise TraceError(f"trace {trace_path} holds no requests")
+    arrivals = sorted(requests, key=lambda request: (request.timestamp_ms, request.index))
+    return arrivals if limit is None else arrivals[:limit]
+
+
+def _read(trace_path: Path, limit: int | None) -> list[TraceRequest]:
+    """The trace's requests in file order (up to ``limit`` when the file is in time order)."""
     requests: list[TraceRequest] = []
     in_order = True
-    with trace_path.open() as lines:
+    with trace_path.open(encoding="utf-8") as lines:
         for number, line in enumerate(lines, start=1):
             if not line.strip():
                 continue
@@ -67,10 +82,7 @@ def load_trace(path: Path | str | None = None, limit: int | None = None) -> list
             requests.append(request)
             if limit is not None and in_order and len(requests) >= limit:
                 break  # (out of order, the earliest arrivals may lie further on: read it all)
-    if not requests:
-        raise TraceError(f"trace {trace_path} holds no requests")
-    arrivals = sorted(requests, key=lambda request: (request.timestamp_ms, request.index))
-    return arrivals if limit is None else arrivals[:limit]
+    return requests
 
 
 MAX_TOKENS = 1 << 24
