@@ -221,6 +221,7 @@ def test_an_output_path_that_cannot_be_written_is_refused_before_any_work(
         (["--chunked-prefill-size", "1"], "pass --chunked-prefill-size 64 or more"),
         (["--device-tokens", "99999999999999"], "--device-tokens 99,999,999,999,999 is more"),
         (["--host-tokens", "99999999999999"], "pass a smaller --host-tokens"),
+        (["--device-tokens", "10"], "--device-tokens 10 (64 in whole pages) cannot hold"),
     ],
 )
 def test_a_replay_that_could_never_run_is_refused_before_any_work(
@@ -229,8 +230,9 @@ def test_a_replay_that_could_never_run_is_refused_before_any_work(
     """Once each stalled ("pass a larger --device-tokens", a bug report) or failed inside
     torch's allocator."""
     assert main(["replay", "--limit", "5", *argv]) == 2
-    printed = capsys.readouterr().out
+    printed = " ".join(capsys.readouterr().out.split())
     assert named in printed and "internal error" not in printed
+    assert "replaying" not in printed  # refused before any work
 
 
 @pytest.mark.parametrize(

@@ -17,7 +17,7 @@ from ..sim.bound import TraceBound
 from ..sim.costs import DEFAULT_PRESET, PRESETS, load_costs
 from ..sim.instances import ROUTERS
 from ..sim.policy import Policy
-from ..sim.replay import DEFAULT_SPEED, ReplayMetrics, ReplayOptions
+from ..sim.replay import DEFAULT_SPEED, ReplayMetrics, ReplayOptions, replay_config
 from ..sim.trace import TraceRequest
 from ..spec.load import DEFAULT_SPEC_PATH
 from ..transition_log import TransitionLog
@@ -469,6 +469,7 @@ def run(args: argparse.Namespace) -> int:
     args.seed = seeds[0]  # one seed is today's single run under that seed
     _check_pools(args)
     trace = load_trace(args.trace, args.limit)
+    replay_config(_replay_options(args, DEFAULT_SPEED), trace)  # a pool too small: refused now
     _choose_arrivals(args, trace)
     policies = _policies(args.policy, args.storage, args.releases, args.tp)
     sglang_env = parse_sglang_env(args.sglang_env)

@@ -124,10 +124,16 @@ def replay_config(
     pool = options.device_tokens or options.costs.device_kv_tokens()
     device_tokens = -(-pool // page) * page
     if device_tokens < 2 * max_context:
+        given = (
+            f"--device-tokens {pool:,}"
+            + ("" if pool == device_tokens else f" ({device_tokens:,} in whole pages)")
+            if options.device_tokens
+            else f"the GPU's {device_tokens:,} KV tokens"
+        )
         raise ValueError(
-            f"a device pool of {device_tokens:,} tokens cannot hold the trace's longest "
-            f"request ({longest:,} tokens of prompt and output) twice over; pass "
-            f"--device-tokens {2 * max_context} or more (or a GPU with more memory)"
+            f"{given} cannot hold the trace's longest request ({longest:,} tokens of prompt "
+            f"and output) twice over; pass --device-tokens {2 * max_context} or more (or a "
+            "GPU with more memory)"
         )
     return PipelineConfig(
         page_size=page,
