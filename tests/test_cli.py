@@ -76,6 +76,8 @@ def test_bounds_too_small_to_reach_every_edge_are_a_finding(
     out = capsys.readouterr().out
     assert "static checks passed" in out and "invariants hold in every state" in out
     assert "finding: edge never reached: parked --commit [span_inflight]-->" in out
+    hint = "hint: --pages, --requests, --issues below the defaults leave a world too small"
+    assert hint in " ".join(out.split())
 
 
 @pytest.mark.parametrize(

@@ -221,4 +221,15 @@ def _model_check(spec: LifecycleSpec, bounds: Bounds, ranks: int, fuller_host: i
         console.print(f"finding: state never reached: {state}")
     if result.truncated:
         console.print(f"finding: stopped at --max-states {bounds.max_states:,}; raise it")
+    defaults = RANK_BOUNDS if ranks > 1 else Bounds()
+    smaller = [
+        flag
+        for field, flag, _, _ in _BOUND_FLAGS
+        if getattr(bounds, field) < getattr(defaults, field)
+    ]
+    if (result.unreached_edges or result.unreached_states) and smaller:
+        console.print(
+            f"hint: {', '.join(smaller)} below the defaults leave a world too small for some "
+            "edges (at the defaults every modelled edge is reached): raise them to check those"
+        )
     return 1 if result.unreached_edges or result.unreached_states or result.truncated else 0
