@@ -366,3 +366,24 @@ def test_cli_bad_input_is_a_clear_error_and_exit_2(
     with pytest.raises(SystemExit) as exited:
         main(["replay", "--model", "gpt-5"])
     assert exited.value.code == 2
+
+
+def test_plots_start_counts_at_zero_and_keep_equal_lines_visible() -> None:
+    """A panel where nothing was wasted once spanned -0.04 to 0.04, and two policies with equal
+    figures drew one line over the other."""
+    pytest.importorskip("matplotlib", reason="--plot needs the plot extra: pip install '.[plot]'")
+    from stagefate.sim.report import _from_zero, _line_style, _pyplot
+
+    plt = _pyplot()
+    figure, (flat, counts) = plt.subplots(1, 2)
+    flat.plot([1, 2], [0, 0])
+    _from_zero(flat, 0)
+    counts.plot([1, 2], [3, 5])
+    _from_zero(counts, 5)
+    assert flat.get_ylim() == (0, 1) and counts.get_ylim()[0] == 0 < 5 <= counts.get_ylim()[1]
+    plt.close(figure)
+    styles = [_line_style(i) for i in range(4)]
+    assert len({(s["marker"], s["linestyle"]) for s in styles}) == 4
+    assert [s["markersize"] for s in styles] == sorted(
+        (s["markersize"] for s in styles), reverse=True
+    )

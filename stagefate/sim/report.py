@@ -384,6 +384,29 @@ def _pyplot() -> Any:
     return plt
 
 
+_MARKERS = ("o", "s", "^", "D", "v", "P")
+_DASHES = ("-", "--", ":", "-.")
+
+
+def _line_style(index: int) -> dict[str, Any]:
+    """Policy ``index``'s line: its own marker and dash, and a marker a size smaller than the
+    one before, so lines with equal figures stay visible on top of one another."""
+    return {
+        "marker": _MARKERS[index % len(_MARKERS)],
+        "linestyle": _DASHES[index % len(_DASHES)],
+        "markersize": max(10 - 2 * index, 3),
+    }
+
+
+def _from_zero(axis: Any, largest: float) -> None:
+    """A panel of counts starts at 0; one whose ``largest`` value is 0 spans 0 to 1 (not
+    matplotlib's -0.04 to 0.04 around a flat line at 0)."""
+    if largest > 0:
+        axis.set_ylim(bottom=0)
+    else:
+        axis.set_ylim(0, 1)
+
+
 def write_plot(results: dict[str, ReplayMetrics], path: Path) -> None:
     """A PNG comparing the policies: L3 reads (used vs wasted) and prompt tokens by source."""
     plt = _pyplot()
@@ -394,6 +417,7 @@ def write_plot(results: dict[str, ReplayMetrics], path: Path) -> None:
     reads.bar(names, used, label="spliced from", color="#4c72b0")
     reads.bar(names, wasted, bottom=used, label="read, then discarded", color="#dd8452")
     reads.set_title("L3 reads")
+    _from_zero(reads, max(m.l3_reads for m in results.values()))
     reads.legend()
     computed = [m.prefill_tokens_computed / 1e6 for m in results.values()]
     spliced = [m.tokens_spliced / 1e6 for m in results.values()]
@@ -568,15 +592,17 @@ def _sweep_plot(sweep: dict[float, SeedRuns], path: Path, title: str) -> None:
     speeds = list(sweep)
     policies = list(next(iter(sweep.values())))
     figure, axes = plt.subplots(1, 3, figsize=(13, 4))
-    panels: tuple[tuple[str, Callable[[ReplayMetrics], float]], ...] = (
-        ("wasted L3 reads", lambda m: m.l3_reads_wasted),
-        ("wasted L3 tokens (millions)", lambda m: m.l3_read_tokens_wasted / 1e6),
-        ("hit rate", lambda m: m.hit_rate),
+    panels: tuple[tuple[str, Callable[[ReplayMetrics], float], bool], ...] = (
+        ("wasted L3 reads", lambda m: m.l3_reads_wasted, True),
+        ("wasted L3 tokens (millions)", lambda m: m.l3_read_tokens_wasted / 1e6, True),
+        ("hit rate", lambda m: m.hit_rate, False),  # (its differences are small: no zero)
     )
-    for axis, (heading, value) in zip(axes, panels, strict=True):
-        for name in policies:
+    for axis, (heading, value, counts) in zip(axes, panels, strict=True):
+        for index, name in enumerate(policies):
             spreads = [Spread.of([value(m) for m in sweep[s][name]]) for s in speeds]
-            (line,) = axis.plot(speeds, [p.median for p in spreads], marker="o", label=name)
+            (line,) = axis.plot(
+                speeds, [p.median for p in spreads], label=name, **_line_style(index)
+            )
             if any(p.low != p.high for p in spreads):
                 axis.fill_between(
                     speeds,
@@ -585,6 +611,10 @@ def _sweep_plot(sweep: dict[float, SeedRuns], path: Path, title: str) -> None:
                     color=line.get_color(),
                     alpha=0.2,
                 )
+        if counts:
+            _from_zero(
+                axis, max(value(m) for runs in sweep.values() for r in runs.values() for m in r)
+            )
         axis.set_title(heading)
         axis.set_xlabel("load (arrival speed ×)")
         axis.set_xscale("log", base=2)
