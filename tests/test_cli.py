@@ -102,6 +102,7 @@ def test_bounds_too_small_to_reach_every_edge_are_a_finding(
         (["fuzz", "--budget", "inf", "--steps", "200"], "argument --budget: takes a finite"),
         (["fuzz", "--seed", "-1"], "argument --seed: must be at least 0"),
         (["replay", "--speed", "inf"], "argument --speed: takes a finite number"),
+        (["replay", "--speed", "1e-300"], "argument --speed: must be at least 0.001"),
         (["replay", "--utilization", "nan"], "argument --utilization: takes a finite number"),
     ],
 )
@@ -259,8 +260,9 @@ def test_check_flags_that_could_not_do_what_they_say_are_refused(
         (["--speed", "1", "--utilization", "0.5"], "--utilization is --speed auto's target"),
         (["--utilization", "0.5"], "add --speed auto"),  # the embedded slice runs at 0.3x
         (["--router", "random"], "--router routes among --instances: add --instances 2"),
-        (["--sweep", ""], "--sweep takes positive speeds"),
-        (["--sweep", "1,inf"], "--sweep takes positive speeds"),
+        (["--sweep", ""], "--sweep takes finite speeds of at least 0.001"),
+        (["--sweep", "1,inf"], "--sweep takes finite speeds of at least 0.001"),
+        (["--sweep", "1,1e-300"], "--sweep takes finite speeds of at least 0.001"),
     ],
 )
 def test_replay_flags_the_rest_of_the_line_leaves_without_effect_are_refused(

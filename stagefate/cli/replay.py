@@ -259,9 +259,22 @@ def _choose_arrivals(args: argparse.Namespace, trace: list[TraceRequest]) -> Non
         )
 
 
+MIN_SPEED = 1e-3
+"""The slowest arrival speed taken: slower, a second of the trace lasts past a quarter hour and
+the engine only idles between arrivals (1e-300 once reported 1.4e291 s of engine time)."""
+
+
 def _speed(text: str) -> float | str:
-    """``--speed``: ``auto`` or a positive number."""
-    return "auto" if text == "auto" else positive("arrival speed; 2 = arrivals twice as fast")(text)
+    """``--speed``: ``auto`` or a number of at least :data:`MIN_SPEED`."""
+    if text == "auto":
+        return "auto"
+    speed = positive("arrival speed; 2 = arrivals twice as fast")(text)
+    if speed < MIN_SPEED:
+        raise argparse.ArgumentTypeError(
+            f"must be at least {MIN_SPEED:g} (slower, the engine only idles between arrivals); "
+            f"got {text}"
+        )
+    return speed
 
 
 def _utilization(text: str) -> float:
@@ -304,8 +317,10 @@ def _parse_speeds(text: str) -> list[tuple[float, bool]]:
             speeds.append((float(part.removesuffix("a")), relative))
         except ValueError:
             raise ValueError(f"--sweep takes speeds {fix}; got {text!r}") from None
-    if not speeds or any(not 0 < speed < math.inf for speed, _relative in speeds):
-        raise ValueError(f"--sweep takes positive speeds, {fix}; got {text!r}")
+    if not speeds or any(not MIN_SPEED <= speed < math.inf for speed, _relative in speeds):
+        raise ValueError(
+            f"--sweep takes finite speeds of at least {MIN_SPEED:g}, {fix}; got {text!r}"
+        )
     return speeds
 
 
