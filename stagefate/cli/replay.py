@@ -294,8 +294,7 @@ def _check_combinations(args: argparse.Namespace, sweep: list[tuple[float, bool]
             "--sweep sets the speeds (one ending in a is a multiple of --speed auto's): drop "
             f"--speed {args.speed}, or --sweep"
         )
-    searched = args.speed == "auto" or any(relative for _speed, relative in sweep)
-    searched = searched or (args.speed is None and args.trace is not None and not sweep)
+    searched = _auto_speed(args, sweep) or any(relative for _speed, relative in sweep)
     if args.utilization is not None and not searched:
         raise ValueError(
             "--utilization is --speed auto's target: add --speed auto (or a sweep like 1a,2a), "
@@ -331,8 +330,7 @@ def _resolve_speeds(
     and no ``--sweep``) and the sweep's speeds with it, in order."""
     from ..sim.load import find_speed
 
-    by_default = args.speed is None and args.trace is not None and not sweep
-    auto = args.speed == "auto" or by_default
+    auto = _auto_speed(args, sweep)
     if not auto and not any(relative for _speed, relative in sweep):
         args.speed = args.speed or DEFAULT_SPEED
         return sorted({speed for speed, _relative in sweep})
@@ -353,6 +351,12 @@ def _resolve_speeds(
     return sorted(
         {_three_digits(speed * (search.speed if relative else 1)) for speed, relative in sweep}
     )
+
+
+def _auto_speed(args: argparse.Namespace, sweep: list[tuple[float, bool]]) -> bool:
+    """Whether ``--speed`` is searched for: asked (auto), or by default with ``--trace`` and
+    no ``--sweep``."""
+    return args.speed == "auto" or (args.speed is None and args.trace is not None and not sweep)
 
 
 def _three_digits(speed: float) -> float:
