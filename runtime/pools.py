@@ -143,9 +143,7 @@ class SlotPool:
         self.layout = layout
         self.capacity = slots
         self.device = device
-        if kv is not None and (
-            tuple(kv.shape) != layout.shape(slots) or kv.dtype != layout.dtype
-        ):
+        if kv is not None and (tuple(kv.shape) != layout.shape(slots) or kv.dtype != layout.dtype):
             raise ValueError(
                 f"{name}: the KV given is {tuple(kv.shape)} {kv.dtype}, the layout needs "
                 f"{layout.shape(slots)} {layout.dtype}"

@@ -85,10 +85,10 @@ def test_the_replay_shows_the_bound_and_says_when_nothing_is_left_to_decide(
     assert main(["replay", "--limit", "40", "--policy", "live", "--json", str(out)]) == 0
     printed = " ".join(capsys.readouterr().out.split())
     payload = json.loads(out.read_text())
-    assert list(payload) == ["live", "bounds"]
-    bound = payload["bounds"]
+    assert list(payload["policies"]) == ["live"]
+    bound = payload["bound"]
     assert list(bound) == ["hit_rate", "reusable_tokens", "prompt_tokens"]
-    assert bound["hit_rate"] >= payload["live"]["hit_rate"]
+    assert bound["hit_rate"] >= payload["policies"]["live"]["hit_rate"]
     assert f"{bound['reusable_tokens']:,} of {bound['prompt_tokens']:,} prompt tokens" in printed
     assert "every policy reaches the bound at 0.3x: this load leaves nothing to decide" in printed
     assert "--sweep 0.3,0.6,1.2" in printed

@@ -102,14 +102,14 @@ def test_the_same_seed_gives_the_same_json(tmp_path: Path) -> None:
         out = tmp_path / f"run{run}.json"
         argv = ["replay", "--limit", "40", "--instances", "2", "--router", "random"]
         assert main([*argv, "--policy", "live,blind", "--json", str(out)]) == 0
-        payload = json.loads(out.read_text())
+        payload = json.loads(out.read_text())["policies"]
         for name in ("live", "blind"):
             payload[name]["total"].pop("wall_seconds")
             for instance in payload[name]["instances"]:
                 instance.pop("wall_seconds")
         payloads.append(payload)
     assert payloads[0] == payloads[1]
-    assert list(payloads[0]) == ["live", "blind", "bounds"]
+    assert list(payloads[0]) == ["live", "blind"]
     assert list(payloads[0]["live"]) == [
         "total",
         "instances",
@@ -123,6 +123,7 @@ def test_the_same_seed_gives_the_same_json(tmp_path: Path) -> None:
     [
         (["--policy", "live", "--tp", "2"], "does not combine with --tp yet"),
         (["--policy", "live", "--seeds", "2"], "drop --seeds and --sweep"),
+        (["--policy", "live", "--plot", "p.png"], "does not combine with --plot yet"),
     ],
 )
 def test_what_instances_cannot_run_with_is_refused_with_the_fix(

@@ -86,7 +86,7 @@ def test_auto_load_on_the_embedded_slice_lands_within_five_hundredths_of_the_tar
 ) -> None:
     out = tmp_path / "auto.json"
     assert main(["replay", "--policy", "live", "--speed", "auto", "--json", str(out)]) == 0
-    busy = json.loads(out.read_text())["live"]["engine"]["busy_fraction"]
+    busy = json.loads(out.read_text())["policies"]["live"]["engine"]["busy_fraction"]
     assert abs(busy - 0.9) <= 0.05
     printed = " ".join(capsys.readouterr().out.split())
     assert "--speed auto:" in printed and "of the time (target 0.9) over the first 1,000" in printed
@@ -99,11 +99,10 @@ def test_a_sweep_in_two_processes_gives_the_figures_of_one(tmp_path: Path) -> No
         out = tmp_path / f"sweep{jobs}.json"
         argv = ["replay", "--limit", "30", "--sweep", "0.3,0.6", "--jobs", jobs]
         assert main([*argv, "--json", str(out)]) == 0
-        payload = json.loads(out.read_text())
-        for by_policy in payload.values():
-            for name, metrics in by_policy.items():
-                if name != "bounds":
-                    metrics.pop("wall_seconds")
-        figures.append(payload)
+        speeds = json.loads(out.read_text())["speeds"]
+        for at in speeds.values():
+            for metrics in at["policies"].values():
+                metrics.pop("wall_seconds")
+        figures.append(speeds)
     assert figures[0] == figures[1]
     assert list(figures[0]) == ["0.3", "0.6"]

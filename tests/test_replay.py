@@ -46,6 +46,8 @@ ENGINE_KEYS = [
     "busy_fraction",
     "queue_wait_ms",
 ]
+ENVELOPE = ["stagefate", "trace", "arguments", "options", "bound"]
+"""What every ``replay --json`` file starts with, whatever its mode (then its body)."""
 # A device pool of a few prompts, so that the replay evicts, re-reads from L3 and trims for real.
 SMALL = ReplayOptions(device_tokens=40 * 1024, host_tokens=64 * 1024, speed=1.0)
 POLICIES = [("live", True), ("live", False), ("blind", True)]
@@ -231,14 +233,42 @@ def test_cli_json_has_exactly_the_keys_for_one_and_all_policies(tmp_path: Path) 
         out = tmp_path / f"{policy}.json"
         assert main(["replay", "--limit", "40", "--policy", policy, "--json", str(out)]) == 0
         payload = json.loads(out.read_text())
-        assert list(payload) == [*expected, "bounds"]
-        assert list(payload.pop("bounds")) == ["hit_rate", "reusable_tokens", "prompt_tokens"]
-        for metrics in payload.values():
+        assert list(payload) == [*ENVELOPE, "policies"]
+        assert list(payload["bound"]) == ["hit_rate", "reusable_tokens", "prompt_tokens"]
+        assert list(payload["policies"]) == expected
+        for metrics in payload["policies"].values():
             assert list(metrics) == KEYS
             assert list(metrics["engine"]) == ENGINE_KEYS
             for wasted in metrics["wasted_by_reason"].values():
                 assert list(wasted) == ["reads", "tokens"]
     assert list(ReplayMetrics.model_fields) == KEYS
+
+
+def test_the_json_says_which_run_it_came_from_and_notes_a_trace_out_of_order(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trace, out = tmp_path / "unsorted.jsonl", tmp_path / "run.json"
+    rows = [_row(ms, [ms, ms + 1]) for ms in (0, 3000, 1000, 2000)]  # line 2 before 3 and 4
+    trace.write_text("\n".join(rows) + "\n")
+    argv = ["replay", "--trace", str(trace), "--policy", "live", "--speed", "2", "--limit", "3"]
+    assert main([*argv, "--json", str(out)]) == 0
+    payload = json.loads(out.read_text())
+    assert list(payload) == [*ENVELOPE, "policies"]
+    assert payload["stagefate"] == importlib.metadata.version("stagefate")
+    assert payload["trace"] == {"source": str(trace), "requests": 3, "out_of_order": 2}
+    assert payload["arguments"]["speed"] == 2 and payload["arguments"]["limit"] == 3
+    assert payload["options"]["speed"] == 2 and payload["options"]["page_size"] == 64
+    printed = " ".join(capsys.readouterr().out.split())
+    assert "is not in time order (2 of the 3 requests replayed are not at their arrival rank" in (
+        printed
+    )
+    assert "(--limit 3 took the earliest arrivals)" in printed  # 0, 1000 and 2000 ms
+    assert main(["replay", "--trace", str(trace), "--speed", "2", "--policy", "live"]) == 0
+    assert "note: " in capsys.readouterr().out
+    in_order = tmp_path / "sorted.jsonl"
+    in_order.write_text("\n".join(sorted(rows, key=lambda row: json.loads(row)["timestamp"])))
+    assert main(["replay", "--trace", str(in_order), "--speed", "2", "--policy", "live"]) == 0
+    assert "note: " not in capsys.readouterr().out
 
 
 def test_cli_all_without_sglang_runs_live_and_blind_and_names_the_fix(
@@ -251,7 +281,7 @@ def test_cli_all_without_sglang_runs_live_and_blind_and_names_the_fix(
     monkeypatch.setenv("STAGEFATE_TARGETS", "/nonexistent")  # no release environments either
     out = tmp_path / "all.json"
     assert main(["replay", "--limit", "20", "--json", str(out)]) == 0
-    assert list(json.loads(out.read_text())) == ["live", "blind", "bounds"]
+    assert list(json.loads(out.read_text())["policies"]) == ["live", "blind"]
     printed = " ".join(capsys.readouterr().out.split())  # rich wraps long lines
     assert "--policy all: live and blind only" in printed and "make sglang" in printed
 
@@ -271,9 +301,10 @@ def test_cli_sweep_writes_json_and_a_png(tmp_path: Path) -> None:
     args = ["replay", "--limit", "30", "--sweep", "2,0.5", "--json", str(out), "--plot", str(png)]
     assert main(args) == 0
     payload = json.loads(out.read_text())
-    assert list(payload) == ["0.5", "2"]
-    expected = [*policies_for_all()[0], "bounds"]
-    assert all(list(by_policy) == expected for by_policy in payload.values())
+    assert list(payload) == [*ENVELOPE, "speeds"]
+    assert list(payload["speeds"]) == ["0.5", "2"]
+    expected = policies_for_all()[0]
+    assert all(list(at["policies"]) == expected for at in payload["speeds"].values())
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 

@@ -74,8 +74,8 @@ def test_one_seed_writes_todays_json(tmp_path: Path) -> None:
     assert main([*base, "--seeds", "1", "--json", str(seeded)]) == 0
     one, other = json.loads(plain.read_text()), json.loads(seeded.read_text())
     for payload in (one, other):
-        payload["live"].pop("wall_seconds")
-    assert one == other
+        payload["policies"]["live"].pop("wall_seconds")
+    assert one["policies"] == other["policies"] and one["bound"] == other["bound"]
 
 
 def test_several_seeds_keep_each_run_and_a_summary(tmp_path: Path) -> None:
@@ -83,8 +83,8 @@ def test_several_seeds_keep_each_run_and_a_summary(tmp_path: Path) -> None:
     argv = ["replay", "--limit", "30", "--policy", "live", "--seeds", "0,5", "--jobs", "1"]
     assert main([*argv, "--json", str(out)]) == 0
     whole = json.loads(out.read_text())
-    assert list(whole) == ["live", "bounds"]
-    payload = whole["live"]
+    assert list(whole["policies"]) == ["live"]
+    payload = whole["policies"]["live"]
     assert sorted(payload["seeds"]) == ["0", "5"]
     hit = [payload["seeds"][s]["hit_rate"] for s in ("0", "5")]
     assert payload["summary"]["hit_rate"] == {
@@ -129,10 +129,11 @@ def test_a_sweep_over_seeds_plots_median_lines_with_bands(tmp_path: Path) -> Non
     argv += ["--policy", "live", "--sweep", "2,4", "--seeds", "0,2", "--plot", str(plot)]
     assert main([*argv, "--json", str(out)]) == 0
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    payload = json.loads(out.read_text())
-    assert sorted(payload) == ["2", "4"]
-    wasted = [payload["4"]["live"]["seeds"][s]["l3_reads_wasted"] for s in ("0", "2")]
-    assert payload["4"]["live"]["summary"]["l3_reads_wasted"]["max"] == max(wasted)
+    speeds = json.loads(out.read_text())["speeds"]
+    assert sorted(speeds) == ["2", "4"]
+    live = speeds["4"]["policies"]["live"]
+    wasted = [live["seeds"][s]["l3_reads_wasted"] for s in ("0", "2")]
+    assert live["summary"]["l3_reads_wasted"]["max"] == max(wasted)
 
 
 def test_the_sweep_plot_keeps_its_title_above_its_panels(

@@ -10,7 +10,7 @@ import os
 import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from ..registry import TREES, policy_factories
 from ..sim.bound import TraceBound
@@ -21,6 +21,9 @@ from ..sim.replay import DEFAULT_SPEED, ReplayMetrics, ReplayOptions, replay_con
 from ..sim.trace import TraceRequest
 from ..spec.load import DEFAULT_SPEC_PATH
 from ..transition_log import TransitionLog
+
+if TYPE_CHECKING:
+    from ..sim.report_json import RunDescription
 from .common import (
     add_sglang_env,
     console,
@@ -32,7 +35,6 @@ from .common import (
     spec_source,
 )
 
-Payload = TypeVar("Payload")
 DEFAULT_UTILIZATION = 0.9
 """--speed auto's target: the share of time the engine is busy."""
 DEFAULT_ROUTER = "cache_aware"
@@ -468,12 +470,11 @@ def run(args: argparse.Namespace) -> int:
         story,
         sweep_table,
         wasted_table,
-        write_json,
         write_plot,
-        write_sweep_json,
         write_sweep_plot,
     )
-    from ..sim.trace import load_trace
+    from ..sim.report_json import RunDescription, policies_body, sweep_body
+    from ..sim.trace import load_trace, out_of_order
 
     asked = [] if args.sweep is None else _parse_speeds(args.sweep)
     _check_combinations(args, asked)
@@ -512,20 +513,28 @@ def run(args: argparse.Namespace) -> int:
         f"prefetch policy {first.engine.prefetch_policy}, {first.engine.schedule}"
         + (f", {args.tp} tensor-parallel ranks" if args.tp > 1 else "")
     )
+    moved = out_of_order(trace)
+    if moved:
+        console.print(
+            f"note: {source} is not in time order ({moved:,} of the {len(trace):,} requests "
+            "replayed are not at their arrival rank in the file); replayed in timestamp order"
+            + (f" (--limit {args.limit} took the earliest arrivals)" if args.limit else "")
+        )
     arrival_ms = trace[-1].timestamp_ms - trace[0].timestamp_ms
     bound = hit_rate_bound(trace, args.page_size)
+    report = _Report(args, bound, RunDescription.of(source, trace, _arguments(args), first))
     if args.instances > 1:
-        return _behind_the_router(args, trace, policies, first, bound, arrival_ms, sglang_env)
+        return _behind_the_router(args, trace, policies, first, report, arrival_ms, sglang_env)
     if len(seeds) > 1:
         return _over_seeds(
-            args, trace, policies, speeds or [args.speed], seeds, bool(speeds), sglang_env, bound
+            args, trace, policies, speeds or [args.speed], seeds, bool(speeds), sglang_env, report
         )
     if speeds:
         sweep = _sweep(args, trace, policies, speeds, sglang_env)
         console.print(sweep_table(sweep))
         for line in bound_story(sweep, bound):
             console.print(line)
-        _save(args, sweep, functools.partial(write_sweep_json, bound=bound), write_sweep_plot)
+        report.save(sweep_body(sweep), functools.partial(write_sweep_plot, sweep))
         return 0
     live_logged = bool(args.log) and "live" in policies
     paths = [
@@ -562,7 +571,7 @@ def run(args: argparse.Namespace) -> int:
     lines = story(results, arrival_ms / 1e3 / args.speed, ran, releases)
     for line in lines + bound_story({args.speed: results}, bound):
         console.print(line)
-    _save(args, results, functools.partial(write_json, bound=bound), write_plot)
+    report.save(policies_body(results), functools.partial(write_plot, results))
     return 0
 
 
@@ -590,7 +599,11 @@ def _check_instances(
 ) -> None:
     """What ``--instances N`` runs with, refused before any work."""
     fix = f"--instances {args.instances}"
-    for given, flag in ((args.tp > 1, "--tp"), (bool(args.log), "--log")):
+    for given, flag in (
+        (args.tp > 1, "--tp"),
+        (bool(args.log), "--log"),
+        (bool(args.plot), "--plot"),
+    ):
         if given:
             raise ValueError(f"{fix} does not combine with {flag} yet: drop one of them")
     if len(seeds) > 1 or asked:
@@ -602,7 +615,7 @@ def _behind_the_router(
     trace: list[TraceRequest],
     policies: list[str],
     options: ReplayOptions,
-    bound: TraceBound,
+    report: _Report,
     arrival_ms: float,
     sglang_env: dict[str, str],
 ) -> int:
@@ -614,8 +627,8 @@ def _behind_the_router(
         instances_table,
         metrics_table,
         story,
-        write_instances_json,
     )
+    from ..sim.report_json import policies_body
 
     results = {}
     router = args.router or DEFAULT_ROUTER
@@ -625,15 +638,13 @@ def _behind_the_router(
         )
         results[name] = run_instances(name, trace, options, args.instances, router, sglang_env)
     totals = {name: m.total for name, m in results.items()}
-    console.print(metrics_table(totals, bound))
+    console.print(metrics_table(totals, report.bound))
     for name, metrics in results.items():
         console.print(instances_table(name, metrics))
     lines = story(totals, arrival_ms / 1e3 / args.speed) + cross_instance_story(results)
-    for line in lines + bound_story({args.speed: totals}, bound):
+    for line in lines + bound_story({args.speed: totals}, report.bound):
         console.print(line)
-    if args.json:
-        write_instances_json(results, Path(args.json), bound)
-        console.print(f"wrote {args.json}")
+    report.save(policies_body(results))
     return 0
 
 
@@ -674,7 +685,7 @@ def _over_seeds(
     seeds: list[int],
     sweeping: bool,
     sglang_env: dict[str, str],
-    bound: TraceBound,
+    report: _Report,
 ) -> int:
     """Every policy once per seed (and speed), in processes; figures as median [min–max]."""
     from ..registry import replay_over_seeds
@@ -682,10 +693,9 @@ def _over_seeds(
         spread_story,
         spread_sweep_table,
         spread_table,
-        write_spread_json,
-        write_spread_sweep_json,
         write_spread_sweep_plot,
     )
+    from ..sim.report_json import spread_body, spread_sweep_body
 
     console.print(
         f"{len(policies)} policies × {len(seeds)} seeds"
@@ -700,31 +710,40 @@ def _over_seeds(
     }
     if sweeping:
         console.print(spread_sweep_table(sweep, seeds))
-        if args.json:
-            write_spread_sweep_json(sweep, seeds, Path(args.json), bound)
-            console.print(f"wrote {args.json}")
-        if args.plot:
-            write_spread_sweep_plot(sweep, Path(args.plot))
-            console.print(f"wrote {args.plot}")
+        report.save(
+            spread_sweep_body(sweep, seeds), functools.partial(write_spread_sweep_plot, sweep)
+        )
         return 0
     runs = sweep[speeds[0]]
     console.print(spread_table(runs, seeds))
     for line in spread_story(runs, seeds):
         console.print(line)
-    if args.json:
-        write_spread_json(runs, seeds, Path(args.json), bound)
-        console.print(f"wrote {args.json}")
+    report.save(spread_body(runs, seeds))
     return 0
 
 
-def _save(
-    args: argparse.Namespace,
-    payload: Payload,
-    write_json: Callable[[Payload, Path], None],
-    write_plot: Callable[[Payload, Path], None],
-) -> None:
-    """``--json`` and ``--plot``, when given."""
-    for path, write in ((args.json, write_json), (args.plot, write_plot)):
-        if path:
-            write(payload, Path(path))
-            console.print(f"wrote {path}")
+class _Report:
+    """Where ``--json`` and ``--plot`` go, and what the JSON says about the run."""
+
+    def __init__(self, args: argparse.Namespace, bound: TraceBound, run: RunDescription):
+        self.json_path = args.json
+        self.plot_path = args.plot
+        self.bound = bound
+        self.run = run
+
+    def save(self, body: dict[str, Any], write_plot: Callable[[Path], None] | None = None) -> None:
+        """The JSON (``body`` in :mod:`~stagefate.sim.report_json`'s envelope) and the plot,
+        each where asked."""
+        from ..sim.report_json import write_report
+
+        if self.json_path:
+            write_report(Path(self.json_path), self.run, self.bound, body)
+            console.print(f"wrote {self.json_path}")
+        if self.plot_path and write_plot is not None:
+            write_plot(Path(self.plot_path))
+            console.print(f"wrote {self.plot_path}")
+
+
+def _arguments(args: argparse.Namespace) -> dict[str, Any]:
+    """The parsed command line, for the JSON: every flag with its value (defaults included)."""
+    return {name: value for name, value in vars(args).items() if not callable(value)}

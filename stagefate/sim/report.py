@@ -1,9 +1,9 @@
-"""Running policies over a trace, and presenting the outcome: tables, the story, JSON, PNGs."""
+"""Running policies over a trace, and presenting the outcome: tables, the story, PNGs (the JSON
+file is :mod:`.report_json`)."""
 
 from __future__ import annotations
 
 import functools
-import json
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -23,7 +23,7 @@ from .live import LivePolicy
 from .policy import LogsTransitions, Policy, PolicyFactory
 from .ranks import RankedReplay, build_replay, replays_of
 from .replay import Replay, ReplayMetrics, ReplayOptions
-from .spread import Spread, compare, summary, summary_json
+from .spread import SeedRuns, Spread, compare, summary
 from .trace import TraceRequest
 
 REASONS = {
@@ -213,16 +213,6 @@ def cross_instance_story(results: dict[str, InstancesMetrics]) -> list[str]:
     return lines
 
 
-def write_instances_json(
-    results: dict[str, InstancesMetrics], path: Path, bound: TraceBound
-) -> None:
-    """``{policy: {"total", "instances", "cross_instance_read_tokens", "cross_instance_hits"},
-    "bounds": …}``."""
-    payload: dict[str, Any] = {name: m.model_dump() for name, m in results.items()}
-    payload["bounds"] = bound.model_dump()
-    path.write_text(json.dumps(payload, indent=2) + "\n")
-
-
 def wasted_table(results: dict[str, ReplayMetrics]) -> Table:
     """Wasted reads / tokens by reason, one column per policy, with what each reason means."""
     table = Table(title="wasted L3 reads by reason (reads / tokens)")
@@ -350,27 +340,7 @@ def _compare_with_sglang(
     return lines
 
 
-# ---------------------------------------------------------------------- files
-
-
-def write_json(results: dict[str, ReplayMetrics], path: Path, bound: TraceBound) -> None:
-    """One object keyed by policy name (also for a single policy), and ``bounds``."""
-    path.write_text(json.dumps(_dump(results, bound), indent=2) + "\n")
-
-
-def write_sweep_json(
-    sweep: dict[float, dict[str, ReplayMetrics]], path: Path, bound: TraceBound
-) -> None:
-    """``{speed: {policy: metrics, "bounds": …}}``."""
-    payload = {f"{speed:g}": _dump(results, bound) for speed, results in sweep.items()}
-    path.write_text(json.dumps(payload, indent=2) + "\n")
-
-
-def _dump(results: dict[str, ReplayMetrics], bound: TraceBound) -> dict[str, Any]:
-    return {
-        **{name: metrics.model_dump() for name, metrics in results.items()},
-        "bounds": bound.model_dump(),
-    }
+# ---------------------------------------------------------------------- plots
 
 
 def _pyplot() -> Any:
@@ -474,7 +444,6 @@ def write_sweep_plot(sweep: dict[float, dict[str, ReplayMetrics]], path: Path) -
 
 # ---------------------------------------------------------------------- several seeds
 
-SeedRuns = dict[str, list[ReplayMetrics]]
 """``{policy: [metrics of each seed]}``."""
 
 
@@ -530,34 +499,6 @@ def spread_story(runs: SeedRuns, seeds: Sequence[int]) -> list[str]:
     return lines
 
 
-def write_spread_json(runs: SeedRuns, seeds: Sequence[int], path: Path, bound: TraceBound) -> None:
-    """``{policy: {"seeds": {seed: metrics}, "summary": {figure: {median, min, max}}}}`` and
-    ``bounds``."""
-    path.write_text(json.dumps(_dump_spread(runs, seeds, bound), indent=2) + "\n")
-
-
-def _dump_spread(runs: SeedRuns, seeds: Sequence[int], bound: TraceBound) -> dict[str, Any]:
-    payload: dict[str, Any] = {
-        name: {
-            "seeds": {
-                str(seed): m.model_dump() for seed, m in zip(seeds, policy_runs, strict=True)
-            },
-            "summary": summary_json(summary(policy_runs)),
-        }
-        for name, policy_runs in runs.items()
-    }
-    payload["bounds"] = bound.model_dump()
-    return payload
-
-
-def write_spread_sweep_json(
-    sweep: dict[float, SeedRuns], seeds: Sequence[int], path: Path, bound: TraceBound
-) -> None:
-    """``{speed: {policy: {"seeds": …, "summary": …}, "bounds": …}}``."""
-    payload = {f"{speed:g}": _dump_spread(runs, seeds, bound) for speed, runs in sweep.items()}
-    path.write_text(json.dumps(payload, indent=2) + "\n")
-
-
 _SWEEP_FIGURES = (
     ("L3 reads", "l3_reads"),
     ("wasted reads", "l3_reads_wasted"),
@@ -568,7 +509,7 @@ _SWEEP_FIGURES = (
 """The sweep table's columns: (title, figure of :func:`~.spread.summary`)."""
 
 
-def spread_sweep_table(sweep: dict[float, SeedRuns], seeds: Sequence[int]) -> Table:
+def spread_sweep_table(sweep: Mapping[float, SeedRuns], seeds: Sequence[int]) -> Table:
     table = Table(title=f"load sweep: median [min–max] over seeds {_seed_list(seeds)}")
     for column in ("speed", "policy", *(title for title, _key in _SWEEP_FIGURES)):
         table.add_column(column, justify="right")
@@ -580,12 +521,12 @@ def spread_sweep_table(sweep: dict[float, SeedRuns], seeds: Sequence[int]) -> Ta
     return table
 
 
-def write_spread_sweep_plot(sweep: dict[float, SeedRuns], path: Path) -> None:
+def write_spread_sweep_plot(sweep: Mapping[float, SeedRuns], path: Path) -> None:
     """The sweep plot with each policy's median line and its min–max band."""
     _sweep_plot(sweep, path, "stagefate replay: load sweep (median, band: min–max over the seeds)")
 
 
-def _sweep_plot(sweep: dict[float, SeedRuns], path: Path, title: str) -> None:
+def _sweep_plot(sweep: Mapping[float, SeedRuns], path: Path, title: str) -> None:
     """Wasted reads, wasted tokens and hit rate against load: a median line per policy, and a
     min–max band where its runs differ."""
     plt = _pyplot()

@@ -15,6 +15,9 @@ from typing import Any
 
 from .replay import ReplayMetrics
 
+SeedRuns = Mapping[str, Sequence[ReplayMetrics]]
+"""Each policy's runs, one per seed in the order of the seeds."""
+
 
 @dataclass(frozen=True)
 class Spread:

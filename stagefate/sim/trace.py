@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -83,6 +84,12 @@ def _read(trace_path: Path, limit: int | None) -> list[TraceRequest]:
             if limit is not None and in_order and len(requests) >= limit:
                 break  # (out of order, the earliest arrivals may lie further on: read it all)
     return requests
+
+
+def out_of_order(trace: Sequence[TraceRequest]) -> int:
+    """How many of ``trace``'s requests (in arrival order) are not at their arrival rank in the
+    file: none for a file in time order (under ``--limit``, its first lines)."""
+    return sum(request.index != rank for rank, request in enumerate(trace))
 
 
 MAX_TOKENS = 1 << 24
