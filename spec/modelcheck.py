@@ -773,8 +773,17 @@ def _cap_busy(mc: ModelChecker, d: _Draft, i: int, r: Rec, a: Args) -> bool:
     return 0 < anchor <= cap and d.pinned_total() + anchor > cap
 
 
+def _trimmed_hit(d: _Draft, r: Rec) -> int:
+    """Pages of the hit past the live device prefix: what SGLang's bounce must hold."""
+    return _hit_end(r) - max(r.matched, _live_anchor(d, r))
+
+
 def _host_short_for_trimmed(mc: ModelChecker, d: _Draft, i: int, r: Rec, a: Args) -> bool:
-    return d.host_free + a.host_slack < _hit_end(r) - max(r.matched, _live_anchor(d, r))
+    return d.host_free + a.host_slack < _trimmed_hit(d, r)
+
+
+def _host_oversize(mc: ModelChecker, d: _Draft, i: int, r: Rec, a: Args) -> bool:
+    return mc.bounds.host_pages < _trimmed_hit(d, r)
 
 
 def _head_owner(mc: ModelChecker, d: _Draft, i: int, r: Rec) -> int | None:
@@ -827,6 +836,7 @@ GUARDS: dict[str, Guard] = {
     ),
     "device_covers_hit": lambda mc, d, i, r, a: d.device >= _hit_end(r),
     "host_short_for_trimmed": _host_short_for_trimmed,
+    "host_oversize": _host_oversize,
 }
 
 

@@ -29,6 +29,7 @@ except TargetUnavailable as missing:
 from sglang.srt.mem_cache.buffer_mode.pipeline import BufferModePipeline
 from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
 
+from stagefate.targets.sglang.findings import FINDINGS
 from stagefate.targets.sglang.generations import stepped_sglang
 from stagefate.targets.sglang.machine import (
     OUTCOMES,
@@ -137,8 +138,10 @@ CAMPAIGN_PROGRAMS = 200
 
 
 def _campaign(steps: int, examples: int) -> None:
-    """A short derandomized campaign, no shrinking (the CLI shrinks; a test needs the verdict)."""
-    run_state_machine_as_test(SGLangPipelineFuzzer, settings=fuzz_settings(examples, steps))
+    """A short derandomized campaign, no shrinking (the CLI shrinks; a test needs the verdict),
+    looking past the finding still in 0.5.23 with its proposed fix applied."""
+    with FINDINGS["aborted_parked_hit_revokes_its_ids_next_prefetch"].proposed_fix():  # type: ignore[misc]
+        run_state_machine_as_test(SGLangPipelineFuzzer, settings=fuzz_settings(examples, steps))
 
 
 @pytest.mark.slow

@@ -64,11 +64,13 @@ def add_parser(sub: Any) -> None:
         "--set-aside",
         action="append",
         default=[],
-        choices=["sanity_check", "namespaces"],
+        choices=["sanity_check", "namespaces", "parked_abort"],
         help="--target sglang (repeatable), to look past a release's known finding "
         "(docs/sglang-findings.md): sanity_check: do not call SGLang's own sanity_check "
         "(0.5.19, 0.5.20); namespaces: issue and publish every request in the root namespace "
-        "(0.5.19's L3 keys ignore it); every other invariant still runs",
+        "(0.5.19's L3 keys ignore it); parked_abort: run with the fix proposed for an aborted "
+        "request's parked hit revoking the next prefetch of its id (0.5.19 to 0.5.23); every "
+        "other invariant still runs",
     )
     fuzz.add_argument(
         "--tp",
@@ -82,6 +84,15 @@ def add_parser(sub: Any) -> None:
         action="store_true",
         help="--tp: each rank in a process of its own, agreeing over torch.distributed (gloo "
         "on 127.0.0.1) instead of threads in this one",
+    )
+    fuzz.add_argument(
+        "--config",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="--target sglang (repeatable): pin one setting every program draws (prefetch_policy, "
+        "retry_interval, retry_max_attempts, anchor_lock, anchor_cap, host_tokens, "
+        "prefetch_threshold; docs/sglang.md), e.g. --config prefetch_policy=timeout",
     )
     add_sglang_env(fuzz, "--target sglang")
     fuzz.set_defaults(func=run)
@@ -102,9 +113,10 @@ def run(args: argparse.Namespace) -> int:
     target = split(args.target, ("stagefate", "sglang"), "target")[0]
     if target == "sglang":
         return _fuzz_sglang(args, DATABASE)
-    if args.sglang_env or args.set_aside:
+    if args.sglang_env or args.set_aside or args.config:
         raise ValueError(
-            "--sglang-env and --set-aside apply to SGLang's pipeline: use them with --target sglang"
+            "--sglang-env, --set-aside and --config apply to SGLang's pipeline: use them with "
+            "--target sglang"
         )
     from ..targets.sglang.worker import command_in
 
@@ -221,7 +233,13 @@ def _fuzz_sglang(args: argparse.Namespace, database: Path) -> int:
         return command_in(
             found, ["fuzz", *args.argv, "--target", f"sglang=={found.version}"], {**sglang_env}
         )
+    from ..targets.sglang.findings import FINDINGS
+    from ..targets.sglang.fuzz_config import parse_pins
     from ..targets.sglang.machine import run_target_campaign
+
+    pins = parse_pins(args.config)
+    fix = FINDINGS["aborted_parked_hit_revokes_its_ids_next_prefetch"].proposed_fix
+    fixes = [fix] if fix is not None and "parked_abort" in args.set_aside else []
 
     core = split(args.tree, TREES, "tree")[0].removeprefix("sglang-")
     with environment_set(sglang_env):
@@ -235,6 +253,8 @@ def _fuzz_sglang(args: argparse.Namespace, database: Path) -> int:
             sanity_check="sanity_check" not in args.set_aside,
             namespaced="namespaces" not in args.set_aside,
             log_path=args.log,
+            pins=pins,
+            fixes=fixes,
         )
     table = Table(title="SGLang's decisions reached")
     table.add_column("outcome")
@@ -242,17 +262,18 @@ def _fuzz_sglang(args: argparse.Namespace, database: Path) -> int:
     for name, seen in result.outcomes.items():
         table.add_row(name, Text(f"{seen:,}", style="" if seen else "red"))
     console.print(table)
-    if result.design is not None and result.failure is None:
+    if result.failure is None:
         from ..targets.sglang.design_log import load_design
 
-        edges = load_design(result.design).edges()
-        missing = sorted(set(edges) - set(result.design_edges))
-        console.print(
-            f"every program's run followed SGLang's own design ({result.design.name}): its "
-            f"decisions took {len(result.design_edges)} of the design's {len(edges)} edges"
-            + (f"; not taken: {missing}" if missing else ""),
-            soft_wrap=True,
-        )
+        for design, taken in result.design_edges.items():
+            edges = load_design(design).edges()
+            missing = sorted(set(edges) - set(taken))
+            console.print(
+                f"every program's run followed SGLang's own design ({design.name}): its "
+                f"decisions took {len(taken)} of the design's {len(edges)} edges"
+                + (f"; not taken: {missing}" if missing else ""),
+                soft_wrap=True,
+            )
     console.print(
         f"{result.states:,} states checked in {result.programs:,} programs over SGLang "
         f"{found.version}'s BufferModePipeline ({core} tree core), {result.seconds:.0f} s, "

@@ -11,12 +11,13 @@ that fixed it and the upstream change.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from dataclasses import dataclass, field
+from typing import Any
 
-from ...fuzz.world import NAMESPACES
-from .generations import stepped_sglang
-from .machine import PAGE, SEQUENCES
+from .fuzz_config import PAGE, FuzzConfig
+from .machine import SEQUENCES, fuzz_world
 from .pipeline import SteppedSGLang
 
 
@@ -25,21 +26,23 @@ class Finding:
     name: str
     found_in: str
     """The oldest release the program fails on."""
-    fixed_in: str
-    """The first release that passes it."""
+    fixed_in: str | None
+    """The first release that passes it; None: not fixed upstream as of 0.5.23."""
     invariant: str
     """The invariant it breaks: a spec id (spec/lifecycle.yaml) or the target's own check."""
     upstream: str
     program: Callable[[SteppedSGLang], str | None]
+    config: FuzzConfig = field(default_factory=FuzzConfig)
+    """The deployment the program runs under (the configuration the campaign drew)."""
+    proposed_fix: Callable[[], AbstractContextManager[None]] | None = None
+    """For a finding not fixed upstream: the fix docs/sglang-findings.md proposes, applied to
+    the release in this process while the context is open."""
 
 
-def _world() -> SteppedSGLang:
-    """The fuzz world at its start: every sequence in L3 under both namespaces."""
-    driver = stepped_sglang(page_size=PAGE, anchor_cap=24 / 512)
-    for namespace in NAMESPACES:
-        for tokens in SEQUENCES:
-            driver.produce(tokens, namespace)
-    return driver
+def _world(config: FuzzConfig) -> SteppedSGLang:
+    """The fuzz world at its start under ``config``: every sequence in L3 under both
+    namespaces."""
+    return fuzz_world(config)
 
 
 def _l3_keys_ignore_the_namespace(driver: SteppedSGLang) -> str | None:
@@ -71,6 +74,60 @@ def _sanity_check_with_a_write_in_flight(driver: SteppedSGLang) -> str | None:
     return None
 
 
+def _aborted_parked_hit_revokes_its_ids_next_prefetch(driver: SteppedSGLang) -> str | None:
+    """issue r0 and r1 (sequence 0); pump ×2: r1's hit is parked (the bounce holds r0's read);
+    abort r1; a new request reuses the id r1; pump: the new request's prefetch must still be
+    under way, or have an outcome of its own."""
+    tokens = SEQUENCES[0]
+    driver.issue("r0", tokens, None)
+    driver.issue("r1", tokens, None)
+    driver.settle(rounds=1)
+    driver.settle(rounds=1)
+    cache = driver.consumer.cache
+    parked = [_handle_of(op) for op in cache.buffer_pipeline.pending_hit_allocs]
+    if driver.requests["r1"].handle not in parked:
+        return None  # nothing parked: the release's gates took another path
+    driver.abort("r1")
+    handle = driver.issue("r1", tokens, None, fresh=True).handle
+    driver.run_existence_queries()
+    driver.tick()
+    if driver.live("r1") or driver.requests["r1"].state != "waiting":
+        return None
+    return (
+        "the new request r1's prefetch was revoked by the parked operation of the aborted "
+        f"request whose id it reuses ({handle!r}): no hit, no read, its L3 hit lost"
+    )
+
+
+def _handle_of(operation: Any) -> Any:
+    """What an operation's request is keyed by: its handle (0.5.20 on) or its rid (0.5.19)."""
+    return getattr(operation, "handle", operation.request_id)
+
+
+@contextmanager
+def _abort_unparks_the_hit() -> Iterator[None]:
+    """The proposed fix: an abort takes the request's parked operation out of
+    ``pending_hit_allocs`` (the FIFO otherwise outlives the request, and the next pass acts on
+    whatever ongoing prefetch holds the same handle)."""
+    from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
+
+    release = UnifiedRadixCache.release_aborted_request
+
+    def release_and_unpark(self: Any, request: Any) -> Any:
+        pipeline = self.buffer_pipeline
+        if pipeline is not None:
+            kept = [op for op in pipeline.pending_hit_allocs if _handle_of(op) != request]
+            pipeline.pending_hit_allocs.clear()
+            pipeline.pending_hit_allocs.extend(kept)
+        return release(self, request)
+
+    UnifiedRadixCache.release_aborted_request = release_and_unpark
+    try:
+        yield
+    finally:
+        UnifiedRadixCache.release_aborted_request = release
+
+
 FINDINGS = {
     finding.name: finding
     for finding in (
@@ -91,15 +148,29 @@ FINDINGS = {
             "intent's snapshot",
             _sanity_check_with_a_write_in_flight,
         ),
+        Finding(
+            "aborted_parked_hit_revokes_its_ids_next_prefetch",
+            "0.5.19",
+            None,
+            "SGLang's run follows its design: every record ends",
+            "not fixed upstream as of 0.5.23 (no PR found whose description matches)",
+            _aborted_parked_hit_revokes_its_ids_next_prefetch,
+            FuzzConfig(host_tokens=16),
+            _abort_unparks_the_hit,
+        ),
     )
 }
 
 
-def reproduce(name: str) -> str | None:
-    """Run finding ``name``'s program on this interpreter's release, on a fresh world."""
+def reproduce(name: str, with_proposed_fix: bool = False) -> str | None:
+    """Run finding ``name``'s program on this interpreter's release, on a fresh world (with the
+    fix the doc proposes applied, if asked)."""
     logging.getLogger("sglang").setLevel(logging.CRITICAL)  # its fallbacks are not the point
-    driver = _world()
+    finding = FINDINGS[name]
+    fix = finding.proposed_fix if with_proposed_fix else None
+    driver = _world(finding.config)  # (SGLang is imported, behind its CPU patches, here)
     try:
-        return FINDINGS[name].program(driver)
+        with nullcontext() if fix is None else fix():
+            return finding.program(driver)
     finally:
         driver.close()

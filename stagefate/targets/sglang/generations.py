@@ -83,6 +83,14 @@ class PlanDriver(SteppedSGLang):
         req.swa_host_hit_length = held_swa
         return True
 
+    def forget_retries(self, rid: str) -> None:
+        self.waiting.pop(rid, None)
+
+    def retry_budget(self) -> int:
+        """0.5.19 retries only missed prefetches, on its pacing: none when that is off."""
+        interval, max_attempts = retry_settings()
+        return max_attempts if interval > 0 else 0
+
     def due_retries(self, waiting: Sequence[str]) -> list[Due]:
         """0.5.19's own sweep over the waiting queue (``scheduler.py``)."""
         from sglang.srt.managers.scheduler import Scheduler
@@ -118,6 +126,14 @@ class PrepareDriver(SteppedSGLang):
         if not match_counts_tokens(match):
             req.prefix_indices = device_prefix_indices(self.consumer.cache, match)
         return bool(self.consumer.cache.buffer_pipeline.prepare_staged_prefetch(req))
+
+    def forget_retries(self, rid: str) -> None:
+        self.attempts.pop(rid, None)
+
+    def retry_budget(self) -> int:
+        """0.5.20 on: ``max_attempts`` re-issues of any kind; an interval of 0 turns off only
+        the paced miss polls (a known hit's deferral is re-issued all the same)."""
+        return retry_settings()[1]
 
     def due_retries(self, waiting: Sequence[str]) -> list[Due]:
         """SGLang's retry book over the waiting queue, with its defaults."""

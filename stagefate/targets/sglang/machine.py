@@ -37,20 +37,32 @@ import io
 import logging
 import zlib
 from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager, ExitStack
 from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+)
 from rich.console import Console
 
 from ...fuzz.world import NAMESPACES, sequences
 from ...transition_log import TransitionLog, validate_log
+from . import require
 from .design_log import design_path, load_design, watch_design
+from .fuzz_config import PAGE, FuzzConfig, configurations
 from .generations import stepped_sglang
+from .pipeline import SteppedSGLang
+from .request_books import per_request_books
 
-PAGE = 4
 SEQUENCES = sequences(PAGE, shared_pages=(4, 2), tails=(200, 300))
 """The fuzz world's sequences at SGLang's page size: 8 pages each, sharing 4 and 2 pages."""
 OUTCOMES: Counter[str] = Counter()
@@ -63,10 +75,25 @@ which every request must admit or end: 0.5.20 and later defer a hold up to 32 ti
 (``defer_staged_admission``)."""
 RETRY_PASSES = 200
 """Scheduling passes the retry bound is checked over (25 paced intervals at SGLang's default)."""
-DESIGN_EDGES: set[tuple[str, str, str]] = set()
-"""The design's edges SGLang's runs took over a campaign (its programs' logs, validated)."""
-DESIGNS_FOLLOWED: set[Path] = set()
-"""The design the campaign's programs were checked against (one: a release and its knobs)."""
+DESIGNED_STOP_POLICY = "wait_complete"
+"""The one stop policy SGLang's designs (spec/designs/) describe: they leave the deadline of
+``timeout`` and ``best_effort`` out, so a program under those keeps every other invariant but is
+not held to a design."""
+DESIGN_EDGES: dict[Path, set[tuple[str, str, str]]] = {}
+"""Each design SGLang's runs were checked against (a release and its knobs: 0.5.19 with the
+anchor lock on follows another), with the edges the programs' validated logs took."""
+
+
+def fuzz_world(
+    config: FuzzConfig, namespaces: tuple[str | None, ...] = NAMESPACES, core: str = "python"
+) -> SteppedSGLang:
+    """SGLang deployed as ``config`` says (on its ``core`` tree), every sequence in L3 under
+    ``namespaces``."""
+    driver = stepped_sglang(**config.driver_settings(), core=core)
+    for namespace in namespaces:
+        for tokens in SEQUENCES:
+            driver.produce(tokens, namespace)
+    return driver
 
 
 class _DropReasons:
@@ -90,24 +117,29 @@ class SGLangPipelineFuzzer(RuleBasedStateMachine):
     look past 0.5.19's L3 keys that ignore the namespace)."""
     log_path: str | None = None
     """Where each program's design log is written (the last one's, or the failing one's)."""
+    pins: Mapping[str, Any] = MappingProxyType({})
+    driver: SteppedSGLang
+    """Built by :meth:`configure`, the program's first move."""
+    """The :class:`~.fuzz_config.FuzzConfig` fields every program keeps (``fuzz --config``)."""
 
     def __init__(self) -> None:
         super().__init__()
-        # A cap of 24 tokens on the 512-token pool: two short anchors fit, a third waits
-        # (cap_busy), a whole sequence's anchor is over it (cap_skip).
-        self.driver = stepped_sglang(page_size=PAGE, core=self.core, anchor_cap=24 / 512)
-        for namespace in self.namespaces:
-            for tokens in SEQUENCES:
-                self.driver.produce(tokens, namespace)
-        self.pipeline = self.driver.consumer.cache.buffer_pipeline
+        self.issued = 0
+        STATES["programs"] += 1
+
+    @initialize(data=st.data())
+    def configure(self, data: st.DataObject) -> None:
+        """The program's deployment (:mod:`.fuzz_config`), then the world: every sequence in L3
+        under both namespaces."""
+        self.config = data.draw(configurations(self.pins), label="config")
+        self.driver = driver = fuzz_world(self.config, self.namespaces, self.core)
+        self.pipeline = driver.consumer.cache.buffer_pipeline
         self._count_lock_outcomes()
         cache = self.driver.consumer.cache
         cache.enable_storage_metrics = True  # SGLang's own hit accounting runs, reasons counted
         cache.storage_metrics_collector = _DropReasons()
-        self.issued = 0
-        STATES["programs"] += 1
         self.design_log = io.StringIO()
-        watch_design(self.driver, TransitionLog(self.design_log))
+        watch_design(driver, TransitionLog(self.design_log))
 
     def _count_lock_outcomes(self) -> None:
         try_lock = self.pipeline.try_lock_anchor
@@ -120,8 +152,14 @@ class SGLangPipelineFuzzer(RuleBasedStateMachine):
 
         self.pipeline.try_lock_anchor = counted
 
-    def _live(self) -> list[str]:
-        return [rid for rid in self.driver.requests if self.driver.live(rid)]
+    def _retractable(self) -> list[str]:
+        """Admitted requests whose prefill ran: their load back (if any) was acked, so they
+        decode, and a growing batch can retract them."""
+        return [rid for rid in self._in("admitted") if not self.driver.loading(rid)]
+
+    def _in(self, state: str) -> list[str]:
+        """The requests the scheduler has ``waiting``, ``admitted`` or ``aborted``."""
+        return [rid for rid, request in self.driver.requests.items() if request.state == state]
 
     # ------------------------------------------------------------------ the scheduler
 
@@ -134,6 +172,45 @@ class SGLangPipelineFuzzer(RuleBasedStateMachine):
         rid = f"r{self.issued}"
         self.issued += 1
         self.driver.issue(rid, SEQUENCES[sequence], self._namespace(namespace), stale)
+
+    @precondition(lambda self: bool(self._retractable()))
+    @rule(data=st.data())
+    def retract(self, data: st.DataObject) -> None:
+        """The running batch grew and a running request is retracted: the scheduler re-queues
+        it and issues its prefetch again under the same rid and handle (``_add_request_to_queue``
+        with ``is_retracted``), whatever of its earlier attempt is still in flight."""
+        rid = data.draw(st.sampled_from(self._retractable()), label="request")
+        request = self.driver.requests[rid]
+        self.driver.issue(rid, request.tokens, request.namespace, fresh=True)
+
+    @precondition(lambda self: bool(self._in("aborted")))
+    @rule(
+        data=st.data(),
+        sequence=st.integers(0, len(SEQUENCES) - 1),
+        namespace=st.sampled_from(NAMESPACES),
+    )
+    def reuse_id(self, data: st.DataObject, sequence: int, namespace: str | None) -> None:
+        """A new request under an aborted request's id (a client's retry keeps its id), while
+        the aborted attempt's query, read or ack may still be in flight."""
+        rid = data.draw(st.sampled_from(self._in("aborted")), label="request")
+        self.driver.issue(rid, SEQUENCES[sequence], self._namespace(namespace), fresh=True)
+
+    @rule()
+    def retry_due(self) -> None:
+        """The scheduler's retry sweep over its waiting queue (in issue order), re-issuing what
+        the release makes due as its scheduler does."""
+        for rid, hit_end in self.driver.due_retries(self._in("waiting")):
+            request = self.driver.requests[rid]
+            self.driver.issue(rid, request.tokens, request.namespace, storage_hit_end=hit_end)
+
+    @precondition(
+        lambda self: self.config.prefetch_policy == "timeout" and bool(self._in("waiting"))
+    )
+    @rule(data=st.data())
+    def expire_wait(self, data: st.DataObject) -> None:
+        """``timeout``: the world's clock says a request's prefetch wait is over."""
+        rid = data.draw(st.sampled_from(self._in("waiting")), label="request")
+        self.driver.expire_wait(rid)
 
     def _namespace(self, drawn: str | None) -> str | None:
         return drawn if drawn in self.namespaces else None
@@ -155,12 +232,12 @@ class SGLangPipelineFuzzer(RuleBasedStateMachine):
         """A scheduler pass with the IO threads keeping up: queries, commits, reads, acks."""
         self.driver.settle(rounds=1)
 
-    @precondition(lambda self: bool(self._live()))
+    @precondition(lambda self: bool(self._in("waiting")))
     @rule(data=st.data(), abort_loading=st.sampled_from((False, False, False, True)))
     def admit(self, data: st.DataObject, abort_loading: bool) -> None:
         """Admission, then the next pass (which acks the load back); ``abort_loading``: the
         request is aborted while its load back is in flight, before that pass."""
-        rid = data.draw(st.sampled_from(self._live()), label="request")
+        rid = data.draw(st.sampled_from(self._in("waiting")), label="request")
         loaded = self.driver.admit(rid)
         lacking = self.driver.requests[rid].lacking_tokens
         assert loaded <= lacking, (
@@ -171,10 +248,10 @@ class SGLangPipelineFuzzer(RuleBasedStateMachine):
             self.driver.abort(rid)
         self.driver.tick()
 
-    @precondition(lambda self: bool(self._live()))
+    @precondition(lambda self: bool(self._in("waiting")))
     @rule(data=st.data())
     def abort(self, data: st.DataObject) -> None:
-        rid = data.draw(st.sampled_from(self._live()), label="request")
+        rid = data.draw(st.sampled_from(self._in("waiting")), label="request")
         self.driver.abort(rid)
 
     @precondition(lambda self: bool(self.driver.abandoned()))
@@ -248,15 +325,17 @@ class SGLangPipelineFuzzer(RuleBasedStateMachine):
         passes every request has admitted or ended (a prefetch that waits for ever, or a hold
         that never admits nor is released, blocks admission); over :data:`RETRY_PASSES`
         passes no request gets more retries than the release's own budget."""
-        for _ in range(ADMISSION_PASSES):
+        for passes in range(ADMISSION_PASSES):
             self.driver.settle(rounds=1)
-            if not self._live():
+            if not self._in("waiting"):
                 break
-            for rid in self._live():
+            for rid in self._in("waiting"):
+                if self.config.prefetch_policy == "timeout" and passes >= ADMISSION_PASSES // 2:
+                    self.driver.expire_wait(rid)  # the deadline passes, as wall time does
                 self.driver.admit(rid)
-        assert not self._live(), (
+        assert not self._in("waiting"), (
             f"still waiting after {ADMISSION_PASSES} passes of the IO keeping up and every "
-            f"request tried for admission: {self._live()}"
+            f"request tried for admission: {self._in('waiting')}"
         )
         waiting = list(self.driver.requests)
         retried: Counter[str] = Counter()
@@ -269,17 +348,19 @@ class SGLangPipelineFuzzer(RuleBasedStateMachine):
 
     def teardown(self) -> None:
         """Quiescence: liveness first, then abort what is live, settle, then nothing may be
-        held."""
+        held, and no structure of SGLang's may still name a request."""
+        if "driver" not in vars(self):
+            return  # the configuration was refused: nothing was built
         try:
             self._liveness()
-            for rid in self._live():
+            for rid in self._in("waiting"):
                 self.driver.abort(rid)
             self.driver.settle()
             cache = self.driver.consumer.cache
             for name, value in cache._prefetch_outcome_stats.items():
                 OUTCOMES[f"outcome: {name}"] += int(value)
             pipeline = self.pipeline
-            assert not self._live(), f"requests never ended: {self._live()}"
+            assert not self._in("waiting"), f"requests never ended: {self._in('waiting')}"
             assert not pipeline.anchor_locks, f"anchor locks left: {pipeline.anchor_locks}"
             assert not cache.ongoing_prefetch, f"prefetches left: {list(cache.ongoing_prefetch)}"
             assert pipeline.is_idle(), "the pipeline is not idle at quiescence"
@@ -291,7 +372,11 @@ class SGLangPipelineFuzzer(RuleBasedStateMachine):
             assert free + cached == size, (
                 f"device slots leaked: {free} free + {cached} in the tree != {size}"
             )
-            self._follows_its_design()
+            requests = {*self.driver.requests, *(r.handle for r in self.driver.requests.values())}
+            books = per_request_books({"cache": cache}, requests)
+            assert not books, f"per-request state left at quiescence: {books}"
+            if self.config.prefetch_policy == DESIGNED_STOP_POLICY:
+                self._follows_its_design()
         finally:
             self.driver.close()
 
@@ -304,9 +389,8 @@ class SGLangPipelineFuzzer(RuleBasedStateMachine):
         assert summary.violation is None, (
             f"SGLang's run leaves its design ({path.name}) at {summary.violation}"
         )
-        DESIGNS_FOLLOWED.add(path)
         assert not summary.live, f"records its design log never ended: {dict(summary.live)}"
-        DESIGN_EDGES.update(summary.edges)
+        DESIGN_EDGES.setdefault(path, set()).update(summary.edges)
 
 
 @dataclass(frozen=True)
@@ -316,10 +400,8 @@ class TargetCampaign:
     seconds: float
     failure: BaseException | None
     outcomes: dict[str, int]
-    design: Path | None
-    """The design the programs' logs were checked against (None if none finished)."""
-    design_edges: list[tuple[str, str, str]]
-    """The design's edges the programs' validated logs took."""
+    design_edges: dict[Path, list[tuple[str, str, str]]]
+    """Each design the programs' logs were checked against, with the edges they took."""
 
 
 def run_target_campaign(
@@ -332,8 +414,11 @@ def run_target_campaign(
     sanity_check: bool = True,
     namespaced: bool = True,
     log_path: str | None = None,
+    pins: dict[str, Any] | None = None,
+    fixes: Sequence[Callable[[], AbstractContextManager[None]]] = (),
 ) -> TargetCampaign:
-    """``stagefate fuzz --target sglang``: batches of programs over SGLang's pipeline."""
+    """``stagefate fuzz --target sglang``: batches of programs over SGLang's pipeline, with
+    ``fixes`` (patches to SGLang, :attr:`~.findings.Finding.proposed_fix`) applied throughout."""
     from ...fuzz.campaign import run_batches
 
     settings = {
@@ -341,23 +426,26 @@ def run_target_campaign(
         "core": core,
         "sanity_check": sanity_check,
         "namespaces": NAMESPACES if namespaced else (None,),
+        "pins": pins or {},
     }
     machine = type("SGLangPipelineFuzzer", (SGLangPipelineFuzzer,), settings)
     OUTCOMES.clear()
     STATES.clear()
     DESIGN_EDGES.clear()
-    DESIGNS_FOLLOWED.clear()
     # SGLang logs every L3 miss and fallback it handles; the campaign reports outcomes instead.
     logging.getLogger("sglang").setLevel(logging.CRITICAL)
-    programs, seconds, failure = run_batches(
-        console, machine, lambda: STATES["steps"], steps, budget_seconds, seed, profile
-    )
+    with ExitStack() as patched:
+        require()  # SGLang imported behind its CPU patches before a fix imports it
+        for fix in fixes:
+            patched.enter_context(fix())
+        programs, seconds, failure = run_batches(
+            console, machine, lambda: STATES["steps"], steps, budget_seconds, seed, profile
+        )
     return TargetCampaign(
         STATES["steps"],
         programs,
         seconds,
         failure,
         dict(sorted(OUTCOMES.items())),
-        next(iter(DESIGNS_FOLLOWED), None),
-        sorted(DESIGN_EDGES),
+        {path: sorted(edges) for path, edges in sorted(DESIGN_EDGES.items())},
     )

@@ -44,10 +44,10 @@ import tempfile
 from abc import ABC, abstractmethod
 from array import array
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
@@ -105,6 +105,9 @@ class Request:
     """Tokens its admission loaded onto the device."""
     lacking_tokens: int = 0
     """Tokens of its staged span the device lacked at admission: the most a load may bring."""
+    state: Literal["waiting", "admitted", "aborted"] = "waiting"
+    """Where the scheduler has it: in the waiting queue (its prefetch in flight, staged, or
+    ended with nothing to load), admitted, or aborted."""
 
 
 @dataclass
@@ -137,6 +140,14 @@ class SteppedSGLang(ABC):
     anchor_cap: float = 0.5
     """SGLang's ``SGLANG_HICACHE_BUFFER_ANCHOR_LOCK_CAP``: the anchor-lock cap as a fraction of
     the device pool (its default 0.5; the fuzzer lowers it so the cap's branches are reached)."""
+    anchor_lock: bool | None = None
+    """Pin the splice base (the anchor lock); None: the release's default (0.5.19 off, behind
+    ``SGLANG_ENABLE_HICACHE_BUFFER_ANCHOR_LOCK``; later releases on, off with a cap of 0)."""
+    retry_interval: int | None = None
+    """``--hicache-storage-prefetch-retry-poll-interval`` (0: paced retries off); None: the
+    release's default."""
+    retry_max_attempts: int | None = None
+    """``--hicache-storage-prefetch-retry-max-attempts``; None: the release's default."""
     host_tokens: int | None = None
     """The host bounce buffer; None: SGLang's default (``hicache_ratio`` x the device pool)."""
     prefetch_threshold: int = 1
@@ -191,6 +202,7 @@ class SteppedSGLang(ABC):
                 if self.host_tokens is None
                 else {"hicache_ratio": self.host_tokens / self.device_tokens}
             ),
+            **self._retry_arguments(),
         )
         set_global_server_args_for_scheduler(server_args)
         size = self.device_tokens
@@ -230,13 +242,32 @@ class SteppedSGLang(ABC):
                 tp_rank=self.tp_rank, tp_size=tp_size, pp_rank=0, pp_size=1, **layout
             ),
             envs.SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR.override(str(self.storage_dir)),
-            envs.SGLANG_HICACHE_BUFFER_ANCHOR_LOCK_CAP.override(self.anchor_cap),
+            self._anchor_lock_environment(envs),
         ):
             cache.init_hicache(server_args, params)
         cache.cache_controller._stop_storage_threads()
         if self.prefetch_policy == "timeout":
             self.stop_wall_clock(cache)
         return Side(cache, allocator, req_to_token_pool)
+
+    def _retry_arguments(self) -> dict[str, int]:
+        arguments = {
+            "hicache_storage_prefetch_retry_poll_interval": self.retry_interval,
+            "hicache_storage_prefetch_retry_max_attempts": self.retry_max_attempts,
+        }
+        return {name: value for name, value in arguments.items() if value is not None}
+
+    @contextmanager
+    def _anchor_lock_environment(self, envs: Any) -> Iterator[None]:
+        """The cap, and the lock on or off where this release has a switch for it (0.5.19's
+        ``SGLANG_ENABLE_HICACHE_BUFFER_ANCHOR_LOCK``; later ones read a cap of 0 as off)."""
+        cap = 0.0 if self.anchor_lock is False else self.anchor_cap
+        switch = getattr(envs, "SGLANG_ENABLE_HICACHE_BUFFER_ANCHOR_LOCK", None)
+        with ExitStack() as stack:
+            stack.enter_context(envs.SGLANG_HICACHE_BUFFER_ANCHOR_LOCK_CAP.override(cap))
+            if self.anchor_lock is not None and switch is not None:
+                stack.enter_context(switch.override(self.anchor_lock))
+            yield
 
     def stop_wall_clock(self, cache: Any) -> None:
         """SGLang's ``timeout`` deadline is wall-clock time: switch it off, so that only the
@@ -388,11 +419,15 @@ class SteppedSGLang(ABC):
         namespace: str | None,
         stale: bool = False,
         storage_hit_end: int | None = None,
+        fresh: bool = False,
     ) -> Request:
         """Re-anchor on the deepest device node and prefetch the rest (``stale``: as if the
         match were one page longer than the live one, the way a match made before an eviction
         would be). Issuing a known ``rid`` again is a retry: the same key, as SGLang's ``Req``
-        keeps it; ``storage_hit_end`` is what 0.5.20's retry book returned (0.5.19 has none)."""
+        keeps it; ``storage_hit_end`` is what 0.5.20's retry book returned (0.5.19 has none).
+        ``fresh``: a new request under a known rid, or one the scheduler re-queued (a new
+        ``Req`` reusing an aborted one's id; a retracted ``Req``): the same key, and the
+        scheduler's retry fields start over."""
         cache = self.consumer.cache
         match = self._match(self.consumer, tokens, namespace)
         matched = min(device_prefix_len(match) + (self.page_size if stale else 0), len(tokens))
@@ -400,9 +435,15 @@ class SteppedSGLang(ABC):
         if cache.is_root(anchor):
             anchor = cache.root_node_handle(namespace)
         request = self.requests.get(rid)
-        if request is None:
+        if request is None or fresh:
             request = Request(self.request_key(rid), tokens, namespace)
             self.requests[rid] = request
+            self.forget_retries(rid)
+        elif request.state != "waiting":
+            raise ValueError(
+                f"{rid} is {request.state}: a retry re-issues a waiting request; pass fresh=True "
+                "for a retracted request or a new one reusing the id"
+            )
         cache.prefetch_from_storage(
             request.handle,
             anchor,
@@ -443,18 +484,49 @@ class SteppedSGLang(ABC):
         """Admission as the scheduler's adder does it; returns the tokens loaded (0: none).
         ``make_room(tokens)`` runs after the plan, before the load allocates (the replay's
         engine evicts there, as its scheduler does before ``init_load_back``)."""
+        request = self.requests[rid]
+        cache = self.consumer.cache
+        if not cache.check_prefetch_progress(request.handle):
+            return 0  # still waiting: the adder skips it this pass
+        self._pop_loaded(request)
+        request.loaded_tokens = 0
+        pipeline = cache.buffer_pipeline
+        if pipeline.has_staged(request.handle):
+            self._load(rid, request, make_room)
+            if pipeline.has_staged(request.handle):
+                return 0  # the device could not take the tail: deferred, still waiting
+        self._admitted(request)
+        return request.loaded_tokens
+
+    def loading(self, rid: str) -> bool:
+        """Whether a load back of ``rid``'s is in flight (its ack still to come)."""
+        pending = self.consumer.cache.buffer_pipeline.ongoing_buffer_load_back.values()
+        return any(self.load_back_rid(load) == rid for load in pending)
+
+    def _pop_loaded(self, request: Request) -> None:
+        """The adder takes what L3 loaded as soon as the prefetch is done, staged or not
+        (``pop_prefetch_loaded_span`` from 0.5.20 on, ``pop_prefetch_loaded_tokens`` before)."""
+        cache = self.consumer.cache
+        pop = getattr(cache, "pop_prefetch_loaded_span", None) or cache.pop_prefetch_loaded_tokens
+        pop(request.handle)
+
+    def _admitted(self, request: Request) -> None:
+        """What the adder does once a request is admitted, loaded or not: 0.5.20 and later close
+        its storage wait (``finish_storage_prefetch_admission``, from
+        ``_account_prefill_cache_admission``)."""
+        request.state = "admitted"
+        finish = getattr(self.consumer.cache, "finish_storage_prefetch_admission", None)
+        if finish is not None:
+            finish(request.handle, fulfilled_tokens=request.loaded_tokens, reason=None)
+
+    def _load(self, rid: str, request: Request, make_room: Callable[[int], object] | None) -> None:
+        """The staged span's plan and load back, as the adder makes them."""
         from sglang.srt.managers.schedule_batch import Req
         from sglang.srt.mem_cache.base_prefix_cache import InitLoadBackParams
         from sglang.srt.sampling.sampling_params import SamplingParams
 
-        request = self.requests[rid]
         cache = self.consumer.cache
         pipeline = cache.buffer_pipeline
-        if not cache.check_prefetch_progress(request.handle) or not pipeline.has_staged(
-            request.handle
-        ):
-            return 0
-        cache.pop_prefetch_loaded_tokens(request.handle)
         staged = pipeline.staged_prefetches[request.handle]
         req = Req(
             rid=rid,
@@ -471,7 +543,7 @@ class SteppedSGLang(ABC):
             span_end = staged.matched_len + staged.num_tokens
             request.lacking_tokens = max(0, span_end - device_prefix_len(match))
             if not self.plan_load(req, request, match):
-                return 0
+                return
             if make_room is not None and req.host_hit_length:
                 make_room(int(req.host_hit_length))
             with self._locked(req.last_node):
@@ -484,7 +556,6 @@ class SteppedSGLang(ABC):
         finally:
             self.consumer.req_to_token_pool.free(req)
         request.loaded_tokens = self.loaded_tokens(loaded)
-        return request.loaded_tokens
 
     def loaded_tokens(self, result: Any) -> int:
         """Tokens an ``init_load_back`` result loaded: up to 0.5.21 it returns ``(device
@@ -509,12 +580,21 @@ class SteppedSGLang(ABC):
             cache.dec_lock_ref(node, receipt.to_dec_params())
 
     def abort(self, rid: str) -> None:
-        self.consumer.cache.release_aborted_request(self.requests[rid].handle)
+        request = self.requests[rid]
+        self.consumer.cache.release_aborted_request(request.handle)
+        request.state = "aborted"
+        self.forget_retries(rid)
+        self.expired.discard(rid)
 
+    @abstractmethod
     def retry_budget(self) -> int:
-        """Retries SGLang allows a request: its max attempts, or 0 when its pacing is off."""
-        interval, max_attempts = retry_settings()
-        return max_attempts if interval > 0 else 0
+        """Retries SGLang allows a request (the release's settings as built)."""
+
+    @abstractmethod
+    def forget_retries(self, rid: str) -> None:
+        """``rid`` left the waiting queue (admitted, aborted) or entered it anew: the
+        scheduler's retry fields of the request go (``_add_request_to_queue`` resets them for a
+        retracted request; a new ``Req`` has its own)."""
 
     @abstractmethod
     def due_retries(self, waiting: Sequence[str]) -> list[tuple[str, int | None]]:

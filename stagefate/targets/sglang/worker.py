@@ -152,13 +152,11 @@ def one_logged_program(log_path: str) -> str:
     let go by an abort, an abort while reading, a hit too short. The design's spec (a path)."""
     from ...transition_log import TransitionLog
     from .design_log import design_path, watch_design
-    from .generations import stepped_sglang
-    from .machine import PAGE, SEQUENCES
+    from .fuzz_config import PAGE, FuzzConfig
+    from .machine import SEQUENCES, fuzz_world
 
-    driver = stepped_sglang(page_size=PAGE, core="python", anchor_cap=24 / 512)
+    driver = fuzz_world(FuzzConfig(), namespaces=(None,))
     try:
-        for tokens in SEQUENCES:
-            driver.produce(tokens, None)
         log = TransitionLog.open(log_path)
         try:
             watch_design(driver, log)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import functools
 from abc import ABC, abstractmethod
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, ClassVar
@@ -54,6 +54,14 @@ class DesignObserver(ABC):
         pipeline = cache.buffer_pipeline
         self.log, self.driver, self.design = log, driver, design
         self.states: dict[str, str] = {}
+        """Each rid's current attempt's state in the design."""
+        self.names: dict[str, str] = {}
+        """The log's name of a rid's current attempt, where it is not the rid: a rid issued
+        afresh while its earlier attempt is still open (a read or load back in flight) names
+        the new attempt ``rid@N``, so the two records stay apart."""
+        self.retired: dict[str, list[tuple[str, str]]] = {}
+        """Each rid's earlier attempts still open: ``(log name, state)``, oldest first."""
+        self._fresh_issues: Counter[str] = Counter()
         self.awaiting_hit = {source for source, event, _ in design.edges() if event == "hit"}
         """The design's states whose existence query's hit is still to come."""
         self.holds = design.group("hold")
@@ -64,6 +72,8 @@ class DesignObserver(ABC):
         releases and deferrals are its outcome, not transitions of their own."""
         self._released: dict[str, str | None] = {}
         self._abandoned_reads: dict[str, Any] = {}
+        self._retired_reads: dict[str, Any] = {}
+        """Abandoned reads of retired attempts, by their log name."""
         self._allocating: dict[str, Any] = {}
         """Requests past the commit's checks whose bounce allocation has not shown yet: their
         operation (its read queued, or parked by the pass's end)."""
@@ -95,11 +105,38 @@ class DesignObserver(ABC):
         self, rid: str, event: str, guard: str, target: str, reason: str | None = None
     ) -> None:
         source = self.states.get(rid, self.design.initial)
-        self.log.record(rid, source, event, guard, target, reason)
+        self.log.record(self.names.get(rid, rid), source, event, guard, target, reason)
         if target == "released":
             self.states.pop(rid, None)
         else:
             self.states[rid] = target
+
+    def retire(self, rid: str) -> None:
+        """``rid`` is issued afresh while its current attempt is open: that attempt keeps its
+        log name and state apart (:attr:`retired`), and the new one gets a name of its own."""
+        state = self.states.pop(rid, None)
+        if state is None:
+            return
+        earlier = self.retired.setdefault(rid, [])
+        earlier.append((self.names.get(rid, rid), state))
+        self._fresh_issues[rid] += 1
+        self.names[rid] = f"{rid}@{self._fresh_issues[rid]}"
+        operation = self._abandoned_reads.pop(rid, None)
+        if operation is not None:
+            self._retired_reads[earlier[-1][0]] = operation
+
+    def end_retired(
+        self, rid: str, state: str, event: str, reason: str, name: str | None = None
+    ) -> bool:
+        """The oldest earlier attempt of ``rid`` in ``state`` (the one logged as ``name``, if
+        given) ends with ``event``; False if there is none."""
+        earlier = self.retired.get(rid, [])
+        for index, (logged, held) in enumerate(earlier):
+            if held == state and name in (None, logged):
+                self.log.record(logged, state, event, "else", "released", reason)
+                del earlier[index]
+                return True
+        return False
 
     @contextmanager
     def during(self, call: str) -> Iterator[None]:
@@ -156,6 +193,8 @@ class DesignObserver(ABC):
         request with nothing live, by whether an operation exists after it."""
         cache = self.driver.consumer.cache
         live = request in cache.ongoing_prefetch or self.pipeline.has_staged(request)
+        if not live:
+            self.retire(rid_of(request))
         with self.during("issue"):
             result = original(request, *args, **kw)
         if not live:
@@ -200,7 +239,7 @@ class DesignObserver(ABC):
             if any(item is operation for item in parked):
                 self.commit(rid, self.HOST_SHORT, "parked")
             else:
-                self.commit(rid, "else", "released", "declined_host_oversize")
+                self.commit(rid, "host_oversize", "released", "declined_host_oversize")
         self._allocating.clear()
 
     def _parked(self, operation: Any, behind_others: bool) -> None:
@@ -249,13 +288,20 @@ class DesignObserver(ABC):
                 del self._abandoned_reads[rid]
                 if self.states.get(rid) == "abandoned":
                     self.write(rid, "read_done", "else", "released", "aborted")
+        for name, operation in list(self._retired_reads.items()):
+            if not self._read_in_flight(operation):
+                del self._retired_reads[name]
+                rid = name.partition("@")[0]
+                self.end_retired(rid, "abandoned", "read_done", "aborted", name)
 
     def _ack(self, original: Callable[..., Any], ack_id: int) -> Any:
         pending = self.pipeline.ongoing_buffer_load_back.get(ack_id)
         finished = original(ack_id)
         if finished and pending is not None:
             rid = self.driver.load_back_rid(pending)
-            if self.states.get(rid) == "consumed":
+            if not self.end_retired(rid, "consumed", "ack", "filled") and (
+                self.states.get(rid) == "consumed"
+            ):
                 self.write(rid, "ack", "else", "released", "filled")
         return finished
 
