@@ -1,5 +1,6 @@
 """Each finding's program on every SGLang release installed here (docs/sglang-findings.md): it
-fails on the releases before the one that fixed it and passes from that one on.
+passes before the release it was found in, fails from there until the one that fixed it, and
+passes from that one on; a finding not fixed upstream passes with its proposed fix.
 
 The programs are slow: each release runs in its own environment's process. CI installs 0.5.19
 and the newest (`stagefate targets install sglang==0.5.19`, `make sglang`); a release not
@@ -34,7 +35,9 @@ def test_a_finding_shows_before_its_fix_and_not_after(name: str) -> None:
         pytest.skip(f"no release from {fixed_in} on is installed: `make sglang`")
     for version, target in ready.items():
         broke = call_in(target, reproduce, name)
-        if fixed_in is None or _key(version) < _key(fixed_in):
+        if _key(version) < _key(finding.found_in):
+            assert broke is None, f"{name}: SGLang {version}, before {finding.found_in}, fails"
+        elif fixed_in is None or _key(version) < _key(fixed_in):
             assert broke, f"{name}: SGLang {version} (not fixed there) passed"
         else:
             assert broke is None, f"{name}: SGLang {version} still fails: {broke}"

@@ -140,7 +140,7 @@ CAMPAIGN_PROGRAMS = 200
 def _campaign(steps: int, examples: int) -> None:
     """A short derandomized campaign, no shrinking (the CLI shrinks; a test needs the verdict),
     looking past the finding still in 0.5.23 with its proposed fix applied."""
-    with FINDINGS["aborted_parked_hit_revokes_its_ids_next_prefetch"].proposed_fix():  # type: ignore[misc]
+    with FINDINGS["aborted_query_revokes_its_ids_next_prefetch"].proposed_fix():  # type: ignore[misc]
         run_state_machine_as_test(SGLangPipelineFuzzer, settings=fuzz_settings(examples, steps))
 
 

@@ -64,13 +64,13 @@ def add_parser(sub: Any) -> None:
         "--set-aside",
         action="append",
         default=[],
-        choices=["sanity_check", "namespaces", "parked_abort"],
+        choices=["sanity_check", "namespaces", "id_reuse"],
         help="--target sglang (repeatable), to look past a release's known finding "
         "(docs/sglang-findings.md): sanity_check: do not call SGLang's own sanity_check "
         "(0.5.19, 0.5.20); namespaces: issue and publish every request in the root namespace "
-        "(0.5.19's L3 keys ignore it); parked_abort: run with the fix proposed for an aborted "
-        "request's parked hit revoking the next prefetch of its id (0.5.19 to 0.5.23); every "
-        "other invariant still runs",
+        "(0.5.19's L3 keys ignore it); id_reuse: run with the fix proposed for an aborted "
+        "request's query or parked hit revoking the next prefetch of its id (0.5.19 to "
+        "0.5.23); every other invariant still runs",
     )
     fuzz.add_argument(
         "--tp",
@@ -238,8 +238,8 @@ def _fuzz_sglang(args: argparse.Namespace, database: Path) -> int:
     from ..targets.sglang.machine import run_target_campaign
 
     pins = parse_pins(args.config)
-    fix = FINDINGS["aborted_parked_hit_revokes_its_ids_next_prefetch"].proposed_fix
-    fixes = [fix] if fix is not None and "parked_abort" in args.set_aside else []
+    fix = FINDINGS["aborted_query_revokes_its_ids_next_prefetch"].proposed_fix
+    fixes = [fix] if fix is not None and "id_reuse" in args.set_aside else []
 
     core = split(args.tree, TREES, "tree")[0].removeprefix("sglang-")
     with environment_set(sglang_env):

@@ -10,6 +10,7 @@ that fixed it and the upstream change.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
@@ -19,6 +20,7 @@ from typing import Any
 from .fuzz_config import PAGE, FuzzConfig
 from .machine import SEQUENCES, fuzz_world
 from .pipeline import SteppedSGLang
+from .request_books import per_request_books
 
 
 @dataclass(frozen=True)
@@ -74,28 +76,73 @@ def _sanity_check_with_a_write_in_flight(driver: SteppedSGLang) -> str | None:
     return None
 
 
+def _aborted_query_revokes_its_ids_next_prefetch(driver: SteppedSGLang) -> str | None:
+    """issue r0 (sequence 0); run the existence queries (the answer waits for the next pass);
+    abort r0; a new request reuses the id r0; pump once: the new request's prefetch must still
+    be under way."""
+    tokens = SEQUENCES[0]
+    driver.issue("r0", tokens, None)
+    driver.run_existence_queries()
+    driver.abort("r0")
+    driver.issue("r0", tokens, None, fresh=True)
+    driver.tick()
+    return _revoked(driver, "r0", "existence query's answer")
+
+
 def _aborted_parked_hit_revokes_its_ids_next_prefetch(driver: SteppedSGLang) -> str | None:
     """issue r0 and r1 (sequence 0); pump ×2: r1's hit is parked (the bounce holds r0's read);
-    abort r1; a new request reuses the id r1; pump: the new request's prefetch must still be
-    under way, or have an outcome of its own."""
+    abort r1; a new request reuses the id r1; run the queries; pump once: the new request's
+    prefetch must still be under way."""
     tokens = SEQUENCES[0]
     driver.issue("r0", tokens, None)
     driver.issue("r1", tokens, None)
     driver.settle(rounds=1)
     driver.settle(rounds=1)
-    cache = driver.consumer.cache
-    parked = [_handle_of(op) for op in cache.buffer_pipeline.pending_hit_allocs]
+    parked = [_handle_of(op) for op in driver.consumer.cache.buffer_pipeline.pending_hit_allocs]
     if driver.requests["r1"].handle not in parked:
         return None  # nothing parked: the release's gates took another path
     driver.abort("r1")
-    handle = driver.issue("r1", tokens, None, fresh=True).handle
+    driver.issue("r1", tokens, None, fresh=True)
     driver.run_existence_queries()
     driver.tick()
-    if driver.live("r1") or driver.requests["r1"].state != "waiting":
+    return _revoked(driver, "r1", "parked hit")
+
+
+def _revoked(driver: SteppedSGLang, rid: str, what: str) -> str | None:
+    if driver.live(rid) or driver.requests[rid].state != "waiting":
         return None
     return (
-        "the new request r1's prefetch was revoked by the parked operation of the aborted "
-        f"request whose id it reuses ({handle!r}): no hit, no read, its L3 hit lost"
+        f"the new request {rid}'s prefetch was revoked by the aborted request's {what} (the "
+        f"two share the handle {driver.requests[rid].handle!r}): no read, its L3 hit lost"
+    )
+
+
+def _abort_after_staging_leaves_the_loaded_span(driver: SteppedSGLang) -> str | None:
+    """issue r0 (sequence 0); pump ×3 (its span is staged); abort r0: no structure of SGLang's
+    may name r0 afterwards."""
+    driver.issue("r0", SEQUENCES[0], None)
+    for _ in range(3):
+        driver.settle(rounds=1)
+    driver.abort("r0")
+    driver.settle()
+    request = driver.requests["r0"]
+    left = per_request_books({"cache": driver.consumer.cache}, {"r0", request.handle})
+    return f"after the abort, SGLang still holds r0 in {left}" if left else None
+
+
+def _hit_larger_than_the_host_pool_waits_for_ever(driver: SteppedSGLang) -> str | None:
+    """issue r0 (sequence 1, a 32-token hit) on a 16-token host pool; 40 passes, each with an
+    admission try: r0 must be admitted (with or without its hit)."""
+    driver.issue("r0", SEQUENCES[1], None)
+    for _ in range(40):
+        driver.settle(rounds=1)
+        driver.admit("r0")
+        if driver.requests["r0"].state != "waiting":
+            return None
+    return (
+        f"r0's hit of {len(SEQUENCES[1])} tokens is parked for a bounce the "
+        f"{driver.baseline_host}-token host pool can never hold: wait_complete keeps it out of "
+        "admission for ever"
     )
 
 
@@ -105,29 +152,34 @@ def _handle_of(operation: Any) -> Any:
 
 
 @contextmanager
-def _abort_unparks_the_hit() -> Iterator[None]:
-    """The proposed fix: an abort takes the request's parked operation out of
-    ``pending_hit_allocs`` (the FIFO otherwise outlives the request, and the next pass acts on
-    whatever ongoing prefetch holds the same handle)."""
+def _aborted_operation_names_no_request() -> Iterator[None]:
+    """The proposed fix, as a patch: once ``release_aborted_request`` has let an operation go
+    before its read (a query in flight, or a hit parked), the operation stops naming the
+    request, so whatever of it is still queued or parked reaches the "aborted/cleaned" path
+    instead of the ongoing prefetch of a later request with the same handle."""
     from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
 
     release = UnifiedRadixCache.release_aborted_request
 
-    def release_and_unpark(self: Any, request: Any) -> Any:
-        pipeline = self.buffer_pipeline
-        if pipeline is not None:
-            kept = [op for op in pipeline.pending_hit_allocs if _handle_of(op) != request]
-            pipeline.pending_hit_allocs.clear()
-            pipeline.pending_hit_allocs.extend(kept)
-        return release(self, request)
+    def release_and_retire(self: Any, request: Any) -> Any:
+        info = self.ongoing_prefetch.get(request)
+        result = release(self, request)
+        operation = None if info is None else info.operation
+        if operation is not None and operation.host_indices is None:
+            if hasattr(operation, "handle"):
+                operation.handle = dataclasses.replace(operation.handle, attempt_id=-1)
+            else:  # 0.5.19 keys by the rid
+                operation.request_id = f"{operation.request_id} (aborted)"
+        return result
 
-    UnifiedRadixCache.release_aborted_request = release_and_unpark
+    UnifiedRadixCache.release_aborted_request = release_and_retire
     try:
         yield
     finally:
         UnifiedRadixCache.release_aborted_request = release
 
 
+_NOT_FIXED = "not fixed upstream as of 0.5.23 (no PR found whose description matches)"
 FINDINGS = {
     finding.name: finding
     for finding in (
@@ -149,14 +201,42 @@ FINDINGS = {
             _sanity_check_with_a_write_in_flight,
         ),
         Finding(
+            "abort_after_staging_leaves_the_loaded_span",
+            "0.5.20",
+            "0.5.21",
+            "at quiescence no per-request structure of the target names a request",
+            "PR #40262 (release_aborted_request pops the loaded-span dicts by CacheRequestHandle, "
+            "not by rid; its test came in PR #40296)",
+            _abort_after_staging_leaves_the_loaded_span,
+        ),
+        Finding(
+            "hit_larger_than_the_host_pool_waits_for_ever",
+            "0.5.19",
+            "0.5.22",
+            "liveness: every waiting request is admitted or ends within 40 passes",
+            "no upstream PR found whose description matches; 0.5.22's wheel declines such a hit "
+            "(_reject_oversized_prefetch, counted declined_host_oversize)",
+            _hit_larger_than_the_host_pool_waits_for_ever,
+            FuzzConfig(host_tokens=16),
+        ),
+        Finding(
+            "aborted_query_revokes_its_ids_next_prefetch",
+            "0.5.19",
+            None,
+            "SGLang's run follows its design: every record ends",
+            _NOT_FIXED,
+            _aborted_query_revokes_its_ids_next_prefetch,
+            proposed_fix=_aborted_operation_names_no_request,
+        ),
+        Finding(
             "aborted_parked_hit_revokes_its_ids_next_prefetch",
             "0.5.19",
             None,
             "SGLang's run follows its design: every record ends",
-            "not fixed upstream as of 0.5.23 (no PR found whose description matches)",
+            _NOT_FIXED,
             _aborted_parked_hit_revokes_its_ids_next_prefetch,
             FuzzConfig(host_tokens=16),
-            _abort_unparks_the_hit,
+            _aborted_operation_names_no_request,
         ),
     )
 }

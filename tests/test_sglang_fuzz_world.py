@@ -1,0 +1,188 @@
+"""The SGLang fuzzer's wider world (issue 40): drawn deployments, ids that come back, and the
+per-request structures found by walking a target's objects.
+
+The configuration and the walk are plain Python and always run; the moves on SGLang's pipeline
+run where `make sglang` installed it.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from stagefate.cli import main
+from stagefate.targets.sglang.fuzz_config import CHOICES, FuzzConfig, parse_pins
+from stagefate.targets.sglang.request_books import per_request_books
+
+# ---------------------------------------------------------------------- the configuration
+
+
+def test_pins_parse_each_field_and_default_means_the_releases_own() -> None:
+    pins = parse_pins(
+        [
+            "prefetch_policy=timeout",
+            "retry-interval=0",
+            "retry_max_attempts=default",
+            "anchor_lock=off",
+            "anchor_cap=0.5",
+            "host_tokens=16",
+            "prefetch_threshold=12",
+        ]
+    )
+    assert pins == {
+        "prefetch_policy": "timeout",
+        "retry_interval": 0,
+        "retry_max_attempts": None,
+        "anchor_lock": False,
+        "anchor_cap": 0.5,
+        "host_tokens": 16,
+        "prefetch_threshold": 12,
+    }
+    assert FuzzConfig(**pins).driver_settings()["host_tokens"] == 16
+    assert set(CHOICES) == set(pins)
+
+
+@pytest.mark.parametrize(
+    ("texts", "expected"),
+    [
+        (["policy=timeout"], "expected KEY=VALUE with KEY one of prefetch_policy"),
+        (["prefetch_policy"], "expected KEY=VALUE"),
+        (["prefetch_policy=fast"], "one of wait_complete, best_effort, timeout (got 'fast')"),
+        (["anchor_lock=maybe"], "on or off (got 'maybe')"),
+        (["anchor_cap=2"], "anchor_cap is a share from 0 to 1"),
+        (["host_tokens=0"], "host_tokens is at least 1"),
+        (["retry_interval=-1"], "retry_interval is at least 0"),
+        (["retry_interval=x"], "or another number (got 'x')"),
+        (["host_tokens=8", "host_tokens=16"], "--config host_tokens is given twice"),
+    ],
+)
+def test_a_bad_pin_is_refused_naming_the_key_and_the_choices(
+    texts: list[str], expected: str
+) -> None:
+    with pytest.raises(ValueError) as refused:
+        parse_pins(texts)
+    assert expected in str(refused.value)
+
+
+def test_config_without_the_sglang_target_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["fuzz", "--steps", "10", "--config", "host_tokens=16"]) == 2
+    assert "use them with --target sglang" in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------------- the walk
+
+
+@dataclass(eq=False)
+class _Operation:
+    request_id: str
+
+
+@dataclass(eq=False)
+class _Controller:
+    queue: deque[_Operation] = field(default_factory=deque)
+    totals: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(eq=False)
+class _Cache:
+    ongoing: dict[str, int] = field(default_factory=dict)
+    retries: set[str] = field(default_factory=set)
+    controller: _Controller = field(default_factory=_Controller)
+    elsewhere: Any = None
+
+
+def test_the_walk_finds_every_structure_that_names_a_request() -> None:
+    cache = _Cache()
+    cache.controller.totals["hits"] = 3  # keyed by a name that is no request
+    assert per_request_books({"cache": cache}, {"r0", "r1"}, package=__name__) == {}
+    cache.ongoing["r0"] = 1
+    cache.retries.add("r1")
+    cache.controller.queue.append(_Operation("r1"))  # an item naming its request
+    cache.elsewhere = {"r0": 1}  # a dict in an attribute of a class not the target's package
+    found = per_request_books({"cache": cache}, {"r0", "r1"}, package=__name__)
+    assert found == {
+        "cache.ongoing": 1,
+        "cache.retries": 1,
+        "cache.controller.queue": 1,
+        "cache.elsewhere": 1,
+    }
+    # objects of another package are not walked into
+    assert per_request_books({"cache": cache}, {"r0", "r1"}, package="sglang") == {
+        "cache.ongoing": 1,
+        "cache.retries": 1,
+        "cache.elsewhere": 1,
+    }
+
+
+# ---------------------------------------------------------------------- on SGLang's pipeline
+
+
+@pytest.fixture
+def sglang() -> None:
+    from stagefate.targets import TargetUnavailable
+    from stagefate.targets.sglang import require
+
+    try:
+        require()
+    except TargetUnavailable as missing:
+        pytest.skip(str(missing))
+
+
+@pytest.mark.usefixtures("sglang")
+def test_an_id_reused_while_its_read_lands_keeps_two_records_in_the_design_log() -> None:
+    """r0's read is under way when r0 is aborted and a new request reuses the id: the log
+    writes the new attempt as r0@1, and the abandoned read's landing ends r0."""
+    from stagefate.targets.sglang.design_log import design_path, load_design, watch_design
+    from stagefate.targets.sglang.machine import SEQUENCES, fuzz_world
+    from stagefate.transition_log import TransitionLog, validate_log
+
+    driver = fuzz_world(FuzzConfig(), namespaces=(None,))
+    try:
+        written = io.StringIO()
+        watch_design(driver, TransitionLog(written))
+        driver.issue("r0", SEQUENCES[0], None)
+        driver.run_existence_queries()
+        driver.tick()  # the IO commit: the read is queued
+        driver.abort("r0")
+        driver.issue("r0", SEQUENCES[0], None, fresh=True)
+        driver.settle()
+        assert driver.admit("r0") > 0
+        driver.settle()
+        lines = written.getvalue().splitlines()
+        records = [json.loads(line) for line in lines]
+        ends = {(r["request"], r["source"], r["event"], r["reason"]) for r in records}
+        assert ("r0", "abandoned", "read_done", "aborted") in ends
+        assert ("r0@1", "consumed", "ack", "filled") in ends
+        summary = validate_log(
+            lines, load_design(design_path(driver.consumer.cache.buffer_pipeline))
+        )
+        assert summary.violation is None and not summary.live
+    finally:
+        driver.close()
+
+
+@pytest.mark.usefixtures("sglang")
+def test_a_retry_of_an_admitted_request_is_refused_and_a_retraction_starts_afresh() -> None:
+    from stagefate.targets.sglang.machine import SEQUENCES, fuzz_world
+
+    driver = fuzz_world(FuzzConfig(), namespaces=(None,))
+    try:
+        driver.issue("r0", SEQUENCES[0], None)
+        driver.settle()
+        assert driver.admit("r0") == len(SEQUENCES[0])
+        assert driver.requests["r0"].state == "admitted"
+        with pytest.raises(ValueError, match="r0 is admitted: a retry re-issues a waiting"):
+            driver.issue("r0", SEQUENCES[0], None)
+        driver.settle()
+        driver.issue("r0", SEQUENCES[0], None, fresh=True)  # retracted: the same rid again
+        assert driver.requests["r0"].state == "waiting"
+        driver.settle()
+        driver.admit("r0")
+        assert driver.requests["r0"].state == "admitted"
+    finally:
+        driver.close()
