@@ -146,6 +146,37 @@ def _hit_larger_than_the_host_pool_waits_for_ever(driver: SteppedSGLang) -> str 
     )
 
 
+def _id_reused_while_its_read_lands_crashes_the_pass(driver: SteppedSGLang) -> str | None:
+    """issue r0 (sequence 0); pump ×2 (its read under way); abort r0 (the read is abandoned);
+    issue r1; a new request reuses the id r0; pump: the pass must not raise, and once
+    everything is aborted and settled the host pool must be whole again."""
+    tokens = SEQUENCES[0]
+    driver.issue("r0", tokens, None)
+    driver.settle(rounds=1)
+    driver.settle(rounds=1)
+    driver.abort("r0")
+    driver.issue("r1", tokens, None)
+    driver.issue("r0", tokens, None, fresh=True)
+    try:
+        driver.settle(rounds=1)
+    except TypeError as error:  # the pass itself fails: the scheduler loop would die here
+        return (
+            f"the scheduler pass raised TypeError ({error}): the aborted r0's read was acked "
+            "into the new r0's prefetch, which has no bounce yet"
+        )
+    for rid, request in driver.requests.items():
+        if request.state == "waiting":
+            driver.abort(rid)
+    driver.settle()
+    available = driver.pipeline_host_available()
+    if available == driver.baseline_host:
+        return None
+    return (
+        f"the host pool has {available} of its {driver.baseline_host} tokens free once "
+        "everything ended: the bounce of the aborted r0's read was never freed"
+    )
+
+
 def _handle_of(operation: Any) -> Any:
     """What an operation's request is keyed by: its handle (0.5.20 on) or its rid (0.5.19)."""
     return getattr(operation, "handle", operation.request_id)
@@ -218,6 +249,16 @@ FINDINGS = {
             "(_reject_oversized_prefetch, counted declined_host_oversize)",
             _hit_larger_than_the_host_pool_waits_for_ever,
             FuzzConfig(host_tokens=16),
+        ),
+        Finding(
+            "id_reused_while_its_read_lands_crashes_the_pass",
+            "0.5.19",
+            "0.5.20",
+            "no exception out of SGLang's code; every bounce slot freed once",
+            "keyed by CacheRequestHandle from 0.5.20 (the rework, PR #39283); no PR found that "
+            "names this crash",
+            _id_reused_while_its_read_lands_crashes_the_pass,
+            FuzzConfig(host_tokens=64),
         ),
         Finding(
             "aborted_query_revokes_its_ids_next_prefetch",
