@@ -41,12 +41,6 @@ class Finding:
     the release in this process while the context is open."""
 
 
-def _world(config: FuzzConfig) -> SteppedSGLang:
-    """The fuzz world at its start under ``config``: every sequence in L3 under both
-    namespaces."""
-    return fuzz_world(config)
-
-
 def _l3_keys_ignore_the_namespace(driver: SteppedSGLang) -> str | None:
     """issue(sequence 0, 'tenant-b'); pump ×3; admit: the spliced slots must hold tenant-b's
     KV (the producer wrote the same tokens under both namespaces)."""
@@ -289,7 +283,7 @@ def reproduce(name: str, with_proposed_fix: bool = False) -> str | None:
     logging.getLogger("sglang").setLevel(logging.CRITICAL)  # its fallbacks are not the point
     finding = FINDINGS[name]
     fix = finding.proposed_fix if with_proposed_fix else None
-    driver = _world(finding.config)  # (SGLang is imported, behind its CPU patches, here)
+    driver = fuzz_world(finding.config)  # (SGLang is imported, behind its CPU patches, here)
     try:
         with nullcontext() if fix is None else fix():
             return finding.program(driver)

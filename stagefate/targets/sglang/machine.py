@@ -364,12 +364,9 @@ class SGLangPipelineFuzzer(RuleBasedStateMachine):
             assert not self._in("waiting"), f"requests never ended: {self._in('waiting')}"
             assert not pipeline.anchor_locks, f"anchor locks left: {pipeline.anchor_locks}"
             assert not cache.ongoing_prefetch, f"prefetches left: {list(cache.ongoing_prefetch)}"
-            busy = {
-                name: len(value)
-                for name, value in vars(pipeline).items()
-                if isinstance(value, (dict, list, set, deque)) and value
-            }
-            assert pipeline.is_idle(), f"the pipeline is not idle at quiescence: {busy}"
+            assert pipeline.is_idle(), (
+                f"the pipeline is not idle at quiescence: {_busy_structures(pipeline)}"
+            )
             available = self.driver.pipeline_host_available()
             assert available == self.driver.baseline_host, (
                 f"host pool leaked: {available} free of {self.driver.baseline_host} at start"
@@ -397,6 +394,15 @@ class SGLangPipelineFuzzer(RuleBasedStateMachine):
         )
         assert not summary.live, f"records its design log never ended: {dict(summary.live)}"
         DESIGN_EDGES.setdefault(path, set()).update(summary.edges)
+
+
+def _busy_structures(pipeline: Any) -> dict[str, int]:
+    """The pipeline's non-empty containers by name (for the message of a pipeline not idle)."""
+    return {
+        name: len(value)
+        for name, value in vars(pipeline).items()
+        if isinstance(value, (dict, list, set, deque)) and value
+    }
 
 
 @dataclass(frozen=True)
