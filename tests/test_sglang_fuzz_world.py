@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import json
 from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -186,3 +187,64 @@ def test_a_retry_of_an_admitted_request_is_refused_and_a_retraction_starts_afres
         assert driver.requests["r0"].state == "admitted"
     finally:
         driver.close()
+
+
+# ---------------------------------------------------------------------- one owner per slot
+
+
+@pytest.fixture
+def staged_world() -> Iterator[Any]:
+    """SGLang with r0's hit staged in the bounce buffer and r1's sequence on the device."""
+    from stagefate.targets.sglang.machine import SEQUENCES, fuzz_world
+
+    driver = fuzz_world(FuzzConfig(), namespaces=(None,))
+    try:
+        driver.publish(SEQUENCES[1], None)
+        driver.issue("r0", SEQUENCES[0], None)
+        driver.settle()
+        assert driver.consumer.cache.buffer_pipeline.has_staged(driver.requests["r0"].handle)
+        assert driver.slot_problems() == []
+        yield driver
+    finally:
+        driver.close()
+
+
+@pytest.mark.usefixtures("sglang")
+def test_a_bounce_slot_freed_under_a_staged_hold_is_free_and_held_at_once(
+    staged_world: Any,
+) -> None:
+    pipeline = staged_world.consumer.cache.buffer_pipeline
+    staged = pipeline.staged_prefetches[staged_world.requests["r0"].handle]
+    _host_pool(staged_world).free(staged.host_indices[:4])
+    assert staged_world.slot_problems() == [
+        "4 host slots are free and held by an operation or book at once "
+        f"(e.g. {staged.host_indices[:4].tolist()})"
+    ]
+
+
+@pytest.mark.usefixtures("sglang")
+def test_a_staged_hold_dropped_without_its_free_leaves_slots_with_no_owner(
+    staged_world: Any,
+) -> None:
+    pipeline = staged_world.consumer.cache.buffer_pipeline
+    staged = pipeline.staged_prefetches.pop(staged_world.requests["r0"].handle)
+    size = _host_pool(staged_world).size
+    assert staged_world.slot_problems() == [
+        f"{len(staged.host_indices)} of the {size} host slots are neither free nor held by an "
+        "operation or book"
+    ]
+
+
+@pytest.mark.usefixtures("sglang")
+def test_a_device_slot_freed_while_the_tree_holds_it_is_caught(staged_world: Any) -> None:
+    held = staged_world.consumer.cache.all_values_flatten()[:4]
+    staged_world.consumer.allocator.free(held)
+    assert staged_world.slot_problems() == [
+        f"4 device slots are free and held by the tree at once (e.g. {held.tolist()})"
+    ]
+
+
+def _host_pool(driver: Any) -> Any:
+    pool = driver.consumer.cache.cache_controller.mem_pool_host
+    anchor = getattr(pool, "anchor_entry", None)
+    return pool if anchor is None else anchor.host_pool

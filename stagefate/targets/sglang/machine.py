@@ -17,6 +17,8 @@ implementation keeps, read from SGLang's own state:
 * a locked anchor is never evicted;
 * every device slot of every sequence holds its mark (bytes spliced equal the producer's, and
   no splice crosses namespaces: the namespaces' marks differ);
+* every device slot and every slot of the host bounce buffer has exactly one owner: free, or
+  held by the tree or by one of SGLang's operations and books (:mod:`.slot_owners`);
 * SGLang's own ``sanity_check`` passes;
 * at quiescence (everything aborted or admitted, the pipeline settled): no anchor lock, no
   prefetch in flight, no staged hold, the host pool back at its baseline, every device slot
@@ -314,6 +316,11 @@ class SGLangPipelineFuzzer(RuleBasedStateMachine):
                     "slots do not hold their KV (a splice wrote bytes of another span or "
                     "namespace)"
                 )
+
+    @invariant()
+    def every_slot_has_one_owner(self) -> None:
+        problems = self.driver.slot_problems()
+        assert not problems, "; ".join(problems)
 
     @invariant()
     def sglang_sanity_check(self) -> None:

@@ -61,6 +61,7 @@ from .cache import (
     tiny_kv_pool,
     unified_cache,
 )
+from .slot_owners import slot_problems
 
 
 def _mark(tokens: Sequence[int], namespace: str | None) -> torch.Tensor:
@@ -172,13 +173,15 @@ class SteppedSGLang(ABC):
     def __post_init__(self) -> None:
         require()
         shim.patch_for_cpu()
-        self.producer = self._build() if self.device_pool is None else None
-        self.consumer = self._build(self.device_pool)
+        # The producer only fills L3 for the world, on the Python core: 0.5.22's Rust core
+        # lacks the write-through call the driver makes of it (``request_buffer_backup``).
+        self.producer = self._build("python") if self.device_pool is None else None
+        self.consumer = self._build(self.core, self.device_pool)
         self.baseline_host = self.pipeline_host_available()
 
     # ------------------------------------------------------------------ construction
 
-    def _build(self, device_pool: SlotPool | None = None) -> Side:
+    def _build(self, core: str, device_pool: SlotPool | None = None) -> Side:
         from sglang.srt.environ import envs
         from sglang.srt.mem_cache.allocator import PagedTokenToKVPoolAllocator
         from sglang.srt.mem_cache.memory_pool import ReqToTokenPool
@@ -224,7 +227,7 @@ class SteppedSGLang(ABC):
         )
         tp_size = 1 if self.tp_group is None else self.tp_group.size()
         cache, params = unified_cache(
-            self.core,
+            core,
             disable=False,
             req_to_token_pool=req_to_token_pool,
             token_to_kv_pool_allocator=allocator,
@@ -405,9 +408,10 @@ class SteppedSGLang(ABC):
     # scheduler's order, which both keep.
 
     def request_backup(self, side: Side, node: Any) -> None:
-        """Write ``node`` (and its unwritten ancestors) through to L3 as SGLang does when a
-        request finishes: 0.5.22 and later are asked (``request_buffer_backup``); earlier
-        releases queue the write in the insert itself (``write_through``)."""
+        """Write ``node`` (and its unwritten ancestors) through to L3 now. Earlier releases queue
+        the write in the insert itself (``write_through``); 0.5.22 and later write once a node's
+        hit count reaches the threshold, and offer ``request_buffer_backup`` to write at once
+        (no SGLang code of theirs calls it: the producer, which fills L3 for the world, does)."""
         backup = getattr(side.cache, "request_buffer_backup", None)
         if backup is not None:
             backup(node)
@@ -634,6 +638,11 @@ class SteppedSGLang(ABC):
         slots = device_prefix_indices(self.consumer.cache, match)
         held = self.consumer.kv[slots].reshape(-1)
         return length, bool(torch.equal(held, _mark(tokens[:length], namespace)))
+
+    def slot_problems(self) -> list[str]:
+        """What breaks one owner per slot in the consumer's device pool and host bounce buffer
+        (:mod:`.slot_owners`; empty: none)."""
+        return slot_problems(self.consumer.cache, self.consumer.allocator, self.device_tokens)
 
     def device_books(self) -> tuple[int, int, int]:
         """``(free device slots, tokens in the consumer's tree, pool size)``."""
