@@ -17,7 +17,7 @@ counted in :data:`~.tally.TALLY` so a campaign can report which spec edges it re
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 from hypothesis import register_random
@@ -47,6 +47,7 @@ from .invariants import (
 )
 from .tally import TALLY, record_edge
 from .world import (
+    KNOB_CHOICES,
     MARK_STRIDE,
     NAMESPACES,
     PAGE,
@@ -60,6 +61,16 @@ from .world import (
 REQUEST_IDS = tuple(f"r{i}" for i in range(5))
 WINDOWS: tuple[int | None, ...] = (None, 2 * PAGE)
 """Sliding windows a program may run with (a tree without aux support takes ``(None,)``)."""
+KNOBS = st.one_of(
+    st.just({}),
+    st.fixed_dictionaries(
+        {name: st.sampled_from(choices) for name, choices in KNOB_CHOICES.items()}
+    ),
+)
+"""A program's deployment: the defaults (``{}``), or one choice per field of
+:data:`~.world.KNOB_CHOICES`. The defaults are drawn about half the time: a campaign keeps
+reaching the rare edges of the default world (the trimmed span's) while it explores the
+others."""
 REQUEST = st.sampled_from(REQUEST_IDS)
 """A rule's request: it acts on it, or on the next request id in the state the rule needs
 (:meth:`PipelineFuzzer._pick`), so the minimal failing program prints as plain calls."""
@@ -125,12 +136,12 @@ class PipelineFuzzer(RuleBasedStateMachine):
 
     requests = Bundle("requests")
 
-    @initialize(window=st.sampled_from(WINDOWS))
-    def setup(self, window: int | None) -> None:
+    @initialize(window=st.sampled_from(WINDOWS), knobs=KNOBS)
+    def setup(self, window: int | None, knobs: dict[str, Any] | None = None) -> None:
         """L3 holds every page-aligned prefix of every sequence, with its aux window if any
         (``window``: the sliding window the program runs with; :func:`configured` may narrow
-        the choice)."""
-        cfg = fuzz_config(window, type(self).device)
+        the choice); ``knobs``: the program's deployment (:data:`~.world.KNOB_CHOICES`)."""
+        cfg = fuzz_config(window, type(self).device, **(knobs or {}))
         self.storage = type(self).storage_factory(cfg)
         keys, pages = l3_contents(window)
         self.storage.batch_set(keys, pages)
@@ -143,6 +154,9 @@ class PipelineFuzzer(RuleBasedStateMachine):
         self.asked: dict[str, tuple[list[int], str | None]] = {}
         self.running: list[Node] = []
         """Nodes the engine's running requests lock (their KV must stay while they compute)."""
+        self.admitted: set[str] = set()
+        """Admitted requests: once their load (if any) landed they run, and a growing batch may
+        retract them."""
 
     # ------------------------------------------------------------------ scheduler
 
@@ -170,10 +184,23 @@ class PipelineFuzzer(RuleBasedStateMachine):
         self, request_id: str, sequence: int, pages: int, salt: str | None, stale: bool
     ) -> str:
         if request_id not in self.pipe.records:
-            self.asked[request_id] = (self._tokens(sequence, pages), salt)
+            self.asked[request_id] = (self._tokens(sequence, pages), salt)  # the id reused
+            self.admitted.discard(request_id)
         tokens, asked_salt = self.asked[request_id]
         self._issue(request_id, tokens, asked_salt, stale)
         return request_id
+
+    @precondition(lambda self: self._retractable())
+    @rule(request_id=REQUEST)
+    def retract(self, request_id: str) -> None:
+        """The running batch grew and a running request is retracted: the scheduler re-queues
+        it and prefetches its prompt again under the same id."""
+        request_id = self._next_of(request_id, set(self._retractable()))
+        self.admitted.discard(request_id)
+        self._issue(request_id, *self.asked[request_id])
+
+    def _retractable(self) -> list[str]:
+        return [request_id for request_id in self.admitted if request_id not in self.pipe.records]
 
     @rule(
         first=st.sampled_from(REQUEST_IDS),
@@ -221,12 +248,15 @@ class PipelineFuzzer(RuleBasedStateMachine):
     def _pick(self, request_id: str, states: tuple[str, ...], planned: bool | None = None) -> str:
         """``request_id`` if it is in one of ``states``, else the next request id that is (in
         :data:`REQUEST_IDS` order, wrapping): every draw acts, and a printed program replays."""
-        chosen = set(self._in_states(states, planned))
+        return self._next_of(request_id, set(self._in_states(states, planned)))
+
+    def _next_of(self, request_id: str, chosen: set[str]) -> str:
+        """``request_id`` if ``chosen``, else the next chosen one in :data:`REQUEST_IDS` order."""
         start = REQUEST_IDS.index(request_id)
         for candidate in REQUEST_IDS[start:] + REQUEST_IDS[:start]:
             if candidate in chosen:
                 return candidate
-        raise AssertionError(f"the precondition promised a request in {states}")
+        raise AssertionError(f"the precondition promised one of {sorted(chosen)}")
 
     @precondition(lambda self: self._in_states(_HOLDS))
     @rule(request_id=REQUEST, stale_pages=st.integers(0, 3))
@@ -239,7 +269,11 @@ class PipelineFuzzer(RuleBasedStateMachine):
     @rule(request_id=REQUEST)
     def consume(self, request_id: str) -> None:
         request_id = self._pick(request_id, _HOLDS, planned=True)
+        self._consume(request_id)
+
+    def _consume(self, request_id: str) -> None:
         self.pipe.init_load_back(request_id, self._live_prefix(request_id))
+        self.admitted.add(request_id)
 
     @precondition(lambda self: self._in_states(_HOLDS))
     @rule(request_id=REQUEST)
@@ -251,7 +285,8 @@ class PipelineFuzzer(RuleBasedStateMachine):
         prefix = self._live_prefix(request_id)
         kv_tokens, _swa = self.pipe.plan_staged_splice(request_id, prefix.numel())
         if kv_tokens:
-            self.pipe.init_load_back(request_id, prefix)
+            self._consume(request_id)
+        self.admitted.add(request_id)  # admitted, whether or not anything was loaded
 
     @precondition(lambda self: self.pipe.io.pending() > 0)
     @rule()
@@ -569,11 +604,13 @@ def configured(
     return type("PipelineFuzzer", (PipelineFuzzer,), settings)
 
 
-def _setup_drawing(windows: tuple[int | None, ...]) -> Callable[[PipelineFuzzer, int | None], None]:
+def _setup_drawing(
+    windows: tuple[int | None, ...],
+) -> Callable[[PipelineFuzzer, int | None, dict[str, Any]], None]:
     """:meth:`PipelineFuzzer.setup`, drawing its window from ``windows``."""
 
-    @initialize(window=st.sampled_from(windows))
-    def setup(self: PipelineFuzzer, window: int | None) -> None:
-        PipelineFuzzer.setup(self, window)
+    @initialize(window=st.sampled_from(windows), knobs=KNOBS)
+    def setup(self: PipelineFuzzer, window: int | None, knobs: dict[str, Any]) -> None:
+        PipelineFuzzer.setup(self, window, knobs)
 
     return setup

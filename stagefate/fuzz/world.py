@@ -12,7 +12,8 @@ namespaces; each picks its page size and how much its sequences share (:func:`se
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import torch
 
@@ -55,7 +56,25 @@ SEQUENCES = sequences(PAGE, shared_pages=(3, 5), tails=(100, 200))
 """stagefate's fuzzer's sequences: 8 pages each, sharing 3 and 5 pages of the first."""
 
 
-def fuzz_config(window: int | None = None, device: str = "cpu") -> PipelineConfig:
+KNOB_CHOICES: Mapping[str, tuple[Any, ...]] = {
+    "host_tokens": (12, 4, 32),
+    "prefetch_threshold": (2 * PAGE, 1, 8 * PAGE + 1),
+    "anchor_lock_cap_fraction": (0.25, 0.0, 1.0),
+    "retry_interval": (2, 0, 5),
+    "retry_max_attempts": (4, 0, 1),
+    "dedup_inflight": (True, False),
+}
+"""The :class:`PipelineConfig` fields each program of stagefate's fuzzer draws: the bounce
+buffer (12 tokens holds no whole sequence, 4 not even two pages, 32 two sequences), the
+threshold (``8 * PAGE + 1``: nothing is fetched), the anchor-lock cap (0: never pin), retry
+pacing and budget (0: none), in-flight dedup. Each field's first choice is the world before
+knobs were drawn, so a failure shrinks towards it."""
+
+
+def fuzz_config(window: int | None = None, device: str = "cpu", **knobs: Any) -> PipelineConfig:
+    """The fuzz world's configuration, with ``knobs`` (fields of :data:`KNOB_CHOICES`) set."""
+    settings: dict[str, Any] = {name: choices[0] for name, choices in KNOB_CHOICES.items()}
+    settings.update(knobs)
     return PipelineConfig(
         page_size=PAGE,
         sliding_window=window,
@@ -64,15 +83,11 @@ def fuzz_config(window: int | None = None, device: str = "cpu") -> PipelineConfi
         head_dim=1,
         dtype=torch.float32,
         device_tokens=24,
-        host_tokens=12,
         device=device,
         io="manual",
-        prefetch_threshold=2 * PAGE,
-        anchor_lock_cap_fraction=0.25,
         max_context_len=16,
-        retry_interval=2,
-        retry_max_attempts=4,
         check_oracle=True,
+        **settings,
     )
 
 
