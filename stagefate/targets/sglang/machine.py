@@ -6,7 +6,8 @@ code through :class:`~.pipeline.SteppedSGLang` (the driver of the installed rele
 generation): three token sequences sharing heads (anchors collide, nodes split) written to L3
 under two namespaces before the program starts; rules issue
 (with the live match or a stale one), run the existence queries, run the reads (whole, or every
-page failing as an IO error; a read is short when L3 lost part of its span), tick the
+page failing as an IO error; a read is short when L3 lost part of its span), answer one query or
+land one read while the others are held past it (and past whatever moves come between), tick the
 scheduler, admit (and abort it while its load back is in flight), abort (a live request, or
 one whose read an earlier abort abandoned), evict, publish the head, half or whole of a
 sequence as a sibling would, and drop L3 objects. The invariants are what any correct
@@ -225,6 +226,22 @@ class SGLangPipelineFuzzer(RuleBasedStateMachine):
     @rule(failing=st.sampled_from((False, False, False, True)))  # one read in four fails
     def run_reads(self, failing: bool) -> None:
         self.driver.run_reads(failing)
+
+    @precondition(lambda self: self._queued("prefetch_queue") > 1)
+    @rule(which=st.integers(0, 7))
+    def answer_one_query(self, which: int) -> None:
+        """One existence query (``which``, modulo the queue) is answered, the others held past
+        it."""
+        self.driver.run_existence_queries(which)
+
+    @precondition(lambda self: self._queued("prefetch_buffer") > 1)
+    @rule(which=st.integers(0, 7), failing=st.sampled_from((False, False, False, True)))
+    def land_one_read(self, which: int, failing: bool) -> None:
+        """One read (``which``, modulo the queue) lands, the others held past it."""
+        self.driver.run_reads(failing, which)
+
+    def _queued(self, name: str) -> int:
+        return int(getattr(self.driver.consumer.cache.cache_controller, name).qsize())
 
     @rule()
     def tick(self) -> None:

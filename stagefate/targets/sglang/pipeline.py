@@ -295,29 +295,46 @@ class SteppedSGLang(ABC):
 
     # ------------------------------------------------------------------ the storage threads
 
-    def _run_body(self, side: Side, body: Callable[[], None], work: Any) -> None:
+    def _run_body(
+        self, side: Side, body: Callable[[], None], work: Any, which: int | None = None
+    ) -> None:
+        """Run a thread ``body`` until its ``work`` queue is empty; ``which``: on the item at that
+        position only (modulo the queue), the others held back, in their order, ahead of what
+        the body queued."""
         controller = side.cache.cache_controller
         saved = controller.storage_stop_event
         controller.storage_stop_event = _SetWhenEmpty(work)
+        held: list[Any] = []
+        if which is not None and not work.empty():
+            held = list(work.queue)
+            chosen = held.pop(which % len(held))
+            work.queue.clear()
+            work.queue.append(chosen)
         try:
             body()
         finally:
             controller.storage_stop_event = saved
+            if held:
+                work.queue.extendleft(reversed(held))
 
-    def run_existence_queries(self) -> None:
+    def run_existence_queries(self, which: int | None = None) -> None:
+        """The queued L3 existence queries (``which``: only that one)."""
         controller = self.consumer.cache.cache_controller
-        self._run_body(self.consumer, controller.prefetch_thread_func, controller.prefetch_queue)
+        self._run_body(
+            self.consumer, controller.prefetch_thread_func, controller.prefetch_queue, which
+        )
 
-    def run_reads(self, failing: bool = False) -> None:
+    def run_reads(self, failing: bool = False, which: int | None = None) -> None:
         """The queued L3 reads and their acks; ``failing``: every page read fails as an IO
-        error does in SGLang's file backend (its ``get`` returns None)."""
+        error does in SGLang's file backend (its ``get`` returns None); ``which``: only that
+        read, the others held past it."""
         controller = self.consumer.cache.cache_controller
         backend = controller.storage_backend
         if failing:
             backend.get = lambda key, target_location, target_sizes=None: None
         try:
             self._run_body(
-                self.consumer, controller.prefetch_io_aux_func, controller.prefetch_buffer
+                self.consumer, controller.prefetch_io_aux_func, controller.prefetch_buffer, which
             )
         finally:
             if failing:
