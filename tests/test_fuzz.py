@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
-import pytest
+from pathlib import Path
 
+import pytest
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, rule, run_state_machine_as_test
+
+from stagefate.cli.fuzz import _violation
+from stagefate.fuzz.campaign import failing_programs
 from stagefate.fuzz.invariants import InvariantViolated
 from stagefate.fuzz.machine import PipelineFuzzer
 from stagefate.fuzz.world import KNOB_CHOICES, PAGE, mark
@@ -65,3 +72,25 @@ def test_a_retracted_request_prefetches_its_prompt_again_under_its_id() -> None:
     fuzzer.retract(request_id="r3")  # the draw falls through to the one retractable request
     assert fuzzer.pipe.records["r0"].tokens.tolist() == fuzzer.asked["r0"][0]  # the same prompt
     assert not fuzzer._retractable()
+
+
+class _FailsOnSeven(RuleBasedStateMachine):
+    @rule(x=st.integers(0, 10))
+    def step(self, x: int) -> None:
+        assert x < 7, "seven or more"
+
+
+def test_a_campaigns_failure_prints_its_minimal_program(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Hypothesis attaches the program to the error as notes (it prints none outside pytest):
+    the CLI prints them, runnable, above the violation."""
+    with pytest.raises(AssertionError) as failed:
+        run_state_machine_as_test(_FailsOnSeven, settings=settings(database=None, max_examples=50))
+    (program,) = failing_programs(failed.value)
+    assert "state = _FailsOnSeven()\nstate.step(x=7)" in program
+    assert program.startswith("# AssertionError: seven or more")
+    assert _violation(failed.value, Path("db")) == 1
+    out = capsys.readouterr().out
+    assert out.index("state.step(x=7)") < out.index("VIOLATION AssertionError: seven or more")
+    assert "The minimal failing program is printed above; the example is saved in db" in out

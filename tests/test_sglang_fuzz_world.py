@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from stagefate.cli import main
-from stagefate.targets.sglang.fuzz_config import CHOICES, FuzzConfig, parse_pins
+from stagefate.targets.sglang.fuzz_config import CHOICES, PAGE, FuzzConfig, parse_pins
 from stagefate.targets.sglang.request_books import per_request_books
 
 # ---------------------------------------------------------------------- the configuration
@@ -240,7 +240,7 @@ def test_a_device_slot_freed_while_the_tree_holds_it_is_caught(staged_world: Any
     held = staged_world.consumer.cache.all_values_flatten()[:4]
     staged_world.consumer.allocator.free(held)
     assert staged_world.slot_problems() == [
-        f"4 device slots are free and held by the tree at once (e.g. {held.tolist()})"
+        f"4 device slots are free and held by the tree or a decode at once (e.g. {held.tolist()})"
     ]
 
 
@@ -276,5 +276,37 @@ def test_one_read_lands_while_the_others_are_held_past_it() -> None:
         driver.settle()
         assert driver.slot_problems() == []
         assert driver.pipeline_host_available() == driver.baseline_host
+    finally:
+        driver.close()
+
+
+@pytest.mark.usefixtures("sglang")
+def test_a_running_batch_that_fills_the_device_leaves_a_staged_hit_waiting_until_it_shrinks() -> (
+    None
+):
+    """Pressure: r1 runs and its decode takes every device slot (the tree evicted first), so r0's
+    staged hit cannot load; once r1 is retracted its slots are free and r0 loads."""
+    from stagefate.targets.sglang.machine import SEQUENCES, fuzz_world
+
+    driver = fuzz_world(FuzzConfig(), namespaces=(None,))
+    try:
+        driver.issue("r1", SEQUENCES[1], None)
+        driver.settle()
+        assert driver.admit("r1") > 0
+        driver.settle()
+        driver.issue("r0", SEQUENCES[0], None)
+        driver.settle()
+        free = driver.device_books()[0]
+        evictable = int(driver.consumer.cache.evictable_size())
+        assert driver.decode("r1", free + evictable)  # the tree is evicted to make room
+        assert driver.device_books()[0] == 0
+        assert not driver.decode("r1", PAGE)  # nothing left: the scheduler must retract
+        assert driver.admit("r0") == 0 and driver.requests["r0"].state == "waiting"
+        assert driver.slot_problems() == []
+        driver.stop_decoding("r1")  # retracted: its decode slots are freed
+        driver.settle()
+        assert driver.admit("r0") > 0
+        driver.settle()
+        assert driver.slot_problems() == []
     finally:
         driver.close()

@@ -143,14 +143,28 @@ def run(args: argparse.Namespace) -> int:
     if args.log:
         console.print(f"wrote {args.log}: the transition log of the last program run")
     if result.failure is not None:
-        flagged(
-            "VIOLATION",
-            f"{type(result.failure).__name__}: {result.failure}\n"
-            f"The minimal failing program is printed above; the example is saved in {DATABASE}, "
-            "so the next run replays it first.",
-        )
-        return 1
+        return _violation(result.failure, DATABASE)
     return 0
+
+
+def _violation(failure: BaseException, database: Path) -> int:
+    """Print each minimal failing program of ``failure``, then the violation; exit status 1."""
+    from ..fuzz.campaign import failing_programs
+
+    programs = failing_programs(failure)
+    for program in programs:
+        console.print(program, soft_wrap=True, markup=False, highlight=False)
+    where = (
+        "The minimal failing program is printed above"
+        if programs
+        else "Hypothesis attached no program (`--profile repro` replays the example)"
+    )
+    flagged(
+        "VIOLATION",
+        f"{type(failure).__name__}: {failure}\n{where}; the example is saved in {database}, so "
+        "the next run replays it first.",
+    )
+    return 1
 
 
 def _fuzz_ranks(args: argparse.Namespace, database: Path) -> int:
@@ -180,12 +194,7 @@ def _fuzz_ranks(args: argparse.Namespace, database: Path) -> int:
         f"lockstep (threads), {seconds:.0f} s, seed {args.seed}; {_RANK_FAULTS}"
     )
     if failure is not None:
-        flagged(
-            "VIOLATION",
-            f"{type(failure).__name__}: {failure}\n"
-            f"The minimal failing program is printed above; the example is saved in {database}.",
-        )
-        return 1
+        return _violation(failure, database)
     return 0
 
 
@@ -282,10 +291,5 @@ def _fuzz_sglang(args: argparse.Namespace, database: Path) -> int:
         + (f", set aside: {', '.join(sorted(set(args.set_aside)))}" if args.set_aside else "")
     )
     if result.failure is not None:
-        flagged(
-            "VIOLATION",
-            f"{type(result.failure).__name__}: {result.failure}\n"
-            f"The minimal failing program is printed above; the example is saved in {database}.",
-        )
-        return 1
+        return _violation(result.failure, database)
     return 0

@@ -104,6 +104,20 @@ def run_batches(
     return examples, time.monotonic() - started, failure
 
 
+def failing_programs(error: BaseException) -> list[str]:
+    """The minimal failing programs Hypothesis attached to ``error`` (as notes: it prints none
+    itself outside pytest), one per distinct failure, each headed by the failure it shows and
+    runnable as printed."""
+    grouped = getattr(error, "exceptions", None)  # an exception group: one per failure
+    errors = list(grouped) if isinstance(grouped, tuple) else [error]
+    programs = []
+    for each in errors:
+        notes = getattr(each, "__notes__", None)
+        if notes:
+            programs.append("\n".join([f"# {type(each).__name__}: {each}", *notes]))
+    return programs
+
+
 def edge_table() -> Table:
     table = Table(title="spec edges reached")
     for column in ("state", "event", "guard", "hits"):

@@ -7,7 +7,9 @@ generation): three token sequences sharing heads (anchors collide, nodes split) 
 under two namespaces before the program starts; rules issue
 (with the live match or a stale one), run the existence queries, run the reads (whole, or every
 page failing as an IO error; a read is short when L3 lost part of its span), answer one query or
-land one read while the others are held past it (and past whatever moves come between), tick the
+land one read while the others are held past it (and past whatever moves come between), grow
+the running batch's decode (its KV competes with the tree and admissions for the device pool,
+and retracts a request when nothing is left to evict), retract a running request, tick the
 scheduler, admit (and abort it while its load back is in flight), abort (a live request, or
 one whose read an earlier abort abandoned), evict, publish the head, half or whole of a
 sequence as a sibling would, and drop L3 objects. The invariants are what any correct
@@ -184,8 +186,23 @@ class SGLangPipelineFuzzer(RuleBasedStateMachine):
         it and issues its prefetch again under the same rid and handle (``_add_request_to_queue``
         with ``is_retracted``), whatever of its earlier attempt is still in flight."""
         rid = data.draw(st.sampled_from(self._retractable()), label="request")
+        self._retract(rid)
+
+    def _retract(self, rid: str) -> None:
+        self.driver.stop_decoding(rid)
         request = self.driver.requests[rid]
         self.driver.issue(rid, request.tokens, request.namespace, fresh=True)
+
+    @precondition(lambda self: bool(self._retractable()))
+    @rule(data=st.data(), pages=st.sampled_from((1, 16, 64)))
+    def decode(self, data: st.DataObject, pages: int) -> None:
+        """A running request decodes ``pages`` pages more: the running batch's KV competes
+        with the tree and with admissions' loads for the device pool (the scheduler evicts
+        first); when even that leaves no room, the request is retracted."""
+        rid = data.draw(st.sampled_from(self._retractable()), label="request")
+        if not self.driver.decode(rid, pages * PAGE):
+            OUTCOMES["world: retracted, no room to decode"] += 1
+            self._retract(rid)
 
     @precondition(lambda self: bool(self._in("aborted")))
     @rule(
@@ -377,6 +394,8 @@ class SGLangPipelineFuzzer(RuleBasedStateMachine):
         if "driver" not in vars(self):
             return  # the configuration was refused: nothing was built
         try:
+            for rid in list(self.driver.decoding):
+                self.driver.stop_decoding(rid)  # the running batch finishes: the system idles
             self._liveness()
             for rid in self._in("waiting"):
                 self.driver.abort(rid)

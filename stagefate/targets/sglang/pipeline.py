@@ -164,6 +164,9 @@ class SteppedSGLang(ABC):
     storage_dir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="sgl-l3-")))
     requests: dict[str, Request] = field(default_factory=dict)
     expired: set[str] = field(default_factory=set)
+    decoding: dict[str, torch.Tensor] = field(default_factory=dict)
+    """The running batch's decode KV: device slots each running request grew by, held by the
+    scheduler (not the tree) until the request finishes or is retracted."""
     """Rids whose wait the caller's clock ended (0.5.19 to 0.5.22's deadline hook)."""
     tp_group: Any = None
     """A ``torch.distributed`` process group of the tensor-parallel ranks (one process each;
@@ -410,6 +413,26 @@ class SteppedSGLang(ABC):
 
         result = self.consumer.cache.evict(EvictParams(num_tokens=tokens))
         return int(result.num_tokens_evicted)
+
+    def decode(self, rid: str, tokens: int) -> bool:
+        """The running request ``rid`` decodes ``tokens`` more: device slots for them, evicting
+        from the tree first when the pool is short, as the scheduler does before it grows a
+        batch. False when even then they do not fit (the scheduler retracts a request)."""
+        allocator = self.consumer.allocator
+        if allocator.available_size() < tokens:
+            self.evict(tokens - int(allocator.available_size()))
+        slots = allocator.alloc(tokens) if allocator.available_size() >= tokens else None
+        if slots is None:
+            return False
+        grown = self.decoding.get(rid)
+        self.decoding[rid] = slots if grown is None else torch.cat([grown, slots])
+        return True
+
+    def stop_decoding(self, rid: str) -> None:
+        """``rid`` left the running batch (finished or retracted): its decode slots are freed."""
+        slots = self.decoding.pop(rid, None)
+        if slots is not None:
+            self.consumer.allocator.free(slots)
 
     def drop_l3(self, keep: Callable[[str], bool]) -> int:
         """Delete the L3 objects whose file name ``keep`` rejects; returns how many."""
@@ -659,7 +682,13 @@ class SteppedSGLang(ABC):
     def slot_problems(self) -> list[str]:
         """What breaks one owner per slot in the consumer's device pool and host bounce buffer
         (:mod:`.slot_owners`; empty: none)."""
-        return slot_problems(self.consumer.cache, self.consumer.allocator, self.device_tokens)
+        decoding = list(self.decoding.values())
+        return slot_problems(
+            self.consumer.cache,
+            self.consumer.allocator,
+            self.device_tokens,
+            torch.cat(decoding) if decoding else torch.empty(0, dtype=torch.int64),
+        )
 
     def device_books(self) -> tuple[int, int, int]:
         """``(free device slots, tokens in the consumer's tree, pool size)``."""

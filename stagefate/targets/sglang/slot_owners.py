@@ -5,10 +5,10 @@ slot freed while a read still writes into it, freed twice, or held by nobody unt
 abort happens to give it back all pass them. This module states ownership as SGLang's own
 objects show it, after every step:
 
-* **device slots**: each is either free in the allocator (its free and release pages) or held
-  by the tree (``all_values_flatten``), never both, never twice, and the two together are the
-  whole pool; a load back in flight writes only into slots the tree holds (its
-  ``device_indices``).
+* **device slots**: each is either free in the allocator (its free and release pages), held by
+  the tree (``all_values_flatten``) or by the running batch's decode (the scheduler's, which
+  the caller passes), never two of these, never twice, and together the whole pool; a load back
+  in flight writes only into slots the tree holds (its ``device_indices``).
 * **host slots** (the bounce buffer): each is either free in the host pool (its free and release
   slots) or held by an operation or book of SGLang's, never both; free never twice; together the
   whole pool. The holders are found by walking (:mod:`.object_walk`): every tensor SGLang keeps
@@ -35,9 +35,9 @@ _DEVICE_WRITERS = (".device_indices",)
 """Path endings under which an operation in flight names the device slots it writes."""
 
 
-def slot_problems(cache: Any, allocator: Any, size: int) -> list[str]:
-    """What breaks one owner per slot in the device pool (of ``size`` tokens) and the host
-    bounce buffer of ``cache`` (empty: none)."""
+def slot_problems(cache: Any, allocator: Any, size: int, decoding: torch.Tensor) -> list[str]:
+    """What breaks one owner per slot in the device pool (of ``size`` tokens; ``decoding``:
+    the slots the running batch holds) and the host bounce buffer of ``cache`` (empty: none)."""
     read_directly = (
         cache.tree_core,
         allocator,
@@ -47,15 +47,19 @@ def slot_problems(cache: Any, allocator: Any, size: int) -> list[str]:
     )
     tensors = _tensors_under(cache, (*_HOST_HOLDERS, *_DEVICE_WRITERS), read_directly)
     return [
-        *_device_problems(cache, allocator, size, _cat(tensors, _DEVICE_WRITERS)),
+        *_device_problems(cache, allocator, size, decoding, _cat(tensors, _DEVICE_WRITERS)),
         *_host_problems(cache.cache_controller.mem_pool_host, _cat(tensors, _HOST_HOLDERS)),
     ]
 
 
-def _device_problems(cache: Any, allocator: Any, size: int, writes: torch.Tensor) -> list[str]:
+def _device_problems(
+    cache: Any, allocator: Any, size: int, decoding: torch.Tensor, writes: torch.Tensor
+) -> list[str]:
     free = _free_device_slots(allocator)
     held = cache.all_values_flatten().to(torch.int64)
-    problems = _owned_once(free, held, size, "device", "the tree")
+    problems = _owned_once(
+        free, torch.cat([held, decoding.to(torch.int64)]), size, "device", "the tree or a decode"
+    )
     if writes.numel():
         stray = writes[~torch.isin(writes, held)]
         if stray.numel():
