@@ -310,3 +310,80 @@ def test_a_running_batch_that_fills_the_device_leaves_a_staged_hit_waiting_until
         assert driver.slot_problems() == []
     finally:
         driver.close()
+
+
+# ---------------------------------------------------------------------- waste against a twin
+
+
+@pytest.mark.usefixtures("sglang")
+def test_a_program_replayed_on_a_twin_without_the_anchor_lock_wastes_the_read() -> None:
+    """The anchor of r0's staged hit is evicted before admission: with the lock (0.5.23's
+    default) the anchor stays and all 28 tokens read are spliced; the twin without it reads the
+    same 28 and splices none. Recorded once, replayed on the twin, printed as driver calls."""
+    from stagefate.targets.sglang.machine import SEQUENCES, fuzz_world
+    from stagefate.targets.sglang.waste import (
+        Comparison,
+        ReadTokens,
+        RecordingDriver,
+        Waste,
+        program_text,
+        replay,
+        spliced,
+        twin_config,
+    )
+
+    def measured(config: FuzzConfig) -> tuple[Any, ReadTokens]:
+        world = fuzz_world(config, namespaces=(None,))
+        world.consumer.cache.enable_storage_metrics = True
+        world.consumer.cache.storage_metrics_collector = read = ReadTokens()
+        return world, read
+
+    config = FuzzConfig()
+    world, read = measured(config)
+    twin, twin_read = measured(twin_config(config, "anchor_lock", False))
+    try:
+        driver = RecordingDriver(world)
+        driver.publish(SEQUENCES[0][:PAGE], None)
+        driver.issue("r0", SEQUENCES[0], None)
+        driver.settle()
+        driver.evict(8 * PAGE)
+        driver.admit("r0")
+        driver.settle()
+        drawn = Waste(read.tokens, spliced(driver.calls))
+        loaded, skipped = replay(driver.calls, twin)
+        other = Waste(twin_read.tokens, loaded)
+    finally:
+        world.close()
+        twin.close()
+    assert (drawn, other, skipped) == (Waste(28, 28), Waste(28, 0), 0)
+    comparison = Comparison("anchor_lock", False)
+    comparison.add(config, driver.calls, drawn, other)
+    assert comparison.more == {"drawn": 0, "twin": 1}
+    assert comparison.worst["twin"] == (28, config, driver.calls)
+    assert program_text(driver.calls, SEQUENCES) == (
+        "driver.publish(SEQUENCES[0][:4], None)\n"
+        "driver.issue('r0', SEQUENCES[0], None)\n"
+        "driver.settle()\n"
+        "driver.evict(32)\n"
+        "driver.admit('r0')  # 28\n"
+        "driver.settle()"
+    )
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["--compare", "anchor_lock=maybe"], "--compare anchor_lock=: one of default, on, off"),
+        (
+            ["--config", "anchor_lock=off", "--compare", "anchor_lock=off"],
+            "--config pins anchor_lock to the same value",
+        ),
+        (["--waste-fails", "twin"], "--waste-fails needs --compare KEY=VALUE"),
+    ],
+)
+@pytest.mark.usefixtures("sglang")
+def test_a_bad_comparison_is_refused_before_any_program_runs(
+    argv: list[str], expected: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["fuzz", "--target", "sglang", "--steps", "10", *argv]) == 2
+    assert expected in capsys.readouterr().out

@@ -81,6 +81,8 @@ def test_targets_lists_every_release(
         (["fuzz", "--target", "sglang==0.5.20"], "stagefate targets install sglang==0.5.20"),
         (["fuzz", "--sglang-env", "SGLANG_A=1"], "use them with --target sglang"),
         (["fuzz", "--set-aside", "sanity_check"], "use them with --target sglang"),
+        (["fuzz", "--compare", "anchor_lock=off"], "use them with --target sglang"),
+        (["fuzz", "--waste-fails", "twin"], "use them with --target sglang"),
     ],
 )
 def test_bad_names_exit_2_naming_the_fix(

@@ -5,12 +5,15 @@ from __future__ import annotations
 import argparse
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.table import Table
 from rich.text import Text
 
 from ..registry import TREES, split
+
+if TYPE_CHECKING:
+    from ..targets.sglang.waste import Comparison
 from .common import (
     add_sglang_env,
     console,
@@ -94,6 +97,19 @@ def add_parser(sub: Any) -> None:
         "retry_interval, retry_max_attempts, anchor_lock, anchor_cap, host_tokens, "
         "prefetch_threshold; docs/sglang.md), e.g. --config prefetch_policy=timeout",
     )
+    fuzz.add_argument(
+        "--compare",
+        metavar="KEY=VALUE",
+        help="--target sglang: replay each program on a twin deployed with KEY=VALUE instead of "
+        "its drawn value, and report the programs in which either wastes more (tokens read "
+        "from L3 and never spliced; docs/sglang.md), e.g. --compare anchor_lock=off",
+    )
+    fuzz.add_argument(
+        "--waste-fails",
+        choices=("drawn", "twin"),
+        help="--compare: a program in which this side wastes more than the other fails, and "
+        "is shrunk to a minimal one (a performance finding)",
+    )
     add_sglang_env(fuzz, "--target sglang")
     fuzz.set_defaults(func=run)
 
@@ -113,10 +129,10 @@ def run(args: argparse.Namespace) -> int:
     target = split(args.target, ("stagefate", "sglang"), "target")[0]
     if target == "sglang":
         return _fuzz_sglang(args, DATABASE)
-    if args.sglang_env or args.set_aside or args.config:
+    if args.sglang_env or args.set_aside or args.config or args.compare or args.waste_fails:
         raise ValueError(
-            "--sglang-env, --set-aside and --config apply to SGLang's pipeline: use them with "
-            "--target sglang"
+            "--sglang-env, --set-aside, --config, --compare and --waste-fails apply to SGLang's "
+            "pipeline: use them with --target sglang"
         )
     from ..targets.sglang.worker import command_in
 
@@ -227,6 +243,47 @@ def _fuzz_rank_processes(args: argparse.Namespace) -> int:
     return 0
 
 
+def _compared(text: str | None, pins: dict[str, Any]) -> tuple[str, Any] | None:
+    """``--compare KEY=VALUE``: the field the twin changes, and its value there."""
+    from ..targets.sglang.fuzz_config import parse_pins
+
+    if text is None:
+        return None
+    ((key, value),) = parse_pins([text], flag="--compare").items()
+    if key in pins and pins[key] == value:
+        raise ValueError(
+            f"--compare {text}: --config pins {key} to the same value, so the twin would be the "
+            "same deployment; compare another value or drop the pin"
+        )
+    return key, value
+
+
+def _report_waste(waste: Comparison) -> None:
+    """What ``--compare`` found: how often each side wasted more, and each side's worst program
+    (a performance finding, not a violation)."""
+    from ..targets.sglang.machine import SEQUENCES
+    from ..targets.sglang.waste import program_text
+
+    twin = f"the twin ({waste.key}={waste.value!r})"
+    console.print(
+        f"waste (tokens read from L3 and never spliced) against {twin}: {waste.programs:,} "
+        f"programs compared ({waste.skipped_calls:,} calls the twin could not take skipped); "
+        f"the drawn deployment wasted more in {waste.more['drawn']:,}, the twin in "
+        f"{waste.more['twin']:,}",
+        soft_wrap=True,
+    )
+    for side, worst in waste.worst.items():
+        if worst is None:
+            continue
+        tokens, config, calls = worst
+        wasteful = twin if side == "twin" else "the drawn deployment"
+        flagged(
+            "PERFORMANCE",
+            f"{wasteful} wasted {tokens} tokens more, drawn {config}, in this program:",
+        )
+        console.print(program_text(calls, SEQUENCES), soft_wrap=True, markup=False, highlight=False)
+
+
 def _fuzz_sglang(args: argparse.Namespace, database: Path) -> int:
     """The campaign in the process of the release ``--target`` names (this one, or its own
     environment's: the same command runs there, the release named)."""
@@ -247,6 +304,9 @@ def _fuzz_sglang(args: argparse.Namespace, database: Path) -> int:
     from ..targets.sglang.machine import run_target_campaign
 
     pins = parse_pins(args.config)
+    compare = _compared(args.compare, pins)
+    if args.waste_fails and compare is None:
+        raise ValueError("--waste-fails needs --compare KEY=VALUE: the twin to compare with")
     fix = FINDINGS["aborted_query_revokes_its_ids_next_prefetch"].proposed_fix
     fixes = [fix] if fix is not None and "id_reuse" in args.set_aside else []
 
@@ -264,6 +324,8 @@ def _fuzz_sglang(args: argparse.Namespace, database: Path) -> int:
             log_path=args.log,
             pins=pins,
             fixes=fixes,
+            compare=compare,
+            waste_fails=args.waste_fails,
         )
     table = Table(title="SGLang's decisions reached")
     table.add_column("outcome")
@@ -271,6 +333,8 @@ def _fuzz_sglang(args: argparse.Namespace, database: Path) -> int:
     for name, seen in result.outcomes.items():
         table.add_row(name, Text(f"{seen:,}", style="" if seen else "red"))
     console.print(table)
+    if result.waste is not None:
+        _report_waste(result.waste)
     if result.failure is None:
         from ..targets.sglang.design_log import load_design
 

@@ -79,8 +79,9 @@ def configurations(pins: Mapping[str, Any]) -> st.SearchStrategy[FuzzConfig]:
     )
 
 
-def parse_pins(texts: Sequence[str]) -> dict[str, Any]:
-    """``fuzz --config KEY=VALUE`` (repeatable): the fields a campaign fixes."""
+def parse_pins(texts: Sequence[str], flag: str = "--config") -> dict[str, Any]:
+    """``fuzz --config KEY=VALUE`` (repeatable): the fields a campaign fixes (``flag``: the
+    option the errors name)."""
     fields = {field.name: field for field in dataclasses.fields(FuzzConfig)}
     pins: dict[str, Any] = {}
     for text in texts:
@@ -88,17 +89,17 @@ def parse_pins(texts: Sequence[str]) -> dict[str, Any]:
         name = name.strip().replace("-", "_")
         if not equals or name not in fields:
             raise ValueError(
-                f"--config {text!r}: expected KEY=VALUE with KEY one of {', '.join(fields)}"
+                f"{flag} {text!r}: expected KEY=VALUE with KEY one of {', '.join(fields)}"
             )
         if name in pins:
-            raise ValueError(f"--config {name} is given twice: keep one")
-        pins[name] = _value(name, raw.strip())
+            raise ValueError(f"{flag} {name} is given twice: keep one")
+        pins[name] = _value(name, raw.strip(), flag)
     return pins
 
 
-def _value(name: str, raw: str) -> Any:
+def _value(name: str, raw: str, flag: str) -> Any:
     choices = CHOICES[name]
-    fix = f"--config {name}=: one of {', '.join(_show(choice) for choice in choices)}"
+    fix = f"{flag} {name}=: one of {', '.join(_show(choice) for choice in choices)}"
     if raw == "default" and None in choices:
         return None
     if name == "prefetch_policy":

@@ -50,6 +50,7 @@ from types import MappingProxyType
 from typing import Any
 
 from hypothesis import strategies as st
+from hypothesis import target
 from hypothesis.stateful import (
     RuleBasedStateMachine,
     initialize,
@@ -67,6 +68,18 @@ from .fuzz_config import PAGE, FuzzConfig, configurations
 from .generations import stepped_sglang
 from .pipeline import SteppedSGLang
 from .request_books import per_request_books
+from .waste import (
+    WASTE,
+    Call,
+    Comparison,
+    ReadTokens,
+    RecordingDriver,
+    Waste,
+    WastedMore,
+    replay,
+    spliced,
+    twin_config,
+)
 
 SEQUENCES = sequences(PAGE, shared_pages=(4, 2), tails=(200, 300))
 """The fuzz world's sequences at SGLang's page size: 8 pages each, sharing 4 and 2 pages."""
@@ -124,9 +137,15 @@ class SGLangPipelineFuzzer(RuleBasedStateMachine):
     """Where each program's design log is written (the last one's that fired a transition under
     the designed stop policy, or the failing one's)."""
     pins: Mapping[str, Any] = MappingProxyType({})
+    """The :class:`~.fuzz_config.FuzzConfig` fields every program keeps (``fuzz --config``)."""
+    compare: tuple[str, Any] | None = None
+    """``(field, value)``: replay each program on a twin whose configuration differs in that
+    field, and compare their waste (:mod:`.waste`; ``fuzz --compare``)."""
+    waste_fails: str | None = None
+    """``drawn`` or ``twin``: a program in which that side wastes more than the other fails
+    (:class:`~.waste.WastedMore`), so Hypothesis shrinks it (``fuzz --waste-fails``)."""
     driver: SteppedSGLang
     """Built by :meth:`configure`, the program's first move."""
-    """The :class:`~.fuzz_config.FuzzConfig` fields every program keeps (``fuzz --config``)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -138,12 +157,14 @@ class SGLangPipelineFuzzer(RuleBasedStateMachine):
         """The program's deployment (:mod:`.fuzz_config`), then the world: every sequence in L3
         under both namespaces."""
         self.config = data.draw(configurations(self.pins), label="config")
-        self.driver = driver = fuzz_world(self.config, self.namespaces, self.core)
+        driver = fuzz_world(self.config, self.namespaces, self.core)
+        self.recorder = RecordingDriver(driver) if self.compare else None
+        self.driver = driver if self.recorder is None else self.recorder  # type: ignore[assignment]
         self.pipeline = driver.consumer.cache.buffer_pipeline
         self._count_lock_outcomes()
-        cache = self.driver.consumer.cache
+        cache = driver.consumer.cache
         cache.enable_storage_metrics = True  # SGLang's own hit accounting runs, reasons counted
-        cache.storage_metrics_collector = _DropReasons()
+        cache.storage_metrics_collector = self.metrics = ReadTokens(passed_on=_DropReasons())
         self.design_log = io.StringIO()
         watch_design(driver, TransitionLog(self.design_log))
 
@@ -393,6 +414,7 @@ class SGLangPipelineFuzzer(RuleBasedStateMachine):
         held, and no structure of SGLang's may still name a request."""
         if "driver" not in vars(self):
             return  # the configuration was refused: nothing was built
+        program_end = 0 if self.recorder is None else len(self.recorder.calls)
         try:
             for rid in list(self.driver.decoding):
                 self.driver.stop_decoding(rid)  # the running batch finishes: the system idles
@@ -423,8 +445,36 @@ class SGLangPipelineFuzzer(RuleBasedStateMachine):
             assert not books, f"per-request state left at quiescence: {books}"
             if self.config.prefetch_policy == DESIGNED_STOP_POLICY:
                 self._follows_its_design()
+            if self.recorder is not None:
+                self._compare_waste(self.recorder.calls, program_end)
         finally:
             self.driver.close()
+
+    def _compare_waste(self, calls: list[Call], program_end: int) -> None:
+        """The program again on a twin whose configuration differs in :attr:`compare`'s field
+        (``calls``: the program's, then quiescence's from ``program_end``, so both sides end
+        settled); each side's waste into :data:`~.waste.WASTE`, and Hypothesis steered towards
+        programs where the two differ most."""
+        assert self.compare is not None
+        twin_deployment = twin_config(self.config, *self.compare)
+        twin = fuzz_world(twin_deployment, self.namespaces, self.core)
+        try:
+            twin.consumer.cache.enable_storage_metrics = True
+            twin.consumer.cache.storage_metrics_collector = read = ReadTokens()
+            loaded, skipped = replay(calls, twin)
+        finally:
+            twin.close()
+        drawn = Waste(self.metrics.tokens, spliced(calls))
+        other = Waste(read.tokens, loaded)
+        WASTE.skipped_calls += skipped
+        WASTE.add(self.config, calls[:program_end], drawn, other)
+        more = {"drawn": drawn.wasted - other.wasted, "twin": other.wasted - drawn.wasted}
+        target(float(abs(more["drawn"])), label="waste difference (tokens)")
+        if self.waste_fails is not None and more[self.waste_fails] > 0:
+            raise WastedMore(
+                f"the {self.waste_fails} deployment wasted {more[self.waste_fails]} tokens more "
+                f"(drawn {drawn}, {self.config}; twin {other}, {twin_deployment})"
+            )
 
     def _follows_its_design(self) -> None:
         lines = self.design_log.getvalue()
@@ -457,6 +507,8 @@ class TargetCampaign:
     outcomes: dict[str, int]
     design_edges: dict[Path, list[tuple[str, str, str]]]
     """Each design the programs' logs were checked against, with the edges they took."""
+    waste: Comparison | None = None
+    """With ``compare``: each program's waste against its twin's."""
 
 
 def run_target_campaign(
@@ -471,9 +523,13 @@ def run_target_campaign(
     log_path: str | None = None,
     pins: dict[str, Any] | None = None,
     fixes: Sequence[Callable[[], AbstractContextManager[None]]] = (),
+    compare: tuple[str, Any] | None = None,
+    waste_fails: str | None = None,
 ) -> TargetCampaign:
     """``stagefate fuzz --target sglang``: batches of programs over SGLang's pipeline, with
-    ``fixes`` (patches to SGLang, :attr:`~.findings.Finding.proposed_fix`) applied throughout."""
+    ``fixes`` (patches to SGLang, :attr:`~.findings.Finding.proposed_fix`) applied throughout;
+    ``compare``: each program replayed on a twin with that field changed (:mod:`.waste`), and
+    ``waste_fails``: the side whose extra waste fails a program."""
     from ...fuzz.campaign import run_batches
 
     settings = {
@@ -482,11 +538,14 @@ def run_target_campaign(
         "sanity_check": sanity_check,
         "namespaces": NAMESPACES if namespaced else (None,),
         "pins": pins or {},
+        "compare": compare,
+        "waste_fails": waste_fails,
     }
     machine = type("SGLangPipelineFuzzer", (SGLangPipelineFuzzer,), settings)
     OUTCOMES.clear()
     STATES.clear()
     DESIGN_EDGES.clear()
+    WASTE.start(*compare or ("", None))
     # SGLang logs every L3 miss and fallback it handles; the campaign reports outcomes instead.
     logging.getLogger("sglang").setLevel(logging.CRITICAL)
     with ExitStack() as patched:
@@ -503,4 +562,5 @@ def run_target_campaign(
         failure,
         dict(sorted(OUTCOMES.items())),
         {path: sorted(edges) for path, edges in sorted(DESIGN_EDGES.items())},
+        WASTE if compare else None,
     )
