@@ -25,7 +25,8 @@ implementation keeps, read from SGLang's own state:
 * SGLang's own ``sanity_check`` passes;
 * at quiescence (everything aborted or admitted, the pipeline settled): no anchor lock, no
   prefetch in flight, no staged hold, the host pool back at its baseline, every device slot
-  either free or in the tree, ``is_idle``;
+  either free or in the tree, ``is_idle``, no structure of SGLang's naming a request, and
+  SGLang's own count of prefetches issued equal to the existence queries the world was given;
 * SGLang's run follows its own design: the transition log its decisions write
   (:mod:`.design_log`) is valid against the design its release and knobs follow
   (``spec/designs/``) and every record in it ended (``fuzz --target sglang --log FILE`` keeps
@@ -167,6 +168,15 @@ class SGLangPipelineFuzzer(RuleBasedStateMachine):
         cache.storage_metrics_collector = self.metrics = ReadTokens(passed_on=_DropReasons())
         self.design_log = io.StringIO()
         watch_design(driver, TransitionLog(self.design_log))
+        self.queries_queued = 0
+        queries = cache.cache_controller.prefetch_queue
+        put = queries.put
+
+        def counted(*args: Any, **kwargs: Any) -> None:
+            self.queries_queued += 1  # what the world saw: an L3 existence query to answer
+            put(*args, **kwargs)
+
+        queries.put = counted
 
     def _count_lock_outcomes(self) -> None:
         try_lock = self.pipeline.try_lock_anchor
@@ -423,8 +433,13 @@ class SGLangPipelineFuzzer(RuleBasedStateMachine):
                 self.driver.abort(rid)
             self.driver.settle()
             cache = self.driver.consumer.cache
-            for name, value in cache._prefetch_outcome_stats.items():
+            stats = cache._prefetch_outcome_stats
+            for name, value in stats.items():
                 OUTCOMES[f"outcome: {name}"] += int(value)
+            assert stats["issued"] == self.queries_queued, (
+                f"SGLang counts {int(stats['issued'])} prefetches issued, but the world was "
+                f"given {self.queries_queued} existence queries to answer"
+            )
             pipeline = self.pipeline
             assert not self._in("waiting"), f"requests never ended: {self._in('waiting')}"
             assert not pipeline.anchor_locks, f"anchor locks left: {pipeline.anchor_locks}"
