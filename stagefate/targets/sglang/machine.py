@@ -431,7 +431,7 @@ class SGLangPipelineFuzzer(RuleBasedStateMachine):
             self._liveness()
             for rid in self._in("waiting"):
                 self.driver.abort(rid)
-            self.driver.settle()
+            rounds = self.driver.settle_until_idle()
             cache = self.driver.consumer.cache
             stats = cache._prefetch_outcome_stats
             for name, value in stats.items():
@@ -445,7 +445,8 @@ class SGLangPipelineFuzzer(RuleBasedStateMachine):
             assert not pipeline.anchor_locks, f"anchor locks left: {pipeline.anchor_locks}"
             assert not cache.ongoing_prefetch, f"prefetches left: {list(cache.ongoing_prefetch)}"
             assert pipeline.is_idle(), (
-                f"the pipeline is not idle at quiescence: {_busy_structures(pipeline)}"
+                f"the pipeline is not idle after {rounds} rounds at quiescence: "
+                f"{_busy_structures(pipeline)}"
             )
             available = self.driver.pipeline_host_available()
             assert available == self.driver.baseline_host, (

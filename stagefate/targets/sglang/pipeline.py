@@ -70,6 +70,11 @@ def _mark(tokens: Sequence[int], namespace: str | None) -> torch.Tensor:
     return mark(tokens, namespace, torch.float16)
 
 
+SETTLE_ROUNDS = 200
+"""The most scheduler rounds quiescence waits for the pipeline to idle: far beyond what a fuzz
+program's work needs (a hundred moves), so a pipeline still busy then is stuck."""
+
+
 class _SetWhenEmpty:
     """Stands in for a controller's ``storage_stop_event``: "set" once ``queue`` is empty, so a
     thread body run on the caller's thread drains its input and returns."""
@@ -356,12 +361,23 @@ class SteppedSGLang(ABC):
         self.consumer.cache.check_hicache_events()
 
     def settle(self, rounds: int = 8) -> None:
-        """Ticks and every thread body until nothing moves (a bounded number of rounds)."""
+        """Ticks and every thread body, ``rounds`` times."""
         for _ in range(rounds):
             self.tick()
             self.run_existence_queries()
             self.run_reads()
             self.run_backups()
+
+    def settle_until_idle(self, most: int = SETTLE_ROUNDS) -> int:
+        """Rounds of :meth:`settle` until the consumer's pipeline is idle, at most ``most``;
+        returns the rounds run. A write-through backlog drains a bounce's worth a round, so a
+        small bounce under many publishes needs more than a fixed few."""
+        pipeline = self.consumer.cache.buffer_pipeline
+        for rounds in range(most):
+            self.settle(rounds=1)
+            if pipeline.is_idle():
+                return rounds + 1
+        return most
 
     # ------------------------------------------------------------------ keys and KV
 
