@@ -387,3 +387,35 @@ def test_a_bad_comparison_is_refused_before_any_program_runs(
 ) -> None:
     assert main(["fuzz", "--target", "sglang", "--steps", "10", *argv]) == 2
     assert expected in capsys.readouterr().out
+
+
+@pytest.mark.usefixtures("sglang")
+def test_a_comparison_with_the_release_under_test_itself_is_refused(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from stagefate.targets.sglang.environments import resolve
+
+    version = resolve(None).version
+    assert main(["fuzz", "--target", "sglang", "--compare", f"release={version}"]) == 2
+    assert f"the campaign runs {version} already" in capsys.readouterr().out
+
+
+@pytest.mark.usefixtures("sglang")
+def test_a_recorded_program_replays_in_a_release_process_as_it_does_here() -> None:
+    """The cross-release twin: programs pickle to another release's worker (no closures, no
+    SGLang objects in them) and replay there; on the same release the replay matches the
+    recording."""
+    import pickle
+
+    from stagefate.targets.sglang.machine import SEQUENCES, KeepL3, replayed_in_this_release
+
+    calls = [
+        ("issue", ("r0", SEQUENCES[0], None), {}, None),
+        ("drop_l3", (KeepL3(3),), {}, None),
+        ("settle", (), {}, None),
+        ("admit", ("r0",), {}, 28),
+        ("settle", (), {}, None),
+    ]
+    programs = pickle.loads(pickle.dumps([(FuzzConfig(), calls)]))
+    ((waste, skipped),) = replayed_in_this_release(programs, (None,), "python", ())
+    assert skipped == 0 and waste.read >= waste.spliced > 0

@@ -101,8 +101,9 @@ def add_parser(sub: Any) -> None:
         "--compare",
         metavar="KEY=VALUE",
         help="--target sglang: replay each program on a twin deployed with KEY=VALUE instead of "
-        "its drawn value, and report the programs in which either wastes more (tokens read "
-        "from L3 and never spliced; docs/sglang.md), e.g. --compare anchor_lock=off",
+        "its drawn value (or release=V: on that SGLang release, after the campaign), and report "
+        "the programs in which either wastes more (tokens read from L3 and never spliced; "
+        "docs/sglang.md), e.g. --compare anchor_lock=off",
     )
     fuzz.add_argument(
         "--waste-fails",
@@ -244,11 +245,18 @@ def _fuzz_rank_processes(args: argparse.Namespace) -> int:
 
 
 def _compared(text: str | None, pins: dict[str, Any]) -> tuple[str, Any] | None:
-    """``--compare KEY=VALUE``: the field the twin changes, and its value there."""
+    """``--compare KEY=VALUE``: the field the twin changes and its value there, or
+    ``release=V``: the release the twin runs."""
+    from ..targets.sglang.environments import resolve
     from ..targets.sglang.fuzz_config import parse_pins
+    from ..targets.sglang.waste import RELEASE
 
     if text is None:
         return None
+    key, equals, version = text.partition("=")
+    if key.strip() == RELEASE and equals:
+        resolve(version.strip())  # installed, or refused naming the install command
+        return RELEASE, version.strip()
     ((key, value),) = parse_pins([text], flag="--compare").items()
     if key in pins and pins[key] == value:
         raise ValueError(
@@ -299,7 +307,6 @@ def _fuzz_sglang(args: argparse.Namespace, database: Path) -> int:
         return command_in(
             found, ["fuzz", *args.argv, "--target", f"sglang=={found.version}"], {**sglang_env}
         )
-    from ..targets.sglang.findings import FINDINGS
     from ..targets.sglang.fuzz_config import parse_pins
     from ..targets.sglang.machine import run_target_campaign
 
@@ -307,8 +314,18 @@ def _fuzz_sglang(args: argparse.Namespace, database: Path) -> int:
     compare = _compared(args.compare, pins)
     if args.waste_fails and compare is None:
         raise ValueError("--waste-fails needs --compare KEY=VALUE: the twin to compare with")
-    fix = FINDINGS["aborted_query_revokes_its_ids_next_prefetch"].proposed_fix
-    fixes = [fix] if fix is not None and "id_reuse" in args.set_aside else []
+    if compare is not None and compare[0] == "release":
+        if compare[1] == found.version:
+            raise ValueError(
+                f"--compare release={compare[1]}: the campaign runs {found.version} already; "
+                "name another release"
+            )
+        if args.waste_fails:
+            raise ValueError(
+                "--waste-fails fails a program while it runs, but --compare release=V replays "
+                "the programs after the campaign: compare a setting (KEY=VALUE) to shrink one"
+            )
+    fixes = ["aborted_query_revokes_its_ids_next_prefetch"] if "id_reuse" in args.set_aside else []
 
     core = split(args.tree, TREES, "tree")[0].removeprefix("sglang-")
     with environment_set(sglang_env):

@@ -43,8 +43,8 @@ import io
 import logging
 import zlib
 from collections import Counter, deque
-from collections.abc import Callable, Mapping, Sequence
-from contextlib import AbstractContextManager, ExitStack
+from collections.abc import Mapping, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
@@ -70,6 +70,7 @@ from .generations import stepped_sglang
 from .pipeline import SteppedSGLang
 from .request_books import per_request_books
 from .waste import (
+    RELEASE,
     WASTE,
     Call,
     Comparison,
@@ -113,6 +114,17 @@ def fuzz_world(
         for tokens in SEQUENCES:
             driver.produce(tokens, namespace)
     return driver
+
+
+@dataclass(frozen=True)
+class KeepL3:
+    """Which L3 objects a ``drop_l3`` move keeps: about seven in eight, by name and seed (a
+    value, not a closure, so a recorded program pickles to another release's process)."""
+
+    seed: int
+
+    def __call__(self, name: str) -> bool:
+        return (zlib.crc32(name.encode()) + self.seed) % 8 != 0
 
 
 class _DropReasons:
@@ -349,7 +361,7 @@ class SGLangPipelineFuzzer(RuleBasedStateMachine):
     @rule(seed=st.integers(0, 7))
     def drop_l3(self, seed: int) -> None:
         """Drop about one L3 object in eight (which ones: a function of the name and seed)."""
-        self.driver.drop_l3(lambda name: (zlib.crc32(name.encode()) + seed) % 8 != 0)
+        self.driver.drop_l3(KeepL3(seed))
 
     # ------------------------------------------------------------------ invariants
 
@@ -472,16 +484,12 @@ class SGLangPipelineFuzzer(RuleBasedStateMachine):
         settled); each side's waste into :data:`~.waste.WASTE`, and Hypothesis steered towards
         programs where the two differ most."""
         assert self.compare is not None
-        twin_deployment = twin_config(self.config, *self.compare)
-        twin = fuzz_world(twin_deployment, self.namespaces, self.core)
-        try:
-            twin.consumer.cache.enable_storage_metrics = True
-            twin.consumer.cache.storage_metrics_collector = read = ReadTokens()
-            loaded, skipped = replay(calls, twin)
-        finally:
-            twin.close()
         drawn = Waste(self.metrics.tokens, spliced(calls))
-        other = Waste(read.tokens, loaded)
+        if self.compare[0] == RELEASE:  # the twin runs in another process, after the campaign
+            WASTE.pending.append((self.config, calls, drawn, program_end))
+            return
+        twin_deployment = twin_config(self.config, *self.compare)
+        other, skipped = replayed(twin_deployment, calls, self.namespaces, self.core)
         WASTE.skipped_calls += skipped
         WASTE.add(self.config, calls[:program_end], drawn, other)
         more = {"drawn": drawn.wasted - other.wasted, "twin": other.wasted - drawn.wasted}
@@ -503,6 +511,41 @@ class SGLangPipelineFuzzer(RuleBasedStateMachine):
         )
         assert not summary.live, f"records its design log never ended: {dict(summary.live)}"
         DESIGN_EDGES.setdefault(path, set()).update(summary.edges)
+
+
+def replayed(
+    config: FuzzConfig, calls: list[Call], namespaces: tuple[str | None, ...], core: str
+) -> tuple[Waste, int]:
+    """``calls`` replayed on a fresh world deployed as ``config``: its waste, and the calls it
+    could not take."""
+    twin = fuzz_world(config, namespaces, core)
+    try:
+        twin.consumer.cache.enable_storage_metrics = True
+        twin.consumer.cache.storage_metrics_collector = read = ReadTokens()
+        loaded, skipped = replay(calls, twin)
+    finally:
+        twin.close()
+    return Waste(read.tokens, loaded), skipped
+
+
+def replayed_in_this_release(
+    programs: list[tuple[FuzzConfig, list[Call]]],
+    namespaces: tuple[str | None, ...],
+    core: str,
+    fixes: tuple[str, ...],
+) -> list[tuple[Waste, int]]:
+    """``--compare release=V``, in V's process: each recorded program on this release, with the
+    findings' proposed ``fixes`` applied as in the campaign."""
+    from .findings import FINDINGS  # (it imports this module)
+
+    logging.getLogger("sglang").setLevel(logging.CRITICAL)
+    with ExitStack() as patched:
+        require()
+        for name in fixes:
+            fix = FINDINGS[name].proposed_fix
+            if fix is not None:
+                patched.enter_context(fix())
+        return [replayed(config, calls, namespaces, core) for config, calls in programs]
 
 
 def _busy_structures(pipeline: Any) -> dict[str, int]:
@@ -538,21 +581,24 @@ def run_target_campaign(
     namespaced: bool = True,
     log_path: str | None = None,
     pins: dict[str, Any] | None = None,
-    fixes: Sequence[Callable[[], AbstractContextManager[None]]] = (),
+    fixes: Sequence[str] = (),
     compare: tuple[str, Any] | None = None,
     waste_fails: str | None = None,
 ) -> TargetCampaign:
-    """``stagefate fuzz --target sglang``: batches of programs over SGLang's pipeline, with
-    ``fixes`` (patches to SGLang, :attr:`~.findings.Finding.proposed_fix`) applied throughout;
-    ``compare``: each program replayed on a twin with that field changed (:mod:`.waste`), and
-    ``waste_fails``: the side whose extra waste fails a program."""
+    """``stagefate fuzz --target sglang``: batches of programs over SGLang's pipeline, with the
+    proposed fixes of the findings named in ``fixes`` (:attr:`~.findings.Finding.proposed_fix`)
+    applied throughout; ``compare``: each program replayed on a twin with that field changed,
+    or on another release (:mod:`.waste`), and ``waste_fails``: the side whose extra waste fails
+    a program."""
     from ...fuzz.campaign import run_batches
+    from .findings import FINDINGS  # (it imports this module)
 
+    namespaces = NAMESPACES if namespaced else (None,)
     settings = {
         "log_path": log_path,
         "core": core,
         "sanity_check": sanity_check,
-        "namespaces": NAMESPACES if namespaced else (None,),
+        "namespaces": namespaces,
         "pins": pins or {},
         "compare": compare,
         "waste_fails": waste_fails,
@@ -566,11 +612,15 @@ def run_target_campaign(
     logging.getLogger("sglang").setLevel(logging.CRITICAL)
     with ExitStack() as patched:
         require()  # SGLang imported behind its CPU patches before a fix imports it
-        for fix in fixes:
-            patched.enter_context(fix())
+        for name in fixes:
+            fix = FINDINGS[name].proposed_fix
+            if fix is not None:
+                patched.enter_context(fix())
         programs, seconds, failure = run_batches(
             console, machine, lambda: STATES["steps"], steps, budget_seconds, seed, profile
         )
+    if compare is not None and compare[0] == RELEASE and WASTE.pending:
+        _compare_with_release(str(compare[1]), namespaces, core, tuple(fixes))
     return TargetCampaign(
         STATES["steps"],
         programs,
@@ -580,3 +630,18 @@ def run_target_campaign(
         {path: sorted(edges) for path, edges in sorted(DESIGN_EDGES.items())},
         WASTE if compare else None,
     )
+
+
+def _compare_with_release(
+    version: str, namespaces: tuple[str | None, ...], core: str, fixes: tuple[str, ...]
+) -> None:
+    """The campaign's recorded programs replayed on release ``version`` in its own process (one
+    call for them all), each side's waste into :data:`~.waste.WASTE`."""
+    from .environments import resolve
+    from .worker import call_in
+
+    programs = [(config, calls) for config, calls, _drawn, _end in WASTE.pending]
+    twins = call_in(resolve(version), replayed_in_this_release, programs, namespaces, core, fixes)
+    for (config, calls, drawn, end), (twin, skipped) in zip(WASTE.pending, twins, strict=True):
+        WASTE.skipped_calls += skipped
+        WASTE.add(config, calls[:end], drawn, twin)

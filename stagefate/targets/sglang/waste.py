@@ -49,7 +49,9 @@ class RecordingDriver:
 
         def recorded(*args: Any, **kwargs: Any) -> Any:
             result = value(*args, **kwargs)
-            self.calls.append((name, args, kwargs, result))
+            # only an admission's result is read later; the others may hold SGLang's objects,
+            # which need not pickle to another release's process
+            self.calls.append((name, args, kwargs, result if name == "admit" else None))
             return result
 
         return recorded
@@ -98,6 +100,9 @@ class Comparison:
     )
     """Per side, the program in which it wasted the most more than the other: the difference,
     the drawn configuration, the calls."""
+    pending: list[tuple[FuzzConfig, list[Call], Waste, int]] = field(default_factory=list)
+    """With :data:`RELEASE`: each program's configuration, calls, waste and the call at which
+    quiescence began, to replay in the twin release's process after the campaign."""
 
     def start(self, key: str, value: Any) -> None:
         """A new campaign comparing the drawn configurations with ``key`` set to ``value``."""
@@ -115,6 +120,11 @@ class Comparison:
             if worst is None or abs(difference) > worst[0]:
                 self.worst[side] = (abs(difference), config, list(calls))
 
+
+RELEASE = "release"
+"""``--compare release=V``: the twin is SGLang V under the same drawn configuration (its own
+defaults where the configuration says "the release's"), the programs replayed in V's process
+once the campaign ends."""
 
 WASTE = Comparison()
 """The running campaign's comparison (reset by each campaign)."""
@@ -187,6 +197,4 @@ def _show(value: Any, sequences: Sequence[list[int]]) -> str:
                 return f"SEQUENCES[{index}]"
             if value and sequence[: len(value)] == value:
                 return f"SEQUENCES[{index}][:{len(value)}]"
-    if callable(value):
-        return "<the drop rule drawn>"
     return repr(value)
