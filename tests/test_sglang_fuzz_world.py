@@ -407,7 +407,8 @@ def test_a_recorded_program_replays_in_a_release_process_as_it_does_here() -> No
     recording."""
     import pickle
 
-    from stagefate.targets.sglang.machine import SEQUENCES, KeepL3, replayed_in_this_release
+    from stagefate.targets.sglang.machine import SEQUENCES, KeepL3
+    from stagefate.targets.sglang.twins import replayed_in_this_release
 
     calls = [
         ("issue", ("r0", SEQUENCES[0], None), {}, None),

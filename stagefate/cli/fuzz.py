@@ -307,8 +307,11 @@ def _fuzz_sglang(args: argparse.Namespace, database: Path) -> int:
         return command_in(
             found, ["fuzz", *args.argv, "--target", f"sglang=={found.version}"], {**sglang_env}
         )
+    from ..fuzz.world import NAMESPACES
+    from ..targets.sglang.findings import FINDINGS
     from ..targets.sglang.fuzz_config import parse_pins
     from ..targets.sglang.machine import run_target_campaign
+    from ..targets.sglang.twins import compare_with_release
 
     pins = parse_pins(args.config)
     compare = _compared(args.compare, pins)
@@ -325,7 +328,8 @@ def _fuzz_sglang(args: argparse.Namespace, database: Path) -> int:
                 "--waste-fails fails a program while it runs, but --compare release=V replays "
                 "the programs after the campaign: compare a setting (KEY=VALUE) to shrink one"
             )
-    fixes = ["aborted_query_revokes_its_ids_next_prefetch"] if "id_reuse" in args.set_aside else []
+    fixed = ("aborted_query_revokes_its_ids_next_prefetch",) if "id_reuse" in args.set_aside else ()
+    fixes = [fix for name in fixed if (fix := FINDINGS[name].proposed_fix) is not None]
 
     core = split(args.tree, TREES, "tree")[0].removeprefix("sglang-")
     with environment_set(sglang_env):
@@ -344,6 +348,9 @@ def _fuzz_sglang(args: argparse.Namespace, database: Path) -> int:
             compare=compare,
             waste_fails=args.waste_fails,
         )
+        if result.waste is not None and compare is not None and compare[0] == "release":
+            namespaces = NAMESPACES if "namespaces" not in args.set_aside else (None,)
+            compare_with_release(result.waste, str(compare[1]), namespaces, core, fixed)
     table = Table(title="SGLang's decisions reached")
     table.add_column("outcome")
     table.add_column("count", justify="right")

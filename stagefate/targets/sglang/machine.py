@@ -43,8 +43,8 @@ import io
 import logging
 import zlib
 from collections import Counter, deque
-from collections.abc import Mapping, Sequence
-from contextlib import ExitStack
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager, ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
@@ -528,26 +528,6 @@ def replayed(
     return Waste(read.tokens, loaded), skipped
 
 
-def replayed_in_this_release(
-    programs: list[tuple[FuzzConfig, list[Call]]],
-    namespaces: tuple[str | None, ...],
-    core: str,
-    fixes: tuple[str, ...],
-) -> list[tuple[Waste, int]]:
-    """``--compare release=V``, in V's process: each recorded program on this release, with the
-    findings' proposed ``fixes`` applied as in the campaign."""
-    from .findings import FINDINGS  # (it imports this module)
-
-    logging.getLogger("sglang").setLevel(logging.CRITICAL)
-    with ExitStack() as patched:
-        require()
-        for name in fixes:
-            fix = FINDINGS[name].proposed_fix
-            if fix is not None:
-                patched.enter_context(fix())
-        return [replayed(config, calls, namespaces, core) for config, calls in programs]
-
-
 def _busy_structures(pipeline: Any) -> dict[str, int]:
     """The pipeline's non-empty containers by name (for the message of a pipeline not idle)."""
     return {
@@ -581,17 +561,16 @@ def run_target_campaign(
     namespaced: bool = True,
     log_path: str | None = None,
     pins: dict[str, Any] | None = None,
-    fixes: Sequence[str] = (),
+    fixes: Sequence[Callable[[], AbstractContextManager[None]]] = (),
     compare: tuple[str, Any] | None = None,
     waste_fails: str | None = None,
 ) -> TargetCampaign:
-    """``stagefate fuzz --target sglang``: batches of programs over SGLang's pipeline, with the
-    proposed fixes of the findings named in ``fixes`` (:attr:`~.findings.Finding.proposed_fix`)
-    applied throughout; ``compare``: each program replayed on a twin with that field changed,
-    or on another release (:mod:`.waste`), and ``waste_fails``: the side whose extra waste fails
-    a program."""
+    """``stagefate fuzz --target sglang``: batches of programs over SGLang's pipeline, with
+    ``fixes`` (patches to SGLang, :attr:`~.findings.Finding.proposed_fix`) applied throughout;
+    ``compare``: each program replayed on a twin with that field changed, or recorded for
+    another release (:mod:`.twins`), and ``waste_fails``: the side whose extra waste fails a
+    program."""
     from ...fuzz.campaign import run_batches
-    from .findings import FINDINGS  # (it imports this module)
 
     namespaces = NAMESPACES if namespaced else (None,)
     settings = {
@@ -612,15 +591,11 @@ def run_target_campaign(
     logging.getLogger("sglang").setLevel(logging.CRITICAL)
     with ExitStack() as patched:
         require()  # SGLang imported behind its CPU patches before a fix imports it
-        for name in fixes:
-            fix = FINDINGS[name].proposed_fix
-            if fix is not None:
-                patched.enter_context(fix())
+        for fix in fixes:
+            patched.enter_context(fix())
         programs, seconds, failure = run_batches(
             console, machine, lambda: STATES["steps"], steps, budget_seconds, seed, profile
         )
-    if compare is not None and compare[0] == RELEASE and WASTE.pending:
-        _compare_with_release(str(compare[1]), namespaces, core, tuple(fixes))
     return TargetCampaign(
         STATES["steps"],
         programs,
@@ -630,18 +605,3 @@ def run_target_campaign(
         {path: sorted(edges) for path, edges in sorted(DESIGN_EDGES.items())},
         WASTE if compare else None,
     )
-
-
-def _compare_with_release(
-    version: str, namespaces: tuple[str | None, ...], core: str, fixes: tuple[str, ...]
-) -> None:
-    """The campaign's recorded programs replayed on release ``version`` in its own process (one
-    call for them all), each side's waste into :data:`~.waste.WASTE`."""
-    from .environments import resolve
-    from .worker import call_in
-
-    programs = [(config, calls) for config, calls, _drawn, _end in WASTE.pending]
-    twins = call_in(resolve(version), replayed_in_this_release, programs, namespaces, core, fixes)
-    for (config, calls, drawn, end), (twin, skipped) in zip(WASTE.pending, twins, strict=True):
-        WASTE.skipped_calls += skipped
-        WASTE.add(config, calls[:end], drawn, twin)
