@@ -39,11 +39,8 @@ reason), so a report says which of its branches were reached.
 
 from __future__ import annotations
 
-import atexit
 import io
 import logging
-import shutil
-import tempfile
 import zlib
 from collections import Counter, deque
 from collections.abc import Callable, Mapping, Sequence
@@ -107,28 +104,15 @@ DESIGN_EDGES: dict[Path, set[tuple[str, str, str]]] = {}
 anchor lock on follows another), with the edges the programs' validated logs took."""
 
 
-_L3_WRITTEN: dict[tuple[str | None, ...], Path] = {}
-"""Per namespaces, a copy of the L3 directory the producer wrote: the same for every program of
-a process (one release, one page size), so later programs copy its files instead of writing
-them again (the writes were about a third of a program's cost)."""
-
-
 def fuzz_world(
     config: FuzzConfig, namespaces: tuple[str | None, ...] = NAMESPACES, core: str = "python"
 ) -> SteppedSGLang:
     """SGLang deployed as ``config`` says (on its ``core`` tree), every sequence in L3 under
     ``namespaces``."""
     driver = stepped_sglang(**config.driver_settings(), core=core)
-    written = _L3_WRITTEN.get(namespaces)
-    if written is None:
-        for namespace in namespaces:
-            for tokens in SEQUENCES:
-                driver.produce(tokens, namespace)
-        written = _L3_WRITTEN[namespaces] = Path(tempfile.mkdtemp(prefix="sgl-l3-world-"))
-        atexit.register(shutil.rmtree, written, ignore_errors=True)
-        shutil.copytree(driver.storage_dir, written, dirs_exist_ok=True)
-    else:
-        shutil.copytree(written, driver.storage_dir, dirs_exist_ok=True)
+    for namespace in namespaces:
+        for tokens in SEQUENCES:
+            driver.produce(tokens, namespace)
     return driver
 
 
