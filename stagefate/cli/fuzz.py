@@ -11,9 +11,6 @@ from rich.table import Table
 from rich.text import Text
 
 from ..registry import TREES, split
-
-if TYPE_CHECKING:
-    from ..targets.sglang.waste import Comparison
 from .common import (
     add_sglang_env,
     console,
@@ -25,6 +22,9 @@ from .common import (
     positive_int,
     report_unreached,
 )
+
+if TYPE_CHECKING:
+    from ..targets.sglang.waste import Comparison
 
 
 def add_parser(sub: Any) -> None:
@@ -308,16 +308,17 @@ def _fuzz_sglang(args: argparse.Namespace, database: Path) -> int:
             found, ["fuzz", *args.argv, "--target", f"sglang=={found.version}"], {**sglang_env}
         )
     from ..fuzz.world import NAMESPACES
-    from ..targets.sglang.findings import FINDINGS
+    from ..targets.sglang.findings import proposed_fixes
     from ..targets.sglang.fuzz_config import parse_pins
     from ..targets.sglang.machine import run_target_campaign
     from ..targets.sglang.twins import compare_with_release
+    from ..targets.sglang.waste import RELEASE
 
     pins = parse_pins(args.config)
     compare = _compared(args.compare, pins)
     if args.waste_fails and compare is None:
         raise ValueError("--waste-fails needs --compare KEY=VALUE: the twin to compare with")
-    if compare is not None and compare[0] == "release":
+    if compare is not None and compare[0] == RELEASE:
         if compare[1] == found.version:
             raise ValueError(
                 f"--compare release={compare[1]}: the campaign runs {found.version} already; "
@@ -329,7 +330,6 @@ def _fuzz_sglang(args: argparse.Namespace, database: Path) -> int:
                 "the programs after the campaign: compare a setting (KEY=VALUE) to shrink one"
             )
     fixed = ("aborted_query_revokes_its_ids_next_prefetch",) if "id_reuse" in args.set_aside else ()
-    fixes = [fix for name in fixed if (fix := FINDINGS[name].proposed_fix) is not None]
 
     core = split(args.tree, TREES, "tree")[0].removeprefix("sglang-")
     with environment_set(sglang_env):
@@ -344,11 +344,11 @@ def _fuzz_sglang(args: argparse.Namespace, database: Path) -> int:
             namespaced="namespaces" not in args.set_aside,
             log_path=args.log,
             pins=pins,
-            fixes=fixes,
+            fixes=proposed_fixes(fixed),
             compare=compare,
             waste_fails=args.waste_fails,
         )
-        if result.waste is not None and compare is not None and compare[0] == "release":
+        if result.waste is not None and compare is not None and compare[0] == RELEASE:
             namespaces = NAMESPACES if "namespaces" not in args.set_aside else (None,)
             compare_with_release(result.waste, str(compare[1]), namespaces, core, fixed)
     table = Table(title="SGLang's decisions reached")

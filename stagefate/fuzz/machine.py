@@ -269,9 +269,6 @@ class PipelineFuzzer(RuleBasedStateMachine):
     @rule(request_id=REQUEST)
     def consume(self, request_id: str) -> None:
         request_id = self._pick(request_id, _HOLDS, planned=True)
-        self._consume(request_id)
-
-    def _consume(self, request_id: str) -> None:
         self.pipe.init_load_back(request_id, self._live_prefix(request_id))
         self.admitted.add(request_id)
 
@@ -285,7 +282,7 @@ class PipelineFuzzer(RuleBasedStateMachine):
         prefix = self._live_prefix(request_id)
         kv_tokens, _swa = self.pipe.plan_staged_splice(request_id, prefix.numel())
         if kv_tokens:
-            self._consume(request_id)
+            self.pipe.init_load_back(request_id, prefix)
         self.admitted.add(request_id)  # admitted, whether or not anything was loaded
 
     @precondition(lambda self: self.pipe.io.pending() > 0)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
@@ -275,6 +275,12 @@ FINDINGS = {
         ),
     )
 }
+
+
+def proposed_fixes(names: Iterable[str]) -> list[Callable[[], AbstractContextManager[None]]]:
+    """The proposed fixes of the findings ``names`` (those that have one), to apply as patches
+    (``fuzz --set-aside``; a twin release applies the same)."""
+    return [fix for name in names if (fix := FINDINGS[name].proposed_fix) is not None]
 
 
 def reproduce(name: str, with_proposed_fix: bool = False) -> str | None:

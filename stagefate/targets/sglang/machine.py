@@ -486,7 +486,7 @@ class SGLangPipelineFuzzer(RuleBasedStateMachine):
         assert self.compare is not None
         drawn = Waste(self.metrics.tokens, spliced(calls))
         if self.compare[0] == RELEASE:  # the twin runs in another process, after the campaign
-            WASTE.pending.append((self.config, calls, drawn, program_end))
+            WASTE.pending.append((self.config, list(calls), drawn, program_end))  # not close
             return
         twin_deployment = twin_config(self.config, *self.compare)
         other, skipped = replayed(twin_deployment, calls, self.namespaces, self.core)

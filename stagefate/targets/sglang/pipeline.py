@@ -169,10 +169,10 @@ class SteppedSGLang(ABC):
     storage_dir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="sgl-l3-")))
     requests: dict[str, Request] = field(default_factory=dict)
     expired: set[str] = field(default_factory=set)
+    """Rids whose wait the caller's clock ended (0.5.19 to 0.5.22's deadline hook)."""
     decoding: dict[str, torch.Tensor] = field(default_factory=dict)
     """The running batch's decode KV: device slots each running request grew by, held by the
     scheduler (not the tree) until the request finishes or is retracted."""
-    """Rids whose wait the caller's clock ended (0.5.19 to 0.5.22's deadline hook)."""
     tp_group: Any = None
     """A ``torch.distributed`` process group of the tensor-parallel ranks (one process each;
     gloo on a CPU): SGLang's cache agrees its hit counts and acks over it. None: one rank."""
@@ -437,7 +437,7 @@ class SteppedSGLang(ABC):
         allocator = self.consumer.allocator
         if allocator.available_size() < tokens:
             self.evict(tokens - int(allocator.available_size()))
-        slots = allocator.alloc(tokens) if allocator.available_size() >= tokens else None
+        slots = allocator.alloc(tokens)  # None when the pool is still short
         if slots is None:
             return False
         grown = self.decoding.get(rid)

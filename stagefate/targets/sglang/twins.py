@@ -15,7 +15,7 @@ from contextlib import ExitStack
 
 from . import require
 from .environments import resolve
-from .findings import FINDINGS
+from .findings import proposed_fixes
 from .fuzz_config import FuzzConfig
 from .machine import replayed
 from .waste import Call, Comparison, Waste
@@ -49,8 +49,6 @@ def replayed_in_this_release(
     logging.getLogger("sglang").setLevel(logging.CRITICAL)
     with ExitStack() as patched:
         require()
-        for name in fixes:
-            fix = FINDINGS[name].proposed_fix
-            if fix is not None:
-                patched.enter_context(fix())
+        for fix in proposed_fixes(fixes):
+            patched.enter_context(fix())
         return [replayed(config, calls, namespaces, core) for config, calls in programs]

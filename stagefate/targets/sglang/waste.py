@@ -18,7 +18,7 @@ SIDE`` such a program fails (:class:`WastedMore`), so Hypothesis shrinks it to a
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,14 +29,31 @@ Call = tuple[str, tuple[Any, ...], dict[str, Any], Any]
 """A recorded driver call: its name, arguments, keyword arguments and result."""
 
 
+READ_ONLY = frozenset(
+    {
+        "slot_problems",
+        "device_marks",
+        "device_books",
+        "loading",
+        "live",
+        "abandoned",
+        "pipeline_host_available",
+        "retry_budget",
+    }
+)
+"""Driver calls that change nothing: not recorded, so not replayed on a twin (the invariants
+make some of them after every step) nor printed."""
+
+
 class WastedMore(AssertionError):
     """``fuzz --waste-fails SIDE``: in this program that side read more from L3 without splicing
     it than the other (a performance finding; Hypothesis shrinks it like any failure)."""
 
 
 class RecordingDriver:
-    """Forwards every method call to ``driver`` and records it (attribute reads pass through
-    unrecorded: they change nothing)."""
+    """Forwards every method call to ``driver`` and records those that change something
+    (attribute reads and the :data:`READ_ONLY` calls, the invariants' among them, pass through
+    unrecorded)."""
 
     def __init__(self, driver: SteppedSGLang) -> None:
         self._driver = driver
@@ -46,6 +63,9 @@ class RecordingDriver:
         value = getattr(self._driver, name)
         if not callable(value):
             return value
+
+        if name in READ_ONLY:
+            return value  # it changes nothing: a twin need not make it, a program not show it
 
         def recorded(*args: Any, **kwargs: Any) -> Any:
             result = value(*args, **kwargs)
@@ -134,9 +154,7 @@ def spliced(calls: list[Call]) -> int:
     return sum(int(result) for name, _args, _kwargs, result in calls if name == "admit")
 
 
-def replay(
-    calls: list[Call], twin: SteppedSGLang, on_call: Callable[[str], None] | None = None
-) -> tuple[int, int]:
+def replay(calls: list[Call], twin: SteppedSGLang) -> tuple[int, int]:
     """Make ``calls`` on ``twin``; returns ``(tokens its admissions loaded, calls skipped)``.
     A call the twin refuses (a ``ValueError`` or ``KeyError``: a request not in the state the
     call needs there) is skipped."""
@@ -149,8 +167,6 @@ def replay(
             continue
         if name == "admit":
             loaded += int(result)
-        if on_call is not None:
-            on_call(name)
     return loaded, skipped
 
 
@@ -160,34 +176,15 @@ def twin_config(config: FuzzConfig, key: str, value: Any) -> FuzzConfig:
 
 def program_text(calls: list[Call], sequences: Sequence[list[int]]) -> str:
     """``calls`` as the driver calls they are, one per line (an admission's tokens loaded as a
-    comment; a token list as the fuzz world's ``SEQUENCES[i]`` or prefix of one it is);
-    read-only calls left out."""
+    comment; a token list as the fuzz world's ``SEQUENCES[i]`` or prefix of one it is)."""
     lines = []
     for name, args, kwargs, result in calls:
-        if name in _READ_ONLY:
-            continue
         shown = [_show(arg, sequences) for arg in args] + [
             f"{key}={_show(value, sequences)}" for key, value in kwargs.items()
         ]
         note = f"  # {result!r}" if name == "admit" and result else ""
         lines.append(f"driver.{name}({', '.join(shown)}){note}")
     return "\n".join(lines)
-
-
-_READ_ONLY = frozenset(
-    {
-        "slot_problems",
-        "device_marks",
-        "device_books",
-        "loading",
-        "live",
-        "abandoned",
-        "pipeline_host_available",
-        "retry_budget",
-        "close",
-    }
-)
-"""Driver calls that change nothing: recorded and replayed, not printed."""
 
 
 def _show(value: Any, sequences: Sequence[list[int]]) -> str:
