@@ -255,8 +255,9 @@ def _choose_arrivals(args: argparse.Namespace, trace: list[TraceRequest]) -> Non
         console.print(
             f"arrivals {args.arrivals}: {len(turns.predecessor):,} turns of "
             f"{turns.conversations:,} conversations follow an earlier turn "
-            f"({turns.shared_prefixes:,} prompts several later requests extend are shared "
-            "prefixes, not turns)"
+            f"({turns.whole_prompt:,} extend its whole prompt, "
+            f"{len(turns.less_partial_block):,} its prompt less a partial last block; "
+            f"{turns.shared_prefixes:,} prefixes several requests extend or share are no turns)"
             + ("; each waits for the turn before" if args.arrivals == "causal" else "")
         )
 

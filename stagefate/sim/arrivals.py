@@ -27,6 +27,12 @@ class ArrivalMetrics(BaseModel):
     """``open`` (the trace's times) or ``causal`` (a turn after the one it follows)."""
     turns: int
     """Requests that follow an earlier turn of their conversation."""
+    turns_whole_prompt: int
+    """Of them, those that extend the turn before's whole prompt (it ended on a whole block)."""
+    turns_less_partial_block: int
+    """Those that extend the turn before less its partial last block (Mooncake's re-hash)."""
+    shared_prefixes: int
+    """Prompts or kept prefixes several requests extend or share: not turns."""
     delayed: int
     """Turns that arrived later than their trace time."""
     delay_ms: Percentiles
@@ -88,6 +94,9 @@ class Arrivals:
         return ArrivalMetrics(
             mode="causal" if self._causal else "open",
             turns=len(self._turns.predecessor),
+            turns_whole_prompt=self._turns.whole_prompt,
+            turns_less_partial_block=len(self._turns.less_partial_block),
+            shared_prefixes=self._turns.shared_prefixes,
             delayed=len(self._delays),
             delay_ms=Percentiles.of(self._delays),
         )
