@@ -17,10 +17,10 @@ from pydantic import ValidationError
 
 from ..runtime.mooncake import MooncakeUnavailable
 from ..targets import TargetUnavailable
-from . import bench, check, diagram, fuzz, replay, spec_diff, targets, validate
+from . import bench, check, diagram, fuzz, replay, spec_diff, targets, trace, validate
 from .common import flagged
 
-COMMANDS = (replay, fuzz, check, validate, diagram, spec_diff, bench, targets)
+COMMANDS = (replay, fuzz, check, validate, diagram, spec_diff, bench, targets, trace)
 
 USAGE_ERRORS = (ValueError, OSError, TargetUnavailable, MooncakeUnavailable)
 """What bad input raises (a SpecError and a TraceError are ValueErrors): exit 2, no traceback."""
