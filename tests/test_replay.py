@@ -16,6 +16,7 @@ from stagefate.sim.costs import CostModel
 from stagefate.sim.engine import EngineOptions
 from stagefate.sim.live import LivePolicy
 from stagefate.sim.replay import Replay, ReplayMetrics, ReplayOptions
+from stagefate.sim.report import metric_rows
 from stagefate.sim.trace import TraceError, TraceRequest, load_trace
 
 KEYS = [
@@ -418,3 +419,27 @@ def test_plots_start_counts_at_zero_and_keep_equal_lines_visible() -> None:
     assert [s["markersize"] for s in styles] == sorted(
         (s["markersize"] for s in styles), reverse=True
     )
+
+
+@pytest.mark.parametrize(
+    "policy", ["live", "blind", pytest.param("sglang", marks=pytest.mark.slow)]
+)
+def test_each_policy_says_why_it_read_what_it_read(policy: str) -> None:
+    """The ``prefetches`` block (issue 41): one issue per request at arrival, the policy's own
+    retries, admissions that spliced, waits let go, and what it declined and why."""
+    trace = load_trace(Path(__file__).parent / "data" / "multiturn_40.jsonl")
+    # a device pool of two long conversations: turns come back to find their prefix in L3
+    options = ReplayOptions(device_tokens=80 * 1024, speed=4.0, prefetch_threshold=1024)
+    replay = make_replay(policy, trace, options)
+    metrics = replay.run()
+    counts = metrics.prefetches
+    assert counts.issued == metrics.requests == len(trace)
+    assert 0 < counts.hit <= metrics.l3_reads
+    assert counts.declined and all(reason and n > 0 for reason, n in counts.declined.items())
+    if policy == "live":  # every issue call is one of the pipeline's attempts
+        stats = replay.policy.pipe.stats  # type: ignore[attr-defined]
+        assert stats.attempts == counts.issued + counts.retried
+        assert counts.declined["declined_too_short"] == stats.declined_too_short > 0
+    rows = {row[0]: row[1] for row in metric_rows({policy: metrics})}
+    assert rows["prefetches.issued"] == f"{len(trace):,}"
+    assert all(f"prefetches.declined.{reason}" in rows for reason in counts.declined)

@@ -70,7 +70,8 @@ class BlindPolicy(OnPipeline):
             config.retry_interval, config.retry_max_attempts, head_due_at_once=False
         )
         self.retries_armed = 0
-        self.ended_unread: Counter[str] = Counter()  # fetches ended before a read, by reason
+        self.ended_unread: Counter[str] = Counter()
+        """Fetches ended before a read (and spans too short to fetch), by reason."""
         self._sweeps = 0  # scheduling passes the retry sweep has run
 
     def issue(self, request_id: str, key: TokenKey, matched_len: int) -> None:
@@ -82,6 +83,7 @@ class BlindPolicy(OnPipeline):
         if span <= 0 or span < self.pipe.config.prefetch_threshold:
             # a fully matched prompt can still need L3 if its device prefix is evicted while
             # it waits
+            self.ended_unread["too_short"] += 1
             self._arm_retry(request_id)
             return
         anchor = self.pipe.tree.match_prefix(aligned.prefix(matched_len)).last_node
@@ -226,3 +228,6 @@ class BlindPolicy(OnPipeline):
 
     def wasted_by_reason(self) -> dict[str, tuple[int, int]]:
         return self.books.wasted_by_reason()
+
+    def declines(self) -> dict[str, int]:
+        return dict(self.ended_unread)

@@ -222,6 +222,8 @@ class Engine:
         prompts would stay alive)."""
         self.busy_ms = 0.0
         self.queue_waits: list[float] = []
+        self.prefetch_counts = dict.fromkeys(("issued", "retried", "timed_out", "hit"), 0)
+        """What :class:`~.prefetches.PrefetchCounts` takes from the engine."""
 
     # ------------------------------------------------------------------ arrivals
 
@@ -229,10 +231,11 @@ class Engine:
         self.issue(request)
         self.waiting.append(request)
 
-    def issue(self, request: EngineRequest) -> None:
+    def issue(self, request: EngineRequest, retry: bool = False) -> None:
         """Match the live tree and prefetch the rest of the prompt (at arrival, or a retry)."""
         matched = self.tree.match_prefix(request.key).length
         request.requested_tokens = len(request.key) - matched
+        self.prefetch_counts["retried" if retry else "issued"] += 1
         self.policy.issue(request.request_id, request.key, matched)
 
     @property
@@ -318,6 +321,7 @@ class Engine:
                 self.queue_waits.append(now - request.arrived_ms)
             tail = self.policy.admit(request.request_id, prefix, self.make_room)
             spliced += tail.numel()
+            self.prefetch_counts["hit"] += bool(tail.numel())
             if tail.numel() and self.on_splice is not None:
                 self.on_splice(request.request_id)
             self._lock_prefix(request, prefix.length + tail.numel())
@@ -350,6 +354,7 @@ class Engine:
                 return False
         elif policy == "wait_complete":
             return False
+        self.prefetch_counts["timed_out"] += 1
         self.policy.terminate(request.request_id)
         return True
 

@@ -51,6 +51,7 @@ from .bound import leading_pages, page_chain
 from .conversations import infer_turns
 from .engine import Percentiles
 from .policy import PolicyFactory
+from .prefetches import PrefetchCounts
 from .replay import STALLED, Replay, ReplayMetrics, ReplayOptions, WastedReads, replay_config
 from .trace import TraceRequest
 
@@ -285,4 +286,5 @@ class InstancesReplay:
             wasted_by_reason=dict(sorted(wasted.items())),
             engine=engine,
             arrivals=self.arrivals.metrics(),
+            prefetches=PrefetchCounts.total([m.prefetches for m in each]),
         )

@@ -13,6 +13,7 @@ from ..runtime.prefix_tree import PrefixMatch
 from ..statemachine.pipeline import BufferPipeline
 from .on_pipeline import OnPipeline
 from .policy import EMPTY, MakeRoom
+from .prefetches import declined_and_revoked
 
 
 class LivePolicy(OnPipeline):
@@ -77,3 +78,6 @@ class LivePolicy(OnPipeline):
 
     def wasted_by_reason(self) -> dict[str, tuple[int, int]]:
         return self.pipe.wasted_by_reason()
+
+    def declines(self) -> dict[str, int]:
+        return declined_and_revoked(self.pipe.stats.model_dump())

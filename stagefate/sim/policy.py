@@ -115,6 +115,11 @@ class Policy(Protocol):
         """``{reason: (reads, tokens)}`` of wasted L3 reads; sums to the wasted totals."""
         ...
 
+    def declines(self) -> dict[str, int]:
+        """Prefetches ended before or instead of a read, by the policy's own reason
+        (:attr:`~.prefetches.PrefetchCounts.declined`)."""
+        ...
+
     def finish(self) -> None:
         """The trace is done and the engine idle: let background work (write acks) land."""
         ...

@@ -43,6 +43,7 @@ from .conversations import infer_turns
 from .costs import CostModel
 from .engine import Engine, EngineMetrics, EngineOptions, EngineRequest
 from .policy import PolicyFactory, PolicyInputs
+from .prefetches import PrefetchCounts
 from .trace import TraceRequest
 
 DEFAULT_SPEED = 0.3
@@ -112,6 +113,7 @@ class ReplayMetrics(BaseModel):
     """Wasted reads and tokens by why (docs/replay.md); they add up to the two totals."""
     engine: EngineMetrics
     arrivals: ArrivalMetrics
+    prefetches: PrefetchCounts
 
 
 def replay_config(
@@ -241,7 +243,7 @@ class Replay:
         self._complete_io(now)
         by_id = {request.request_id: request for request in engine.waiting}
         for request_id in self.policy.due_retries(list(by_id)):
-            engine.issue(by_id[request_id])
+            engine.issue(by_id[request_id], retry=True)
         finished = engine.finished
         duration = engine.step(now)
         self._time_new_ops(now)
@@ -325,5 +327,6 @@ class Replay:
             wasted_by_reason=wasted,
             engine=self.engine.metrics(simulated_ms),
             arrivals=self.arrivals.metrics(),
+            prefetches=PrefetchCounts.of(self.engine.prefetch_counts, self.policy.declines()),
             **counters,
         )

@@ -90,7 +90,7 @@ def format_metric(value: object) -> str:
     return f"{value:,.3f}" if isinstance(value, float) else f"{value:,}"
 
 
-_NESTED = ("wasted_by_reason", "engine", "arrivals")
+_NESTED = ("wasted_by_reason", "engine", "arrivals", "prefetches")
 
 
 def metric_rows(results: dict[str, ReplayMetrics]) -> list[list[str]]:
@@ -102,7 +102,7 @@ def metric_rows(results: dict[str, ReplayMetrics]) -> list[list[str]]:
         for field in ReplayMetrics.model_fields
         if field not in _NESTED
     ]
-    for block in ("engine", "arrivals"):
+    for block in ("engine", "arrivals", "prefetches"):
         rows += _block_rows(block, [getattr(m, block) for m in metrics])
     for reason in sorted({r for m in metrics for r in m.wasted_by_reason}):
         cells = []
@@ -120,6 +120,10 @@ def _block_rows(prefix: str, blocks: Sequence[BaseModel]) -> list[list[str]]:
         values = [getattr(block, field) for block in blocks]
         if isinstance(value, BaseModel):  # queue_wait_ms, delay_ms: one row per percentile
             rows += _block_rows(f"{prefix}.{field}", values)
+        elif isinstance(value, dict):  # prefetches.declined: one row per reason any policy has
+            for key in sorted({key for counts in values for key in counts}):
+                cells = [format_metric(counts[key]) if key in counts else "-" for counts in values]
+                rows.append([f"{prefix}.{field}.{key}", *cells])
         else:
             rows.append([f"{prefix}.{field}", *(format_metric(v) for v in values)])
     return rows

@@ -57,6 +57,7 @@ from ...runtime.pools import DevicePool, KVLayout
 from ...runtime.prefix_tree import PrefixMatch
 from ...runtime.tokens import TokenKey
 from ...sim.policy import LastSplice, MakeRoom, PolicyInputs
+from ...sim.prefetches import declined_and_revoked
 from ...statemachine.books import ReadBooks
 from ...transition_log import TransitionLog
 from .design_log import design_path, watch_design
@@ -320,6 +321,9 @@ class SGLangPolicy(LastSplice):
 
     def wasted_by_reason(self) -> dict[str, tuple[int, int]]:
         return self.books.wasted_by_reason()
+
+    def declines(self) -> dict[str, int]:
+        return declined_and_revoked(self.cache._prefetch_outcome_stats)
 
     def finish(self) -> None:
         """The last writes land and their staging is freed; then SGLang's L3 directory goes."""
