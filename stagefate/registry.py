@@ -275,6 +275,9 @@ def _replay_task(
     sglang_env: Mapping[str, str] | None,
 ) -> dict[str, Any]:
     """One replay of a process pool, in the process its release needs."""
+    from .targets.sglang.logs import route_sglang_logs
+
+    route_sglang_logs()
     return run_replay(policy, trace, options, sglang_env).model_dump()
 
 

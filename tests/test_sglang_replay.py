@@ -7,6 +7,7 @@ These run when `make sglang` has installed the target (CI does); without it they
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -162,3 +163,26 @@ def test_replay_log_writes_sglangs_run_in_its_designs_words(
     assert summary.violation is None and not summary.live
     assert summary.ended["filled"] > 0
     assert main(["validate", str(log)]) == 0
+
+
+@pytest.mark.slow
+def test_sglangs_own_log_lines_go_to_a_file_named_at_the_end(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """SGLang warns once per pool (a host pool smaller than the device pool, a CPU event without
+    timing) and per L3 miss; over several policies and seeds they filled the terminal the
+    figures print to (issue 41)."""
+    trace = tmp_path / "siblings.jsonl"
+    trace.write_text("\n".join(siblings_rows()) + "\n")
+    smaller_host = ["--device-tokens", str(SMALL.device_tokens), "--host-tokens", "32768"]
+    argv = ["replay", "--trace", str(trace), *smaller_host, "--policy", "sglang", "--speed", "1"]
+    assert main(argv) == 0
+    captured = capsys.readouterr()
+    assert "HiCache" not in captured.err and "HiCache" not in captured.out
+    printed = " ".join(captured.out.split())
+    named = re.search(r"SGLang's own log: ([\d,]+) lines in (\S+)", printed)
+    assert named is not None, printed[-400:]
+    lines = Path(named.group(2)).read_text(encoding="utf-8").splitlines()
+    assert len(lines) == int(named.group(1).replace(",", ""))
+    assert any("host pool" in line and "smaller than the device pool" in line for line in lines)
+    Path(named.group(2)).unlink()

@@ -23,8 +23,14 @@ Each stand-in says what it replaces and why; none of them decides anything SGLan
 * Classes of either stand-in accept any arguments (0.5.19's fp8 kernel module builds
   ``triton.Config({...}, num_warps=...)`` at import) and keep none.
 
-Two patches let the buffer-mode pipeline run on a CPU (:func:`patch_for_cpu`, applied by the
+Three patches let the buffer-mode pipeline run on a CPU (:func:`patch_for_cpu`, applied by the
 pipeline driver only):
+
+* ``host_memory_budget_bytes`` refuses a host pool larger than the machine's free memory (less
+  a reserve, split among local ranks). The pools here hold one layer, one head and one dim (a
+  few bytes a token), so the machine's memory is not the question, yet a run died in that check
+  ("Requesting 0.00 GB but only have -1.65 GB free") while another program used memory: the
+  check answers that any pool fits. What SGLang decides with the pool's size is unchanged.
 
 * ``HostKVCache`` pins its host pools through ``torch.cuda.cudart()``, which does not exist
   without CUDA: it is built with ``pin_memory=False`` (upstream's own corruption-test fixture
@@ -186,14 +192,27 @@ def _transfer_kv_direct(
         )
 
 
+SIMULATED_HOST_BUDGET = 1 << 50
+"""What the host-memory check is told is free (a petabyte): every simulated pool fits."""
+
+
+def _simulated_host_budget(*args: Any, **kwargs: Any) -> int:
+    return SIMULATED_HOST_BUDGET
+
+
 def patch_for_cpu() -> None:
-    """Apply the two buffer-mode patches of the module docstring (once)."""
+    """Apply the three buffer-mode patches of the module docstring (once)."""
     global _patched
     if _patched:
         return
     from sglang.srt.mem_cache.pool_host import base, mha
 
     mha.transfer_kv_direct = _transfer_kv_direct
+    import sglang.srt.mem_cache.memory_pool_host  # noqa: F401  (imports the budget by name)
+
+    for name, module in list(sys.modules.items()):
+        if name.startswith("sglang.srt.mem_cache") and hasattr(module, "host_memory_budget_bytes"):
+            module.host_memory_budget_bytes = _simulated_host_budget  # type: ignore[attr-defined]
     unpinned = base.HostKVCache.__init__
     signature = inspect.signature(unpinned)
 

@@ -24,6 +24,7 @@ from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from .environments import Installed, worker_environment
+from .logs import route_sglang_logs
 
 Result = TypeVar("Result")
 
@@ -209,6 +210,7 @@ def _serve() -> None:
     answer = sys.stdout.buffer
     sys.stdout = sys.stderr  # whatever the call prints is not the answer
     function, args, kwargs = pickle.load(sys.stdin.buffer)
+    route_sglang_logs()  # (from the replay's environment, when it named a file)
     try:
         reply: tuple[str, Any] = ("ok", function(*args, **kwargs))
     except BaseException:
