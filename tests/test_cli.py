@@ -292,3 +292,14 @@ def test_a_searched_speed_is_one_a_user_can_type_back() -> None:
 
     assert _three_digits(1.01544) == 1.02 and _three_digits(2 * 1.01544) == 2.03
     assert _three_digits(0.300049) == 0.3
+
+
+def test_piped_tables_keep_their_natural_width(capsys: pytest.CaptureFixture[str]) -> None:
+    """Not on a terminal, nothing is wrapped or cut to 80 columns: a sweep table piped to a file
+    once lost its last columns (issue 41)."""
+    from stagefate.cli.common import UNWRAPPED_WIDTH, console
+
+    assert console.width == UNWRAPPED_WIDTH  # pytest's captured stdout is not a terminal
+    assert main(["replay", "--limit", "8", "--policy", "live,blind", "--sweep", "0.5,1"]) == 0
+    header = "┃ speed ┃ policy ┃ L3 reads ┃ wasted reads ┃ wasted tokens ┃ hit rate ┃ engine s ┃"
+    assert any(header in line for line in capsys.readouterr().out.splitlines())

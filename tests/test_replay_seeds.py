@@ -4,6 +4,7 @@ difference between designs told only where it holds beyond the spread."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -78,10 +79,17 @@ def test_one_seed_writes_todays_json(tmp_path: Path) -> None:
     assert one["policies"] == other["policies"] and one["bound"] == other["bound"]
 
 
-def test_several_seeds_keep_each_run_and_a_summary(tmp_path: Path) -> None:
+def test_several_seeds_keep_each_run_and_a_summary(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     out = tmp_path / "seeds.json"
     argv = ["replay", "--limit", "30", "--policy", "live", "--seeds", "0,5", "--jobs", "1"]
     assert main([*argv, "--json", str(out)]) == 0
+    # the bound's row, its line and (a light load: every run reaches it) the advice, as one run
+    printed = capsys.readouterr().out
+    assert re.search(r"hit_rate / bound 0\.\d{3} +│ +1\.000", printed)
+    assert "the trace's bound:" in printed
+    assert "every policy reaches the bound at 0.3x: this load leaves nothing to decide" in printed
     whole = json.loads(out.read_text())
     assert list(whole["policies"]) == ["live"]
     payload = whole["policies"]["live"]

@@ -1,9 +1,11 @@
 """What every command shares: the console, numeric flag types that refuse bad values before any
 work starts, the report of spec edges never reached, and where the checkout and its spec are.
 
-The console reads no markup: what it prints (a log's ``--hit [zero_pages]-->``, an install hint
-``pip install 'stagefate[mooncake]'``, an exception's text) comes out as written. A line that
-leads with a red label says so through :func:`flagged`."""
+Printed to a terminal, the console wraps to its width; to a file or a pipe, nothing is wrapped
+or cut (:data:`UNWRAPPED_WIDTH`). The console reads no markup: what it prints (a log's
+``--hit [zero_pages]-->``, an install hint ``pip install 'stagefate[mooncake]'``, an exception's
+text) comes out as written. A line that leads with a red label says so through
+:func:`flagged`."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import argparse
 import math
 import os
 import re
+import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -20,7 +23,13 @@ from rich.text import Text
 
 from ..spec.load import DEFAULT_SPEC_PATH
 
-console = Console(highlight=False, markup=False)
+UNWRAPPED_WIDTH = 4096
+"""The width printed to a file or a pipe: a table at its natural width, never cut to a
+terminal's 80 columns (a sweep table piped to a file once lost its last columns)."""
+
+console = Console(
+    highlight=False, markup=False, width=None if sys.stdout.isatty() else UNWRAPPED_WIDTH
+)
 
 
 def flagged(label: str, text: str) -> None:

@@ -710,6 +710,7 @@ def _over_seeds(
     """Every policy once per seed (and speed), in processes; figures as median [min–max]."""
     from ..registry import replay_over_seeds
     from ..sim.report import (
+        bound_story,
         spread_story,
         spread_sweep_table,
         spread_table,
@@ -729,14 +730,16 @@ def _over_seeds(
         for speed in speeds
     }
     if sweeping:
-        console.print(spread_sweep_table(sweep, seeds))
+        console.print(spread_sweep_table(sweep, seeds, report.bound))
+        for line in bound_story(sweep, report.bound):
+            console.print(line)
         report.save(
             spread_sweep_body(sweep, seeds), functools.partial(write_spread_sweep_plot, sweep)
         )
         return 0
     runs = sweep[speeds[0]]
-    console.print(spread_table(runs, seeds))
-    for line in spread_story(runs, seeds):
+    console.print(spread_table(runs, seeds, report.bound))
+    for line in spread_story(runs, seeds) + bound_story(sweep, report.bound):
         console.print(line)
     report.save(spread_body(runs, seeds))
     return 0
