@@ -9,13 +9,14 @@ from pathlib import Path
 import pytest
 
 from stagefate.cli import main
-from stagefate.cli.replay import _parse_speeds
+from stagefate.cli.replay import AUTO_SWEEP, _parse_speeds
 from stagefate.registry import make_replay, policy_factories
 from stagefate.sim.engine import Percentiles
-from stagefate.sim.load import find_speed
+from stagefate.sim.load import PARTING_STEP, find_parting_speed, find_speed
 from stagefate.sim.replay import ReplayOptions
 from stagefate.sim.trace import TraceRequest
 
+from .test_arrivals import _conversation
 from .test_replay import SMALL, siblings_trace
 
 
@@ -69,6 +70,36 @@ def test_a_sweep_takes_multiples_of_the_auto_speed() -> None:
     assert _parse_speeds("0.5a, 1a,2") == [(0.5, True), (1.0, True), (2.0, False)]
     with pytest.raises(ValueError, match=r"0\.5a,1a,2a"):
         _parse_speeds("2x")
+
+
+def test_sweep_auto_is_the_span_from_the_busy_load_to_past_the_parting_one() -> None:
+    assert _parse_speeds(" auto ") == AUTO_SWEEP
+
+
+# two turns 10 ms apart after a long prompt, no wait for L3: slow enough, the second finds the
+# first's pages; faster, it arrives while the first still runs and misses them
+PARTING = SMALL.model_copy(
+    update={"engine": SMALL.engine.model_copy(update={"prefetch_policy": "best_effort"})}
+)
+
+
+def test_the_parting_search_climbs_from_the_busy_load_to_the_first_miss() -> None:
+    designs = policy_factories(["live", "blind"])
+    found = find_parting_speed(designs, _conversation(), PARTING, 0.01)
+    assert found.parted and found.evaluations == 3
+    assert found.speed == pytest.approx(0.01 * PARTING_STEP**2)
+    assert found.busy_shares == {"live": 1.0, "blind": 1.0}  # nothing to decide at the start
+    assert min(found.shares.values()) < 0.99
+    at_once = find_parting_speed(designs, _conversation(), PARTING, 0.05)
+    assert at_once.parted and at_once.evaluations == 1 and at_once.speed == 0.05
+    never = find_parting_speed(designs, _conversation(), PARTING, 0.001)
+    assert not never.parted and never.evaluations == 6  # still at the bound at the fastest
+
+
+def test_the_parting_search_stops_at_once_where_nothing_is_reusable() -> None:
+    alone = [TraceRequest(0, 0.0, 512, 1, (1,)), TraceRequest(1, 5.0, 512, 1, (2,))]
+    found = find_parting_speed(policy_factories(["live", "blind"]), alone, SMALL, 1.0)
+    assert (found.parted, found.evaluations, found.speed) == (False, 0, 1.0)
 
 
 def test_auto_on_an_empty_trace_is_refused(

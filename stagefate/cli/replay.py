@@ -77,7 +77,8 @@ def add_parser(sub: Any) -> None:
     replay.add_argument(
         "--sweep",
         help="run every policy at each speed, e.g. 0.5,1,2,4; a speed ending in a is a "
-        "multiple of --speed auto's (0.5a,1a,2a)",
+        "multiple of --speed auto's busy load (0.5a,1a,2a); auto: five loads from the busy one "
+        "to twice the load where the designs part",
     )
     replay.add_argument("--model", choices=sorted(PRESETS), default=DEFAULT_PRESET)
     replay.add_argument("--costs", help="YAML/JSON file of cost-model fields to override")
@@ -308,8 +309,11 @@ def _check_combinations(args: argparse.Namespace, sweep: list[tuple[float, bool]
 
 
 def _parse_speeds(text: str) -> list[tuple[float, bool]]:
-    """``--sweep``: ``(speed, relative)`` pairs; a relative one is a multiple of auto's."""
-    fix = "e.g. 0.5,1,2,4 or 0.5a,1a,2a (multiples of --speed auto's)"
+    """``--sweep``: ``(speed, relative)`` pairs; a relative one is a multiple of auto's;
+    ``auto``: :data:`AUTO_SWEEP`."""
+    if text.strip() == "auto":
+        return AUTO_SWEEP
+    fix = "e.g. 0.5,1,2,4 or 0.5a,1a,2a (multiples of --speed auto's), or auto"
     speeds = []
     for part in (part.strip() for part in text.split(",")):
         if not part:
@@ -346,14 +350,54 @@ def _resolve_speeds(
         f"requests; {search.evaluations} replays of them in {search.seconds:.1f} s"
         + ("" if search.reached else "; the fastest speed tried stays below the target")
     )
+    busy, parting = search.speed, search.speed
+    if auto or sweep == AUTO_SWEEP:
+        parting = _parting_speed(trace, options, search.speed)
+    if sweep == AUTO_SWEEP:  # from the busy load to twice the parting one, evenly in log space
+        ratio = (2 * parting / busy) ** (1 / (AUTO_SWEEP_SPEEDS - 1))
+        return sorted({_three_digits(busy * ratio**step) for step in range(AUTO_SWEEP_SPEEDS)})
     if auto:
-        args.speed = _three_digits(search.speed * args.instances)
+        args.speed = _three_digits(parting * args.instances)
         if args.instances > 1:  # each engine then carries what one carries at the auto speed
             console.print(f"{args.instances} instances: {args.speed:g}x")
     args.speed = args.speed or DEFAULT_SPEED
-    return sorted(
-        {_three_digits(speed * (search.speed if relative else 1)) for speed, relative in sweep}
-    )
+    return sorted({_three_digits(speed * (busy if relative else 1)) for speed, relative in sweep})
+
+
+AUTO_SWEEP = [(0.0, True)]
+"""``--sweep auto`` as parsed: the busy load to twice the parting load (:func:`_parting_speed`)."""
+AUTO_SWEEP_SPEEDS = 5
+
+
+def _parting_speed(trace: list[TraceRequest], options: ReplayOptions, busy: float) -> float:
+    """From the busy load ``busy``, the load at which live or blind first misses the trace's
+    bound (:func:`~stagefate.sim.load.find_parting_speed`), said with both loads."""
+    from ..sim.load import PARTED_SHARE, find_parting_speed
+
+    found = find_parting_speed(policy_factories(["live", "blind"]), trace, options, busy)
+
+    def shares(at: dict[str, float]) -> str:
+        return ", ".join(f"{name} {share:.3f}" for name, share in at.items())
+
+    if not found.shares:
+        console.print("the trace reuses nothing: every load leaves nothing to decide")
+    elif found.speed == busy:
+        console.print(
+            f"at {busy:.3g}x the designs already part ({shares(found.shares)} of the bound)"
+        )
+    else:
+        console.print(
+            f"at {busy:.3g}x every design reaches the bound ({shares(found.busy_shares)} of it): "
+            + (
+                f"they part at {found.speed:.3g}x ({shares(found.shares)}; below "
+                f"{PARTED_SHARE} of the bound is a miss), found in {found.evaluations} replays "
+                f"of each in {found.seconds:.1f} s; replaying there"
+                if found.parted
+                else f"they still do at {found.speed:.3g}x, the fastest tried; replaying there"
+            ),
+            soft_wrap=True,
+        )
+    return found.speed
 
 
 def _auto_speed(args: argparse.Namespace, sweep: list[tuple[float, bool]]) -> bool:

@@ -1,4 +1,5 @@
-"""``--speed auto``: the arrival speed at which the engine is busy a target share of the time.
+"""``--speed auto``: the arrival speed at which the engine is busy a target share of the time,
+and, where every design still serves every reusable page there, the load at which they part.
 
 A replay says something only under load: too light, and every design serves every reusable
 page in time (the bound of :mod:`.bound` is met by all); too heavy, and the queue grows without
@@ -9,6 +10,11 @@ engine ran a step) is nearest the target is kept. Busy time rises with the arriv
 faster trace leaves the engine fewer idle gaps) and, below saturation, about in proportion: each
 candidate is the last one scaled by target / busy, kept inside the bracket the candidates so
 far have drawn (else the bracket is halved in log space).
+
+A busy engine is not yet a load that says something: on a trace whose turns come back slowly
+(a multi-turn one), every design may still reach the trace's bound at 90 % busy. From the busy
+load the parting search goes up by half each time until one design (live or blind: blind,
+deciding nothing, misses first) falls below 0.99 of the bound, and the replay runs there.
 """
 
 from __future__ import annotations
@@ -99,4 +105,69 @@ def find_speed(
         requests=len(prefix),
         seconds=round(time.perf_counter() - started, 1),
         reached=max(tried.values()) >= utilization - TOLERANCE,
+    )
+
+
+PARTING_STEP = 1.5
+"""How much faster each candidate of the parting search is than the last."""
+PARTING_EVALUATIONS = 6
+"""Candidates the parting search tries at most (up to 1.5**5 ≈ 7.6x the busy load)."""
+PARTED_SHARE = 0.99
+"""A design below this share of the trace's bound has missed reusable pages: the designs part."""
+
+
+class PartingSearch(BaseModel):
+    """Where the designs part: the lowest load tried at which one of them misses the bound."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    speed: float
+    """The parting load (the last candidate when none parted)."""
+    shares: dict[str, float]
+    """Each design's hit rate over the bound's at ``speed``."""
+    busy_shares: dict[str, float]
+    """The same at the busy load the search started from."""
+    evaluations: int
+    seconds: float
+    parted: bool
+    """False when every design stayed at the bound up to the fastest load tried."""
+
+
+def find_parting_speed(
+    policies: dict[str, PolicyFactory],
+    trace: list[TraceRequest],
+    options: ReplayOptions,
+    busy_speed: float,
+) -> PartingSearch:
+    """From ``busy_speed`` up by :data:`PARTING_STEP`, the first load at which one of
+    ``policies`` falls below :data:`PARTED_SHARE` of the bound over the first
+    :data:`SEARCH_PREFIX` requests of ``trace``: where a replay has something to show."""
+    from .bound import hit_rate_bound
+
+    started = time.perf_counter()
+    prefix = trace[:SEARCH_PREFIX]
+    bound = hit_rate_bound(prefix, options.page_size).hit_rate
+    if not bound:  # nothing is reusable: no load makes a design miss what is not there
+        return PartingSearch(
+            speed=busy_speed, shares={}, busy_shares={}, evaluations=0, seconds=0.0, parted=False
+        )
+    speed, first, shares = busy_speed, None, {}
+    for evaluation in range(1, PARTING_EVALUATIONS + 1):
+        at = options.model_copy(update={"speed": speed})
+        shares = {
+            name: round(Replay(factory, prefix, at).run().hit_rate / bound, 4)
+            for name, factory in policies.items()
+        }
+        first = first or shares
+        if min(shares.values()) < PARTED_SHARE:
+            break
+        if evaluation < PARTING_EVALUATIONS:
+            speed *= PARTING_STEP
+    return PartingSearch(
+        speed=speed,
+        shares=shares,
+        busy_shares=first or shares,
+        evaluations=evaluation,
+        seconds=round(time.perf_counter() - started, 1),
+        parted=min(shares.values()) < PARTED_SHARE,
     )
