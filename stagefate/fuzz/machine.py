@@ -78,8 +78,9 @@ SPEC = load_spec()
 _HOLDS = tuple(sorted(SPEC.group("hold")))
 _LOCKABLE = tuple(sorted(SPEC.group("lockable")))
 _NO_CONSUME = tuple(sorted(SPEC.group("pending")))
-_LIVE = tuple(sorted(name for name, state in SPEC.states.items() if not state.terminal))
 """States in which ``init_load_back`` must be refused: the prefetch has staged nothing yet."""
+_LIVE = tuple(sorted(name for name, state in SPEC.states.items() if not state.terminal))
+"""States a record can still leave: a sibling's publish over its span may change its fate."""
 
 
 class _TorchRandom:
