@@ -46,6 +46,7 @@ def test_the_summary_is_the_median_min_and_max_of_the_runs(siblings: list[TraceR
         )
 
 
+@pytest.mark.slow  # spawned processes each import torch
 def test_runs_in_processes_equal_the_same_runs_here(siblings: list[TraceRequest]) -> None:
     here = _runs(siblings, [0, 2])
     there = replay_over_seeds(siblings, ["live"], FAST, [0, 2], jobs=2)["live"]

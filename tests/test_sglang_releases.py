@@ -130,6 +130,7 @@ def test_a_pip_failure_names_its_step(
     assert not any(no_environments.iterdir())
 
 
+@pytest.mark.slow  # a second interpreter imports SGLang 0.5.19: half a minute
 def test_0_5_19_runs_its_own_pipeline_in_its_own_process() -> None:
     """Issue → query → commit → read → ack → admission on 0.5.19, through the worker."""
     ready = installed()
