@@ -1,6 +1,7 @@
 """``stagefate trace synth``: multi-turn traces in the Mooncake format, and the turn rule on them
 (docs/replay.md, "Causal turns"). The committed trace ``tests/data/multiturn_40.jsonl`` is
-``stagefate trace synth --conversations 40 --seed 0 --out tests/data/multiturn_40.jsonl``."""
+``stagefate trace synth --out tests/data/multiturn_40.jsonl`` with :data:`COMMITTED_FLAGS` (a
+light trace of short prompts, kept as it was written when the defaults were these)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,21 @@ from stagefate.sim.trace import BLOCK_TOKENS, TraceRequest, load_trace
 from .test_replay import SMALL
 
 COMMITTED = Path(__file__).parent / "data" / "multiturn_40.jsonl"
-COMMITTED_OPTIONS = SynthOptions(conversations=40, seed=0)
+COMMITTED_OPTIONS = SynthOptions(
+    conversations=40,
+    seed=0,
+    start_rate=0.5,
+    first_message_tokens=1_500,
+    message_tokens=300,
+    answer_tokens=400,
+    mean_think_s=60.0,
+    context_tokens=32_768,
+)
+COMMITTED_FLAGS = [
+    f"--{name.replace('_', '-')}={value}"
+    for name, value in COMMITTED_OPTIONS.model_dump().items()
+    if value != SynthOptions.model_fields[name].default
+]
 
 
 def _as_read(requests: list[SynthRequest]) -> list[TraceRequest]:
@@ -48,7 +63,7 @@ def test_the_committed_trace_is_what_its_seed_writes_and_reads_back_as_written()
 
 
 def test_each_turn_keeps_the_turn_befores_blocks_less_a_partial_last_one_and_re_hashes_it() -> None:
-    requests = synthesize(SynthOptions(conversations=60, seed=3))
+    requests = synthesize(COMMITTED_OPTIONS.model_copy(update={"conversations": 60, "seed": 3}))
     truth = _truth(requests)
     assert len(truth) > 30
     system_ids = {r.hash_ids[0] for r in requests}
@@ -70,6 +85,7 @@ def test_the_turn_rule_finds_every_turn_the_hash_ids_can_tell(seed: int) -> None
     short prompt was the only one keeping the system block then, a new conversation is taken for
     its turn."""
     requests = synthesize(SynthOptions(conversations=150, seed=seed))
+    assert len(requests) > 300
     truth = _truth(requests)
     found = infer_turns(_as_read(requests)).predecessor
     for turn, before in found.items():
@@ -84,7 +100,7 @@ def test_trace_synth_from_the_command_line_and_the_replay_finds_its_turns(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "chat.jsonl"
-    assert main(["trace", "synth", "--conversations", "40", "--out", str(out)]) == 0
+    assert main(["trace", "synth", *COMMITTED_FLAGS, "--out", str(out)]) == 0
     assert out.read_text(encoding="utf-8") == COMMITTED.read_text(encoding="utf-8")
     printed = " ".join(capsys.readouterr().out.split())
     assert "105 requests of 40 conversations, 65 of them follow-ups; the turn rule finds 61" in (

@@ -39,21 +39,21 @@ from .trace import BLOCK_TOKENS, MAX_TOKENS
 
 class SynthOptions(BaseModel):
     """What ``stagefate trace synth`` draws from (every default a documented guess at a chat
-    service's shape; docs/replay.md)."""
+    service's shape, dense enough that the designs part under load; docs/replay.md)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    conversations: int = Field(400, ge=1, le=1_000_000)
+    conversations: int = Field(500, ge=1, le=1_000_000)
     seed: int = 0
-    start_rate: float = Field(0.5, gt=0, description="conversations starting per second")
+    start_rate: float = Field(1.0, gt=0, description="conversations starting per second")
     system_tokens: int = Field(512, ge=0, le=MAX_TOKENS)
-    first_message_tokens: int = Field(1_500, ge=1, le=MAX_TOKENS, description="median")
-    message_tokens: int = Field(300, ge=1, le=MAX_TOKENS, description="median")
-    answer_tokens: int = Field(400, ge=1, le=MAX_TOKENS, description="median")
+    first_message_tokens: int = Field(6_000, ge=1, le=MAX_TOKENS, description="median")
+    message_tokens: int = Field(800, ge=1, le=MAX_TOKENS, description="median")
+    answer_tokens: int = Field(350, ge=1, le=MAX_TOKENS, description="median")
     mean_extra_turns: float = Field(1.5, ge=0, description="turns after the first, on average")
     max_turns: int = Field(8, ge=1)
-    mean_think_s: float = Field(60.0, gt=0, description="a user's gap between two turns")
-    context_tokens: int = Field(32_768, ge=BLOCK_TOKENS, le=MAX_TOKENS)
+    mean_think_s: float = Field(90.0, gt=0, description="a user's gap between two turns")
+    context_tokens: int = Field(65_536, ge=BLOCK_TOKENS, le=MAX_TOKENS)
     """A conversation ends once its next prompt would pass this."""
 
 
