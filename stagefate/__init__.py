@@ -17,8 +17,10 @@ from .runtime import (
     ThreadedIO,
     TokenKey,
 )
+from .runtime.io import Completion, IOExecutor, IOOp
 from .runtime.prefix_tree import PrefixTree
 from .runtime.storage import open_storage
+from .spec import load_spec
 from .statemachine.config import PipelineConfig
 from .statemachine.errors import LifecycleError, LockstepError
 from .statemachine.group import Group, LocalGroup, TorchGroup
@@ -26,13 +28,28 @@ from .statemachine.pipeline import BufferPipeline
 from .statemachine.record import Record, TransitionEvent
 from .statemachine.stats import Stats
 
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("stagefate")
+    except PackageNotFoundError:  # a checkout on sys.path that was never installed
+        return "0+unknown"
+
+
+__version__ = _version()
+
 __all__ = [
     "AuxPool",
     "BufferPipeline",
+    "Completion",
     "DevicePool",
     "FileStorage",
     "Group",
     "HostPool",
+    "IOExecutor",
+    "IOOp",
     "KVLayout",
     "LifecycleError",
     "LocalGroup",
@@ -50,5 +67,7 @@ __all__ = [
     "TokenKey",
     "TorchGroup",
     "TransitionEvent",
+    "__version__",
+    "load_spec",
     "open_storage",
 ]

@@ -391,6 +391,12 @@ class BufferPipeline:
         record = self.records.get(req_id)
         return None if record is None else record.state
 
+    def has_hold(self, req_id: str) -> bool:
+        """The request holds a staged span in the bounce that admission may plan, consume or
+        release (the spec's ``hold`` group): SGLang's ``has_staged``."""
+        record = self.records.get(req_id)
+        return record is not None and record.state in self._hold_states
+
     def prefetch_pending(self, req_id: str) -> bool:
         """The request's prefetch is still on its way: a scheduler admitting it now would admit
         it without what the prefetch brings (SGLang's ``check_prefetch_progress`` is False).

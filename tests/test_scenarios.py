@@ -547,3 +547,23 @@ def test_consume_compares_the_prefix_indices_by_content(given: str) -> None:
         pair.settle()
         assert pair.outcomes[-1] == ("r", "consumed", "released", "filled")
     assert_quiescent(consumer)
+
+
+def test_has_hold_is_true_while_a_staged_span_waits_for_admission() -> None:
+    """``has_hold``: the spec's ``hold`` group, what SGLang's scheduler asks as ``has_staged``."""
+    pipe, _seq = staged_with_threaded_io(8)
+    assert pipe.has_hold("r") and not pipe.prefetch_pending("r")
+    assert not pipe.has_hold("nobody")
+    assert pipe.release_staged_hold("r")
+    assert not pipe.has_hold("r")
+    assert_quiescent(pipe)
+
+
+def test_the_public_face_names_its_version_and_the_io_types() -> None:
+    import importlib.metadata
+
+    import stagefate
+
+    assert stagefate.__version__ == importlib.metadata.version("stagefate")
+    for name in ("IOExecutor", "IOOp", "Completion", "load_spec", "__version__"):
+        assert name in stagefate.__all__ and hasattr(stagefate, name)
