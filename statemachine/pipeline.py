@@ -285,6 +285,7 @@ class BufferPipeline:
         if record is None or record.state not in self._hold_states:
             return 0
         record.arg_prefix_len = device_prefix_len
+        self._new_lookups()  # a decision is a firing that changes nothing: its own lookups
         outcome = self.machine.decide(record, "plan")
         return 0 if outcome.target == "released" else record.span_end - device_prefix_len
 
@@ -448,9 +449,7 @@ class BufferPipeline:
         transition = self._transitions.get((record.state, event))
         if transition is None:
             raise self.machine.refuse(record, event)
-        look = self._look  # a new firing looks the tree up afresh (inline: the hottest path)
-        look.anchor = look.span = None
-        look.sibling = None
+        self._new_lookups()
         if self._oracle is None:
             outcome = transition(record)
         else:
@@ -460,6 +459,12 @@ class BufferPipeline:
         for instrument in self.instruments:
             instrument(TransitionEvent(record.request_id, outcome))
         return outcome
+
+    def _new_lookups(self) -> None:
+        """A new firing looks the tree up afresh (the module's essay: lookups last one firing)."""
+        look = self._look
+        look.anchor = look.span = None
+        look.sibling = None
 
     def _fire_checked(
         self, record: Record, event: str, transition: Callable[[Record], Outcome]

@@ -11,7 +11,7 @@ import itertools
 import pytest
 import torch
 
-from stagefate import PipelineConfig
+from stagefate import PipelineConfig, TokenKey
 from stagefate.runtime.hashing import ROOT_NAMESPACE, page_hashes, storage_key
 from stagefate.testing import Pair
 
@@ -567,3 +567,14 @@ def test_the_public_face_names_its_version_and_the_io_types() -> None:
     assert stagefate.__version__ == importlib.metadata.version("stagefate")
     for name in ("IOExecutor", "IOOp", "Completion", "load_spec", "__version__"):
         assert name in stagefate.__all__ and hasattr(stagefate, name)
+
+
+def test_a_decision_at_admission_never_reads_an_earlier_firings_lookups() -> None:
+    """``staged_splice_tokens`` decides the plan without firing it; like a firing, it starts
+    from empty lookups (issue 42: it did not, which no plan guard reads today)."""
+    pipe, seq = staged_with_threaded_io(8)
+    stale = pipe.tree.match_prefix(TokenKey(seq[:2]))
+    pipe._look.span = pipe._look.anchor = stale  # what an earlier firing left, poisoned
+    assert pipe.staged_splice_tokens("r", 0) == len(seq)
+    assert pipe._look.span is None and pipe._look.anchor is None
+    assert pipe.plan_staged_splice("r", 0) == (len(seq), 0)
