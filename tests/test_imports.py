@@ -7,6 +7,8 @@ functions too (a lazy import is still a dependency), except those under ``TYPE_C
 from __future__ import annotations
 
 import ast
+import functools
+import os
 from pathlib import Path
 
 import stagefate
@@ -19,8 +21,19 @@ LAYERS = {
     "stagefate.spec": 0,
     "stagefate.runtime": 0,
     "stagefate.statemachine": 1,
+    "stagefate.transition_log": 1,
+    "stagefate.metrics": 2,
+    "stagefate.sim": 2,
+    "stagefate.fuzz": 2,
+    "stagefate.testing": 3,
+    "stagefate.integrations": 3,
+    "stagefate.targets": 4,
 }
-"""Nothing imports a module of a higher layer than its own; the rest of the package is above."""
+"""Nothing imports a module of a higher layer than its own; the rest of the package (the face:
+``stagefate``, ``cli``, ``bench``, ``registry``) is above them all."""
+PEERS = (("stagefate.sim", "stagefate.fuzz"),)
+"""Packages of one layer that must not import each other either: the replay and the fuzzers
+share only what lies below them."""
 
 
 def _module_name(path: Path) -> str:
@@ -46,9 +59,22 @@ def _type_checking_lines(tree: ast.Module) -> set[int]:
     return lines
 
 
+def package_files() -> list[Path]:
+    """Every module file of the package, through the links that put the top-level ``runtime``,
+    ``spec`` and ``statemachine`` folders inside it (``Path.rglob`` does not follow them)."""
+    return sorted(
+        Path(folder) / name
+        for folder, _dirs, files in os.walk(ROOT, followlinks=True)
+        for name in files
+        if name.endswith(".py")
+    )
+
+
+@functools.cache
 def import_graph() -> dict[str, set[str]]:
-    """``{module: modules of the package it imports}``, for every module of ``stagefate``."""
-    paths = sorted(ROOT.rglob("*.py"))
+    """``{module: modules of the package it imports}``, for every module of ``stagefate``
+    (read once per session: the tests only read it)."""
+    paths = package_files()
     names = {_module_name(path) for path in paths}
     graph: dict[str, set[str]] = {}
     for path in paths:
@@ -104,11 +130,15 @@ def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
     return None
 
 
+def _within(module: str, prefix: str) -> bool:
+    return module == prefix or module.startswith(prefix + ".")
+
+
 def _layer(module: str) -> int:
     for prefix, layer in LAYERS.items():
-        if module == prefix or module.startswith(prefix + "."):
+        if _within(module, prefix):
             return layer
-    return 2
+    return max(LAYERS.values()) + 1
 
 
 def test_the_package_has_no_import_cycle() -> None:
@@ -132,6 +162,18 @@ def test_nothing_imports_a_layer_above_it() -> None:
         for module, targets in import_graph().items()
         for target in targets
         if _layer(target) > _layer(module)
+    }
+    assert offenders == set(), sorted(offenders)
+
+
+def test_peers_of_one_layer_do_not_import_each_other() -> None:
+    offenders = {
+        (module, target)
+        for module, targets in import_graph().items()
+        for target in targets
+        for one, other in PEERS
+        if (_within(module, one) and _within(target, other))
+        or (_within(module, other) and _within(target, one))
     }
     assert offenders == set(), sorted(offenders)
 

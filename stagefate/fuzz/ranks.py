@@ -42,7 +42,7 @@ from ..statemachine.config import PipelineConfig
 from ..statemachine.group import Group, LocalGroup, TorchGroup
 from ..statemachine.lockstep import RankAgreement
 from ..statemachine.pipeline import BufferPipeline
-from ..testing import manual_io, run_ranks_over_gloo
+from .gloo import run_ranks_over_gloo
 from .invariants import (
     assert_books_close,
     assert_pins_counted,
@@ -50,6 +50,7 @@ from .invariants import (
     copies_in_flight,
     spec_invariant,
 )
+from .stepping import manual_io
 
 SEQUENCES = 2
 PAGES = 6
