@@ -9,16 +9,20 @@ a message that names the flag or the file and the fix.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import tempfile
 import traceback
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
 
 from pydantic import ValidationError
 
 from ..runtime.mooncake import MooncakeUnavailable
 from ..targets import TargetUnavailable
 from . import bench, check, diagram, fuzz, replay, spec_diff, targets, trace, validate
-from .common import flagged
+from .common import console, flagged
 
 COMMANDS = (replay, fuzz, check, validate, diagram, spec_diff, bench, targets, trace)
 
@@ -53,6 +57,34 @@ def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(args_list)
     args.argv = args_list[1:]
+    with sglang_log_file():
+        return _run(args)
+
+
+@contextmanager
+def sglang_log_file() -> Iterator[None]:
+    """SGLang's own log lines, from every process of the command that runs SGLang, into one
+    file named at the end (:mod:`stagefate.targets.sglang.logs`); the environment as it was
+    after."""
+    from ..targets.sglang.logs import LOG_ENV, lines_in, route_sglang_logs
+
+    path = Path(tempfile.gettempdir()) / f"stagefate-sglang-{os.getpid()}.log"
+    before = os.environ.get(LOG_ENV)
+    os.environ[LOG_ENV] = str(path)
+    route_sglang_logs()
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(LOG_ENV, None)
+        else:
+            os.environ[LOG_ENV] = before
+        logged = lines_in(path)
+        if logged:
+            console.print(f"SGLang's own log: {logged:,} lines in {path}", soft_wrap=True)
+
+
+def _run(args: argparse.Namespace) -> int:
     try:
         result: int = args.func(args)
     except USAGE_ERRORS as exc:

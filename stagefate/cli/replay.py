@@ -7,7 +7,6 @@ import functools
 import math
 import os
 import re
-import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -508,27 +507,6 @@ def sglang_releases(policies: list[str], tree: str) -> dict[str, str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    """The replay, with SGLang's own log lines in a file named at the end
-    (:mod:`stagefate.targets.sglang.logs`)."""
-    from ..targets.sglang.logs import LOG_ENV, lines_in, route_sglang_logs
-
-    path = Path(tempfile.gettempdir()) / f"stagefate-sglang-{os.getpid()}.log"
-    before = os.environ.get(LOG_ENV)
-    os.environ[LOG_ENV] = str(path)
-    route_sglang_logs()
-    try:
-        return _run(args)
-    finally:
-        if before is None:
-            os.environ.pop(LOG_ENV, None)
-        else:
-            os.environ[LOG_ENV] = before
-        logged = lines_in(path)
-        if logged:
-            console.print(f"SGLang's own log: {logged:,} lines in {path}", soft_wrap=True)
-
-
-def _run(args: argparse.Namespace) -> int:
     from ..sim.bound import hit_rate_bound
     from ..sim.report import (
         bound_story,
