@@ -35,7 +35,9 @@ KEYS = [
     "wasted_by_reason",
     "engine",
     "arrivals",
+    "prefetches",
 ]
+PREFETCH_KEYS = ["issued", "retried", "timed_out", "hit", "declined"]
 ENGINE_KEYS = [
     "steps",
     "prefill_tokens",
@@ -240,6 +242,7 @@ def test_cli_json_has_exactly_the_keys_for_one_and_all_policies(tmp_path: Path) 
         for metrics in payload["policies"].values():
             assert list(metrics) == KEYS
             assert list(metrics["engine"]) == ENGINE_KEYS
+            assert list(metrics["prefetches"]) == PREFETCH_KEYS
             for wasted in metrics["wasted_by_reason"].values():
                 assert list(wasted) == ["reads", "tokens"]
     assert list(ReplayMetrics.model_fields) == KEYS
