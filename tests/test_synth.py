@@ -12,7 +12,7 @@ import pytest
 from stagefate.cli import main
 from stagefate.registry import make_replay
 from stagefate.sim.conversations import infer_turns
-from stagefate.sim.synth import SynthOptions, SynthRequest, synthesize, write_jsonl
+from stagefate.sim.synth import SynthOptions, SynthRequest, as_read, synthesize, write_jsonl
 from stagefate.sim.trace import BLOCK_TOKENS, TraceRequest, load_trace
 
 from .test_replay import SMALL
@@ -33,13 +33,6 @@ COMMITTED_FLAGS = [
     for name, value in COMMITTED_OPTIONS.model_dump().items()
     if value != SynthOptions.model_fields[name].default
 ]
-
-
-def _as_read(requests: list[SynthRequest]) -> list[TraceRequest]:
-    return [
-        TraceRequest(index, r.timestamp_ms, r.input_length, r.output_length, r.hash_ids)
-        for index, r in enumerate(requests)
-    ]
 
 
 def _truth(requests: list[SynthRequest]) -> dict[int, int]:
@@ -87,7 +80,7 @@ def test_the_turn_rule_finds_every_turn_the_hash_ids_can_tell(seed: int) -> None
     requests = synthesize(SynthOptions(conversations=150, seed=seed))
     assert len(requests) > 300
     truth = _truth(requests)
-    found = infer_turns(_as_read(requests)).predecessor
+    found = infer_turns(as_read(requests)).predecessor
     for turn, before in found.items():
         if truth.get(turn) != before:
             assert requests[turn].turn == 0 and _kept_blocks(requests[before]) == 1

@@ -39,17 +39,12 @@ def add_parser(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..sim.conversations import infer_turns
-    from ..sim.synth import synthesize, write_jsonl
-    from ..sim.trace import TraceRequest
+    from ..sim.synth import as_read, synthesize, write_jsonl
 
     options = SynthOptions(**{name: getattr(args, name) for name in SynthOptions.model_fields})
     requests = synthesize(options)
     Path(args.out).write_text(write_jsonl(requests), encoding="utf-8")
-    as_read = [
-        TraceRequest(index, r.timestamp_ms, r.input_length, r.output_length, r.hash_ids)
-        for index, r in enumerate(requests)
-    ]
-    found = infer_turns(as_read)
+    found = infer_turns(as_read(requests))
     follow_ups = sum(1 for request in requests if request.turn)
     console.print(
         f"wrote {args.out}: {len(requests):,} requests of {options.conversations:,} "

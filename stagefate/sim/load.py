@@ -151,23 +151,25 @@ def find_parting_speed(
         return PartingSearch(
             speed=busy_speed, shares={}, busy_shares={}, evaluations=0, seconds=0.0, parted=False
         )
-    speed, first, shares = busy_speed, None, {}
-    for evaluation in range(1, PARTING_EVALUATIONS + 1):
+    tried: list[dict[str, float]] = []  # each load's shares, from the busy one up
+    speed = busy_speed
+    while True:
         at = options.model_copy(update={"speed": speed})
-        shares = {
-            name: round(Replay(factory, prefix, at).run().hit_rate / bound, 4)
-            for name, factory in policies.items()
-        }
-        first = first or shares
-        if min(shares.values()) < PARTED_SHARE:
+        tried.append(
+            {
+                name: round(Replay(factory, prefix, at).run().hit_rate / bound, 4)
+                for name, factory in policies.items()
+            }
+        )
+        parted = min(tried[-1].values()) < PARTED_SHARE
+        if parted or len(tried) == PARTING_EVALUATIONS:
             break
-        if evaluation < PARTING_EVALUATIONS:
-            speed *= PARTING_STEP
+        speed *= PARTING_STEP
     return PartingSearch(
         speed=speed,
-        shares=shares,
-        busy_shares=first or shares,
-        evaluations=evaluation,
+        shares=tried[-1],
+        busy_shares=tried[0],
+        evaluations=len(tried),
         seconds=round(time.perf_counter() - started, 1),
-        parted=min(shares.values()) < PARTED_SHARE,
+        parted=parted,
     )

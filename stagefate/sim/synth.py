@@ -12,8 +12,8 @@ real trace gives it:
   with mean ``mean_extra_turns``, at most ``max_turns``.
 * A next turn arrives a **think time** after the previous one (exponential, mean
   ``mean_think_s``): the trace's gap between two turns, which causal arrivals keep.
-* Lengths are log-normal around their medians (first message, new message, answer), clipped
-  to a model's context.
+* Lengths are log-normal around their medians (first message, new message, answer); a
+  conversation ends before a prompt longer than ``context_tokens``.
 * **Hash ids** are the format's: a prompt's 512-token blocks, each id standing for the block's
   tokens *and everything before it* (the chained prefix), numbered in order of first
   appearance. Equal ids, equal prefixes; a partial last block hashes its partial tokens, so it
@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .trace import BLOCK_TOKENS, MAX_TOKENS
+from .trace import BLOCK_TOKENS, MAX_TOKENS, TraceRequest
 
 
 class SynthOptions(BaseModel):
@@ -163,6 +163,15 @@ def synthesize(options: SynthOptions) -> list[SynthRequest]:
 def _continue(options: SynthOptions) -> float:
     """The chance of one more turn: a geometric count of extra turns with the asked mean."""
     return options.mean_extra_turns / (1 + options.mean_extra_turns)
+
+
+def as_read(requests: list[SynthRequest]) -> list[TraceRequest]:
+    """``requests`` as the trace file reads back (indices in arrival order): what the turn rule
+    and the replay see of them."""
+    return [
+        TraceRequest(index, r.timestamp_ms, r.input_length, r.output_length, r.hash_ids)
+        for index, r in enumerate(requests)
+    ]
 
 
 def write_jsonl(requests: list[SynthRequest]) -> str:
