@@ -24,8 +24,10 @@ docs/integration.md has an example test that uses only these and the public API.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from io import StringIO
 from typing import Literal
 
 import torch
@@ -37,9 +39,11 @@ from .fuzz.world import NAMESPACES, SEQUENCES, mark, write_marked
 from .runtime import MemoryStorage
 from .runtime.prefix_tree import PrefixTree
 from .spec.modelcheck import Bounds
+from .spec.schema import LifecycleSpec, transition_text
 from .statemachine.config import PipelineConfig
 from .statemachine.pipeline import BufferPipeline
 from .statemachine.record import TransitionEvent
+from .transition_log import TransitionLog
 
 __all__ = [
     "NAMESPACES",
@@ -218,12 +222,15 @@ class LineWorld:
     runs on a :class:`ManualIO`. Each method is one step of a generated program: the
     scheduler's calls as a scheduler makes them (the live match, the live prefix) and the
     world's moves (complete an operation then poll, evict the line's last page, a sibling
-    publishes the next one). :meth:`expect` compares the whole state with the model's.
+    publishes the next one). :meth:`expect` compares the whole state with the model's, and
+    :meth:`fired` the transitions since the last step with the model's (read from a
+    :class:`~stagefate.transition_log.TransitionLog` on the pipeline). ``spec``: the lifecycle
+    the pipeline runs (the packaged one by default; the mutation test passes its mutants).
     """
 
     PAGE = 2
 
-    def __init__(self, bounds: Bounds | None = None) -> None:
+    def __init__(self, bounds: Bounds | None = None, spec: LifecycleSpec | None = None) -> None:
         b = self.bounds = bounds or Bounds()
         page = self.PAGE
         device, cap = b.device_pages * page, b.cap_pages * page
@@ -249,8 +256,12 @@ class LineWorld:
         assert slots is not None
         producer.tree.insert(self.line, slots)
         producer.write_through(self.line, slots)
-        self.pipe = BufferPipeline(self.config, storage=self.storage)
+        self.pipe = BufferPipeline(self.config, storage=self.storage, spec=spec)
         self.io = manual_io(self.pipe)
+        self._log = StringIO()
+        self._logged = 0
+        """How much of the log :meth:`fired` has read."""
+        self.pipe.instruments.append(TransitionLog(self._log))
 
     def key(self, request: int) -> list[int]:
         return self.line[: (self.bounds.pages - request) * self.PAGE]
@@ -340,6 +351,27 @@ class LineWorld:
         }
         expected = {"device": device, "host_free": host_free, "pinned": pinned, **states}
         assert actual == expected, f"the model predicts {expected}, the pipeline is at {actual}"
+
+    def fired(self, *transitions: str) -> None:
+        """The transitions since the last step are exactly ``transitions``, in order (as
+        :func:`~stagefate.spec.schema.transition_text` writes them); the next call starts
+        after them."""
+        text = self._log.getvalue()
+        new, self._logged = text[self._logged :], len(text)
+        actual = [
+            transition_text(
+                line["request"],
+                line["source"],
+                line["event"],
+                line["guard"],
+                line["target"],
+                line["reason"],
+            )
+            for line in map(json.loads, new.splitlines())
+        ]
+        assert actual == list(transitions), (
+            f"the model predicts the step fired {list(transitions)}, the pipeline fired {actual}"
+        )
 
     def finish(self) -> None:
         """Every request is let go and every operation completes: the pipeline is quiescent

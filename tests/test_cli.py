@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from stagefate.cli import main
+from stagefate.mutation import load_tests
 from stagefate.spec.load import DEFAULT_SPEC_PATH
 
 REPO = Path(__file__).resolve().parent.parent
@@ -67,6 +68,13 @@ def test_check_prints_the_shortest_counterexample_of_a_planted_bug(
     out = capsys.readouterr().out
     assert "static checks passed" in out and "VIOLATION splice_correctness:" in out
     assert "  1. r0: prefetch_from_storage" in out and "  7. r0: init_load_back" in out
+    # the same bug as a program of public calls, which runs and fails on the planted spec
+    program = out[out.index("from __future__ import annotations") :]
+    assert "splice_correctness" in program
+    (test,) = load_tests(program).values()
+    with pytest.raises(AssertionError) as failed:
+        test()  # on the planted spec: the model's predictions hold up to the breaking step
+    assert failed.traceback[-2].name == "finish", "the books of the bad splice do not close"
 
 
 def test_bounds_too_small_to_reach_every_edge_are_a_finding(

@@ -4,6 +4,7 @@ drift"). Historical figures (a before/after in docs/benchmarks.md) are records, 
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -48,3 +49,16 @@ def test_the_model_checkers_state_count_quoted_is_todays() -> None:
     for name, quote in STATE_COUNT_QUOTES:
         expected = quote.format(states=f"{result.states:,}", edges=edges)
         assert expected in _doc(name), f"docs/{name} should quote {expected!r}"
+
+
+def test_the_generated_tests_counts_quoted_are_the_committed_files() -> None:
+    from stagefate.spec.witnesses import overlaps
+
+    text = (Path(__file__).parent / "generated" / "test_edges.py").read_text(encoding="utf-8")
+    cases = text.count("\ndef test_")
+    met = len(re.findall(r"^def test_\w+__also__\w+\(", text, re.MULTILINE))
+    pairs = len(overlaps(load_spec()))
+    doc = _doc("fuzzing.md")
+    assert f"{met} of the {pairs} neighbouring guarded pairs are met" in doc
+    assert f"the other {pairs - met} are pairs" in doc
+    assert f"All {cases} cases ({cases - met} edges, {met} overlaps)" in doc

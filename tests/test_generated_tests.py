@@ -4,6 +4,7 @@ committed file is what the spec generates, and a spec change shows up as a faili
 from __future__ import annotations
 
 import ast
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
@@ -18,7 +19,7 @@ from stagefate.testing import LineWorld
 GENERATED = Path(__file__).parent / "generated"
 
 
-def _named_edges(source: str) -> list[tuple[str, str, str]]:
+def _named(source: str) -> list[tuple[tuple[str, str, str], str | None]]:
     tree = ast.parse(source)
     return [
         edge_of_test(node.name)
@@ -28,12 +29,45 @@ def _named_edges(source: str) -> list[tuple[str, str, str]]:
 
 
 def test_the_generated_tests_name_every_modelled_edge_once() -> None:
-    named = _named_edges((GENERATED / FILE_NAME).read_text())
+    named = _named((GENERATED / FILE_NAME).read_text())
     spec = load_spec()
     modelled = [edge for edge in spec.edges() if edge[2] not in NOT_MODELLED_GUARDS]
-    assert len(named) == len(set(named)), "an edge has two tests"
-    assert set(named) == set(modelled)
+    edges = [edge for edge, also in named if also is None]
+    assert len(edges) == len(set(edges)), "an edge has two tests"
+    assert set(edges) == set(modelled)
     assert len(modelled) == len(spec.edges()) - 2  # the two aux_cut branches
+
+
+def test_each_overlap_test_names_two_neighbouring_branches_of_its_row() -> None:
+    named = _named((GENERATED / FILE_NAME).read_text())
+    pairs = {edge: set(guards) for edge, guards in _neighbours().items()}
+    overlaps = [(edge, also) for edge, also in named if also is not None]
+    assert overlaps, "no overlap was met: the branch order would go untested"
+    for edge, also in overlaps:
+        assert also in pairs[edge], f"{edge} has no neighbour guarded by {also}"
+
+
+def _neighbours() -> dict[tuple[str, str, str], list[str]]:
+    """Each edge's next branch's guard, where both are guarded."""
+    found: dict[tuple[str, str, str], list[str]] = {}
+    for state, event, branches in load_spec().rows():
+        for taken, also in pairwise(branches):
+            if taken.guard is not None and also.guard is not None:
+                found.setdefault((state, event, taken.guard), []).append(also.guard)
+    return found
+
+
+def test_a_step_that_fires_other_transitions_than_the_model_fails() -> None:
+    world = LineWorld()
+    world.publish()
+    world.fired()
+    world.issue(0)
+    fired = r"fired \['r0: \(issued\) --lock\[else\]--> locked'\]"
+    with pytest.raises(AssertionError, match=fired):
+        world.fired("r0: (issued) --lock[over_cap]--> cap_skip")
+    world.issue(1)
+    world.fired("r1: (issued) --lock[else]--> locked")  # the failed check read r0's line
+    world.finish()
 
 
 def test_the_line_world_refuses_a_move_the_model_would_not_make() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import itertools
+import re
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -56,6 +57,14 @@ def add_parser(sub: Any) -> None:
         action="store_true",
         help="with --emit-tests: write nothing; exit 1, showing the difference, if DIR's tests "
         "are not what the spec generates",
+    )
+    check.add_argument(
+        "--mutants",
+        metavar="DIR",
+        help=f"run DIR/{FILE_NAME} (the generated tests) under every mutant of the spec (swapped "
+        "reasons, a dropped guard, a retargeted edge, two branches reordered) and report which "
+        "it kills; exit 1, printing the program that tells it apart, if one that changes "
+        "behaviour survives",
     )
     one, ranked = Bounds(), RANK_BOUNDS
     for field, flag, kind, meaning in _BOUND_FLAGS:
@@ -155,7 +164,9 @@ def run(args: argparse.Namespace) -> int:
         return _emit_tests(spec, bounds, spec_source(spec_path), Path(args.emit_tests), args.diff)
     if args.diff:
         raise ValueError("--diff compares generated tests: pass --emit-tests DIR with it")
-    return 0 if args.static else _model_check(spec, bounds, args.ranks, fuller_host)
+    if args.mutants:
+        return _mutants(spec, bounds, Path(args.mutants) / FILE_NAME)
+    return 0 if args.static else _model_check(spec, spec_path, bounds, args.ranks, fuller_host)
 
 
 def _emit_tests(spec: LifecycleSpec, bounds: Bounds, source: str, out: Path, diff: bool) -> int:
@@ -165,7 +176,11 @@ def _emit_tests(spec: LifecycleSpec, bounds: Bounds, source: str, out: Path, dif
     text = render(spec, bounds, source)
     path = out / FILE_NAME
     cases = text.count("\ndef test_")
-    took = f"{cases} edge tests from the shortest programs in {time.perf_counter() - started:.0f} s"
+    overlaps = len(re.findall(r"^def test_\w+__also__\w+\(", text, re.MULTILINE))
+    took = (
+        f"{cases - overlaps} edge tests and {overlaps} overlap tests from the shortest programs "
+        f"in {time.perf_counter() - started:.0f} s"
+    )
     if not diff:
         out.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
@@ -184,7 +199,54 @@ def _emit_tests(spec: LifecycleSpec, bounds: Bounds, source: str, out: Path, dif
     return 1
 
 
-def _model_check(spec: LifecycleSpec, bounds: Bounds, ranks: int, fuller_host: int) -> int:
+def _print_program(spec: LifecycleSpec, spec_path: Path, bounds: Bounds) -> None:
+    """The shortest program of public calls that breaks an invariant, as a pytest file."""
+    from ..spec.generated_tests import counterexample_test
+    from ..spec.witnesses import api_counterexample
+
+    found = api_counterexample(spec, bounds)
+    if found is None:
+        console.print(
+            "no program of public calls breaks it within the bounds: the counterexample needs "
+            "an IO commit apart from its completion's poll, which the API never runs"
+        )
+        return
+    steps, violation = found
+    console.print(
+        f"\nas a program of public calls ({len(steps)} steps), a test file that runs as it is:\n"
+    )
+    program = counterexample_test(spec, str(spec_path), bounds, steps, str(violation))
+    console.print(program, markup=False, highlight=False, soft_wrap=True)
+
+
+def _mutants(spec: LifecycleSpec, bounds: Bounds, generated: Path) -> int:
+    from ..mutation import run_mutants, telling_test
+
+    if not generated.is_file():
+        raise ValueError(
+            f"{generated} does not exist: write the generated tests first "
+            f"(stagefate check --emit-tests {generated.parent})"
+        )
+    report = run_mutants(spec, generated, bounds)
+    for verdict in report.verdicts:
+        if not verdict.changes_behaviour:
+            flagged("SAME", f"{verdict.mutant.what} (no program within the bounds tells it)")
+        elif verdict.killed_by is None:
+            flagged("SURVIVED", verdict.mutant.what)
+    console.print(
+        f"{len(report.verdicts)} mutants, {len(report.changing)} change behaviour "
+        f"({report.states:,} states explored); the generated tests kill {report.score} mutants "
+        f"that change behaviour ({report.seconds:.0f} s)"
+    )
+    for verdict in report.survivors:
+        console.print(f"\nA test that kills {verdict.mutant.what}:\n")
+        console.print(telling_test(verdict, bounds), markup=False, highlight=False)
+    return 1 if report.survivors else 0
+
+
+def _model_check(
+    spec: LifecycleSpec, spec_path: Path, bounds: Bounds, ranks: int, fuller_host: int
+) -> int:
     from ..spec.modelcheck import NOT_MODELLED_GUARDS, ModelChecker
     from ..spec.modelcheck_ranks import RankModelChecker
 
@@ -207,6 +269,8 @@ def _model_check(spec: LifecycleSpec, bounds: Bounds, ranks: int, fuller_host: i
         console.print("shortest counterexample:")
         for number, step in enumerate(result.counterexample or [], start=1):
             console.print(f"  {number}. {step}")
+        if ranks == 1:
+            _print_program(spec, spec_path, bounds)
         return 1
     modelled = [
         e for e in ModelChecker(spec, bounds).all_edges() if e[2] not in NOT_MODELLED_GUARDS

@@ -1,10 +1,11 @@
 """Written by `stagefate check --emit-tests tests/generated` from spec/lifecycle.yaml.
 
 Do not edit: a spec change shows up here as a diff of tests. One test per modelled edge of the spec
-(88 of 90; not modelled: the branches guarded by aux_cut), each the model checker's shortest program
+(88 of 90; not modelled: the branches guarded by aux_cut), and one per overlap of two neighbouring
+guards a program can meet (25, named ..__also__<guard>), each the model checker's shortest program
 of public calls that takes it (spec/witnesses.py), on the model's world made of real objects
-(stagefate.testing.LineWorld). After every step: the state the model predicts. At the end: every
-request let go, the pipeline quiescent.
+(stagefate.testing.LineWorld). After every step: the state the model predicts and the transitions
+the step fired. At the end: every request let go, the pipeline quiescent.
 """
 
 from __future__ import annotations
@@ -31,8 +32,10 @@ def test_issued__lock__below_threshold() -> None:
     world = LineWorld(BOUNDS)
     world.publish()
     world.expect(device=1, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.fired()
     world.issue(2, stale=True)
     world.expect(device=1, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.fired("r2: (issued) --lock[below_threshold]--> released (declined_too_short)")
     world.finish()
 
 
@@ -44,6 +47,7 @@ def test_issued__lock__root_prefix() -> None:
     world = LineWorld(BOUNDS)
     world.issue(0)
     world.expect(device=0, host_free=2, pinned=0, r0="no_anchor", r1=None, r2=None)
+    world.fired("r0: (issued) --lock[root_prefix]--> no_anchor")
     world.finish()
 
 
@@ -56,6 +60,27 @@ def test_issued__lock__live_match_short() -> None:
     world = LineWorld(BOUNDS)
     world.issue(0, stale=True)
     world.expect(device=0, host_free=2, pinned=0, r0="anchor_lost", r1=None, r2=None)
+    world.fired("r0: (issued) --lock[live_match_short]--> anchor_lost")
+    world.finish()
+
+
+def test_issued__lock__live_match_short__also__over_cap() -> None:
+    """(issued) --lock--> anchor_lost
+
+    when live_match_short: a live re-match under the request namespace is shorter than
+    matched_len; while over_cap held too: pinning the anchor would push prefetch-pinned tokens
+    over the cap
+    """
+    world = LineWorld(BOUNDS)
+    world.publish()
+    world.expect(device=1, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.fired()
+    world.issue(0)
+    world.expect(device=1, host_free=2, pinned=1, r0="locked", r1=None, r2=None)
+    world.fired("r0: (issued) --lock[else]--> locked")
+    world.issue(1, stale=True)
+    world.expect(device=1, host_free=2, pinned=1, r0="locked", r1="anchor_lost", r2=None)
+    world.fired("r1: (issued) --lock[live_match_short]--> anchor_lost")
     world.finish()
 
 
@@ -67,12 +92,16 @@ def test_issued__lock__over_cap() -> None:
     world = LineWorld(BOUNDS)
     world.publish()
     world.expect(device=1, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.fired()
     world.issue(0)
     world.expect(device=1, host_free=2, pinned=1, r0="locked", r1=None, r2=None)
+    world.fired("r0: (issued) --lock[else]--> locked")
     world.issue(1)
     world.expect(device=1, host_free=2, pinned=2, r0="locked", r1="locked", r2=None)
+    world.fired("r1: (issued) --lock[else]--> locked")
     world.issue(2)
     world.expect(device=1, host_free=2, pinned=2, r0="locked", r1="locked", r2="cap_skip")
+    world.fired("r2: (issued) --lock[over_cap]--> cap_skip")
     world.finish()
 
 
@@ -84,8 +113,10 @@ def test_issued__lock__else() -> None:
     world = LineWorld(BOUNDS)
     world.publish()
     world.expect(device=1, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.fired()
     world.issue(0)
     world.expect(device=1, host_free=2, pinned=1, r0="locked", r1=None, r2=None)
+    world.fired("r0: (issued) --lock[else]--> locked")
     world.finish()
 
 
@@ -97,10 +128,13 @@ def test_locked__lock__else() -> None:
     world = LineWorld(BOUNDS)
     world.publish()
     world.expect(device=1, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.fired()
     world.issue(0)
     world.expect(device=1, host_free=2, pinned=1, r0="locked", r1=None, r2=None)
+    world.fired("r0: (issued) --lock[else]--> locked")
     world.lock(0)
     world.expect(device=1, host_free=2, pinned=1, r0="locked", r1=None, r2=None)
+    world.fired("r0: (locked) --lock[else]--> locked")
     world.finish()
 
 
@@ -112,8 +146,10 @@ def test_no_anchor__lock__else() -> None:
     world = LineWorld(BOUNDS)
     world.issue(0)
     world.expect(device=0, host_free=2, pinned=0, r0="no_anchor", r1=None, r2=None)
+    world.fired("r0: (issued) --lock[root_prefix]--> no_anchor")
     world.lock(0)
     world.expect(device=0, host_free=2, pinned=0, r0="no_anchor", r1=None, r2=None)
+    world.fired("r0: (no_anchor) --lock[else]--> no_anchor")
     world.finish()
 
 
@@ -126,16 +162,51 @@ def test_cap_skip__lock__live_match_short() -> None:
     world = LineWorld(BOUNDS)
     world.publish()
     world.expect(device=1, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.fired()
     world.issue(0)
     world.expect(device=1, host_free=2, pinned=1, r0="locked", r1=None, r2=None)
+    world.fired("r0: (issued) --lock[else]--> locked")
     world.publish()
     world.expect(device=2, host_free=2, pinned=1, r0="locked", r1=None, r2=None)
+    world.fired()
     world.issue(1)
     world.expect(device=2, host_free=2, pinned=1, r0="locked", r1="cap_skip", r2=None)
+    world.fired("r1: (issued) --lock[over_cap]--> cap_skip")
     world.evict()
     world.expect(device=1, host_free=2, pinned=1, r0="locked", r1="cap_skip", r2=None)
+    world.fired()
     world.lock(1)
     world.expect(device=1, host_free=2, pinned=1, r0="locked", r1="anchor_lost", r2=None)
+    world.fired("r1: (cap_skip) --lock[live_match_short]--> anchor_lost")
+    world.finish()
+
+
+def test_cap_skip__lock__live_match_short__also__over_cap() -> None:
+    """(cap_skip) --lock--> anchor_lost
+
+    when live_match_short: a live re-match under the request namespace is shorter than
+    matched_len; while over_cap held too: pinning the anchor would push prefetch-pinned tokens
+    over the cap
+    """
+    world = LineWorld(BOUNDS)
+    world.publish()
+    world.expect(device=1, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.fired()
+    world.issue(0)
+    world.expect(device=1, host_free=2, pinned=1, r0="locked", r1=None, r2=None)
+    world.fired("r0: (issued) --lock[else]--> locked")
+    world.publish()
+    world.expect(device=2, host_free=2, pinned=1, r0="locked", r1=None, r2=None)
+    world.fired()
+    world.issue(1)
+    world.expect(device=2, host_free=2, pinned=1, r0="locked", r1="cap_skip", r2=None)
+    world.fired("r1: (issued) --lock[over_cap]--> cap_skip")
+    world.evict()
+    world.expect(device=1, host_free=2, pinned=1, r0="locked", r1="cap_skip", r2=None)
+    world.fired()
+    world.lock(1)
+    world.expect(device=1, host_free=2, pinned=1, r0="locked", r1="anchor_lost", r2=None)
+    world.fired("r1: (cap_skip) --lock[live_match_short]--> anchor_lost")
     world.finish()
 
 
@@ -147,14 +218,19 @@ def test_cap_skip__lock__over_cap() -> None:
     world = LineWorld(BOUNDS)
     world.publish()
     world.expect(device=1, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.fired()
     world.issue(0)
     world.expect(device=1, host_free=2, pinned=1, r0="locked", r1=None, r2=None)
+    world.fired("r0: (issued) --lock[else]--> locked")
     world.issue(1)
     world.expect(device=1, host_free=2, pinned=2, r0="locked", r1="locked", r2=None)
+    world.fired("r1: (issued) --lock[else]--> locked")
     world.issue(2)
     world.expect(device=1, host_free=2, pinned=2, r0="locked", r1="locked", r2="cap_skip")
+    world.fired("r2: (issued) --lock[over_cap]--> cap_skip")
     world.lock(2)
     world.expect(device=1, host_free=2, pinned=2, r0="locked", r1="locked", r2="cap_skip")
+    world.fired("r2: (cap_skip) --lock[over_cap]--> cap_skip")
     world.finish()
 
 
@@ -166,16 +242,22 @@ def test_cap_skip__lock__else() -> None:
     world = LineWorld(BOUNDS)
     world.publish()
     world.expect(device=1, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.fired()
     world.issue(0)
     world.expect(device=1, host_free=2, pinned=1, r0="locked", r1=None, r2=None)
+    world.fired("r0: (issued) --lock[else]--> locked")
     world.issue(1)
     world.expect(device=1, host_free=2, pinned=2, r0="locked", r1="locked", r2=None)
+    world.fired("r1: (issued) --lock[else]--> locked")
     world.issue(2)
     world.expect(device=1, host_free=2, pinned=2, r0="locked", r1="locked", r2="cap_skip")
+    world.fired("r2: (issued) --lock[over_cap]--> cap_skip")
     world.abort(0)
     world.expect(device=1, host_free=2, pinned=1, r0=None, r1="locked", r2="cap_skip")
+    world.fired("r0: (locked) --abort[else]--> released (aborted)")
     world.lock(2)
     world.expect(device=1, host_free=2, pinned=2, r0=None, r1="locked", r2="locked")
+    world.fired("r2: (cap_skip) --lock[else]--> locked")
     world.finish()
 
 
@@ -188,8 +270,33 @@ def test_anchor_lost__lock__live_match_short() -> None:
     world = LineWorld(BOUNDS)
     world.issue(0, stale=True)
     world.expect(device=0, host_free=2, pinned=0, r0="anchor_lost", r1=None, r2=None)
+    world.fired("r0: (issued) --lock[live_match_short]--> anchor_lost")
     world.lock(0)
     world.expect(device=0, host_free=2, pinned=0, r0="anchor_lost", r1=None, r2=None)
+    world.fired("r0: (anchor_lost) --lock[live_match_short]--> anchor_lost")
+    world.finish()
+
+
+def test_anchor_lost__lock__live_match_short__also__over_cap() -> None:
+    """(anchor_lost) --lock--> anchor_lost
+
+    when live_match_short: a live re-match under the request namespace is shorter than
+    matched_len; while over_cap held too: pinning the anchor would push prefetch-pinned tokens
+    over the cap
+    """
+    world = LineWorld(BOUNDS)
+    world.publish()
+    world.expect(device=1, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.fired()
+    world.issue(0)
+    world.expect(device=1, host_free=2, pinned=1, r0="locked", r1=None, r2=None)
+    world.fired("r0: (issued) --lock[else]--> locked")
+    world.issue(1, stale=True)
+    world.expect(device=1, host_free=2, pinned=1, r0="locked", r1="anchor_lost", r2=None)
+    world.fired("r1: (issued) --lock[live_match_short]--> anchor_lost")
+    world.lock(1)
+    world.expect(device=1, host_free=2, pinned=1, r0="locked", r1="anchor_lost", r2=None)
+    world.fired("r1: (anchor_lost) --lock[live_match_short]--> anchor_lost")
     world.finish()
 
 
@@ -201,14 +308,19 @@ def test_anchor_lost__lock__over_cap() -> None:
     world = LineWorld(BOUNDS)
     world.issue(0, stale=True)
     world.expect(device=0, host_free=2, pinned=0, r0="anchor_lost", r1=None, r2=None)
+    world.fired("r0: (issued) --lock[live_match_short]--> anchor_lost")
     world.publish()
     world.expect(device=1, host_free=2, pinned=0, r0="anchor_lost", r1=None, r2=None)
+    world.fired()
     world.issue(1)
     world.expect(device=1, host_free=2, pinned=1, r0="anchor_lost", r1="locked", r2=None)
+    world.fired("r1: (issued) --lock[else]--> locked")
     world.issue(2)
     world.expect(device=1, host_free=2, pinned=2, r0="anchor_lost", r1="locked", r2="locked")
+    world.fired("r2: (issued) --lock[else]--> locked")
     world.lock(0)
     world.expect(device=1, host_free=2, pinned=2, r0="cap_skip", r1="locked", r2="locked")
+    world.fired("r0: (anchor_lost) --lock[over_cap]--> cap_skip")
     world.finish()
 
 
@@ -220,10 +332,13 @@ def test_anchor_lost__lock__else() -> None:
     world = LineWorld(BOUNDS)
     world.issue(0, stale=True)
     world.expect(device=0, host_free=2, pinned=0, r0="anchor_lost", r1=None, r2=None)
+    world.fired("r0: (issued) --lock[live_match_short]--> anchor_lost")
     world.publish()
     world.expect(device=1, host_free=2, pinned=0, r0="anchor_lost", r1=None, r2=None)
+    world.fired()
     world.lock(0)
     world.expect(device=1, host_free=2, pinned=1, r0="locked", r1=None, r2=None)
+    world.fired("r0: (anchor_lost) --lock[else]--> locked")
     world.finish()
 
 
@@ -235,10 +350,32 @@ def test_locked__hit__zero_pages() -> None:
     world = LineWorld(BOUNDS)
     world.publish()
     world.expect(device=1, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.fired()
     world.issue(0)
     world.expect(device=1, host_free=2, pinned=1, r0="locked", r1=None, r2=None)
+    world.fired("r0: (issued) --lock[else]--> locked")
     world.complete(0, "error")
     world.expect(device=1, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.fired("r0: (locked) --hit[zero_pages]--> released (revoked_full_miss)")
+    world.finish()
+
+
+def test_locked__hit__zero_pages__also__hit_below_threshold() -> None:
+    """(locked) --hit--> released (revoked_full_miss)
+
+    when zero_pages: storage has no page of the span; while hit_below_threshold held too: pages
+    found times page_size is below prefetch_threshold
+    """
+    world = LineWorld(BOUNDS)
+    world.publish()
+    world.expect(device=1, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.fired()
+    world.issue(0)
+    world.expect(device=1, host_free=2, pinned=1, r0="locked", r1=None, r2=None)
+    world.fired("r0: (issued) --lock[else]--> locked")
+    world.complete(0, "error")
+    world.expect(device=1, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.fired("r0: (locked) --hit[zero_pages]--> released (revoked_full_miss)")
     world.finish()
 
 
@@ -250,10 +387,13 @@ def test_locked__hit__hit_below_threshold() -> None:
     world = LineWorld(BOUNDS)
     world.publish()
     world.expect(device=1, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.fired()
     world.issue(0)
     world.expect(device=1, host_free=2, pinned=1, r0="locked", r1=None, r2=None)
+    world.fired("r0: (issued) --lock[else]--> locked")
     world.complete(0, "short", pages=1)
     world.expect(device=1, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.fired("r0: (locked) --hit[hit_below_threshold]--> released (revoked_insufficient)")
     world.finish()
 
 
@@ -265,10 +405,13 @@ def test_locked__hit__else() -> None:
     world = LineWorld(BOUNDS)
     world.publish()
     world.expect(device=1, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.fired()
     world.issue(0)
     world.expect(device=1, host_free=2, pinned=1, r0="locked", r1=None, r2=None)
+    world.fired("r0: (issued) --lock[else]--> locked")
     world.complete(0)
     world.expect(device=1, host_free=2, pinned=1, r0="parked", r1=None, r2=None)
+    world.fired("r0: (locked) --hit[else]--> locked", "r0: (locked) --commit[host_short]--> parked")
     world.finish()
 
 
@@ -280,8 +423,26 @@ def test_no_anchor__hit__zero_pages() -> None:
     world = LineWorld(BOUNDS)
     world.issue(0)
     world.expect(device=0, host_free=2, pinned=0, r0="no_anchor", r1=None, r2=None)
+    world.fired("r0: (issued) --lock[root_prefix]--> no_anchor")
     world.complete(0, "error")
     world.expect(device=0, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.fired("r0: (no_anchor) --hit[zero_pages]--> released (revoked_full_miss)")
+    world.finish()
+
+
+def test_no_anchor__hit__zero_pages__also__hit_below_threshold() -> None:
+    """(no_anchor) --hit--> released (revoked_full_miss)
+
+    when zero_pages: storage has no page of the span; while hit_below_threshold held too: pages
+    found times page_size is below prefetch_threshold
+    """
+    world = LineWorld(BOUNDS)
+    world.issue(0)
+    world.expect(device=0, host_free=2, pinned=0, r0="no_anchor", r1=None, r2=None)
+    world.fired("r0: (issued) --lock[root_prefix]--> no_anchor")
+    world.complete(0, "error")
+    world.expect(device=0, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.fired("r0: (no_anchor) --hit[zero_pages]--> released (revoked_full_miss)")
     world.finish()
 
 
@@ -293,8 +454,10 @@ def test_no_anchor__hit__hit_below_threshold() -> None:
     world = LineWorld(BOUNDS)
     world.issue(0)
     world.expect(device=0, host_free=2, pinned=0, r0="no_anchor", r1=None, r2=None)
+    world.fired("r0: (issued) --lock[root_prefix]--> no_anchor")
     world.complete(0, "short", pages=1)
     world.expect(device=0, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.fired("r0: (no_anchor) --hit[hit_below_threshold]--> released (revoked_insufficient)")
     world.finish()
 
 
@@ -306,8 +469,13 @@ def test_no_anchor__hit__else() -> None:
     world = LineWorld(BOUNDS)
     world.issue(0)
     world.expect(device=0, host_free=2, pinned=0, r0="no_anchor", r1=None, r2=None)
+    world.fired("r0: (issued) --lock[root_prefix]--> no_anchor")
     world.complete(0)
     world.expect(device=0, host_free=2, pinned=0, r0="parked", r1=None, r2=None)
+    world.fired(
+        "r0: (no_anchor) --hit[else]--> no_anchor",
+        "r0: (no_anchor) --commit[host_short]--> parked",
+    )
     world.finish()
 
 
@@ -319,14 +487,44 @@ def test_cap_skip__hit__zero_pages() -> None:
     world = LineWorld(BOUNDS)
     world.publish()
     world.expect(device=1, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.fired()
     world.issue(0)
     world.expect(device=1, host_free=2, pinned=1, r0="locked", r1=None, r2=None)
+    world.fired("r0: (issued) --lock[else]--> locked")
     world.issue(1)
     world.expect(device=1, host_free=2, pinned=2, r0="locked", r1="locked", r2=None)
+    world.fired("r1: (issued) --lock[else]--> locked")
     world.issue(2)
     world.expect(device=1, host_free=2, pinned=2, r0="locked", r1="locked", r2="cap_skip")
+    world.fired("r2: (issued) --lock[over_cap]--> cap_skip")
     world.complete(2, "error")
     world.expect(device=1, host_free=2, pinned=2, r0="locked", r1="locked", r2=None)
+    world.fired("r2: (cap_skip) --hit[zero_pages]--> released (revoked_full_miss)")
+    world.finish()
+
+
+def test_cap_skip__hit__zero_pages__also__hit_below_threshold() -> None:
+    """(cap_skip) --hit--> released (revoked_full_miss)
+
+    when zero_pages: storage has no page of the span; while hit_below_threshold held too: pages
+    found times page_size is below prefetch_threshold
+    """
+    world = LineWorld(BOUNDS)
+    world.publish()
+    world.expect(device=1, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.fired()
+    world.issue(0)
+    world.expect(device=1, host_free=2, pinned=1, r0="locked", r1=None, r2=None)
+    world.fired("r0: (issued) --lock[else]--> locked")
+    world.issue(1)
+    world.expect(device=1, host_free=2, pinned=2, r0="locked", r1="locked", r2=None)
+    world.fired("r1: (issued) --lock[else]--> locked")
+    world.issue(2)
+    world.expect(device=1, host_free=2, pinned=2, r0="locked", r1="locked", r2="cap_skip")
+    world.fired("r2: (issued) --lock[over_cap]--> cap_skip")
+    world.complete(2, "error")
+    world.expect(device=1, host_free=2, pinned=2, r0="locked", r1="locked", r2=None)
+    world.fired("r2: (cap_skip) --hit[zero_pages]--> released (revoked_full_miss)")
     world.finish()
 
 
@@ -338,14 +536,19 @@ def test_cap_skip__hit__hit_below_threshold() -> None:
     world = LineWorld(BOUNDS)
     world.publish()
     world.expect(device=1, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.fired()
     world.issue(0)
     world.expect(device=1, host_free=2, pinned=1, r0="locked", r1=None, r2=None)
+    world.fired("r0: (issued) --lock[else]--> locked")
     world.issue(1)
     world.expect(device=1, host_free=2, pinned=2, r0="locked", r1="locked", r2=None)
+    world.fired("r1: (issued) --lock[else]--> locked")
     world.issue(2)
     world.expect(device=1, host_free=2, pinned=2, r0="locked", r1="locked", r2="cap_skip")
+    world.fired("r2: (issued) --lock[over_cap]--> cap_skip")
     world.complete(2, "short", pages=1)
     world.expect(device=1, host_free=2, pinned=2, r0="locked", r1="locked", r2=None)
+    world.fired("r2: (cap_skip) --hit[hit_below_threshold]--> released (revoked_insufficient)")
     world.finish()
 
 
@@ -357,14 +560,22 @@ def test_cap_skip__hit__else() -> None:
     world = LineWorld(BOUNDS)
     world.publish()
     world.expect(device=1, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.fired()
     world.issue(0)
     world.expect(device=1, host_free=2, pinned=1, r0="locked", r1=None, r2=None)
+    world.fired("r0: (issued) --lock[else]--> locked")
     world.issue(1)
     world.expect(device=1, host_free=2, pinned=2, r0="locked", r1="locked", r2=None)
+    world.fired("r1: (issued) --lock[else]--> locked")
     world.issue(2)
     world.expect(device=1, host_free=2, pinned=2, r0="locked", r1="locked", r2="cap_skip")
+    world.fired("r2: (issued) --lock[over_cap]--> cap_skip")
     world.complete(2)
     world.expect(device=1, host_free=0, pinned=2, r0="locked", r1="locked", r2="reading")
+    world.fired(
+        "r2: (cap_skip) --hit[else]--> cap_skip",
+        "r2: (cap_skip) --commit[else]--> reading",
+    )
     world.finish()
 
 
@@ -376,8 +587,26 @@ def test_anchor_lost__hit__zero_pages() -> None:
     world = LineWorld(BOUNDS)
     world.issue(0, stale=True)
     world.expect(device=0, host_free=2, pinned=0, r0="anchor_lost", r1=None, r2=None)
+    world.fired("r0: (issued) --lock[live_match_short]--> anchor_lost")
     world.complete(0, "error")
     world.expect(device=0, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.fired("r0: (anchor_lost) --hit[zero_pages]--> released (revoked_full_miss)")
+    world.finish()
+
+
+def test_anchor_lost__hit__zero_pages__also__hit_below_threshold() -> None:
+    """(anchor_lost) --hit--> released (revoked_full_miss)
+
+    when zero_pages: storage has no page of the span; while hit_below_threshold held too: pages
+    found times page_size is below prefetch_threshold
+    """
+    world = LineWorld(BOUNDS)
+    world.issue(0, stale=True)
+    world.expect(device=0, host_free=2, pinned=0, r0="anchor_lost", r1=None, r2=None)
+    world.fired("r0: (issued) --lock[live_match_short]--> anchor_lost")
+    world.complete(0, "error")
+    world.expect(device=0, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.fired("r0: (anchor_lost) --hit[zero_pages]--> released (revoked_full_miss)")
     world.finish()
 
 
@@ -389,8 +618,10 @@ def test_anchor_lost__hit__hit_below_threshold() -> None:
     world = LineWorld(BOUNDS)
     world.issue(0, stale=True)
     world.expect(device=0, host_free=2, pinned=0, r0="anchor_lost", r1=None, r2=None)
+    world.fired("r0: (issued) --lock[live_match_short]--> anchor_lost")
     world.complete(0, "short", pages=1)
     world.expect(device=0, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.fired("r0: (anchor_lost) --hit[hit_below_threshold]--> released (revoked_insufficient)")
     world.finish()
 
 
@@ -402,8 +633,13 @@ def test_anchor_lost__hit__else() -> None:
     world = LineWorld(BOUNDS)
     world.issue(0, stale=True)
     world.expect(device=0, host_free=2, pinned=0, r0="anchor_lost", r1=None, r2=None)
+    world.fired("r0: (issued) --lock[live_match_short]--> anchor_lost")
     world.complete(0)
     world.expect(device=0, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.fired(
+        "r0: (anchor_lost) --hit[else]--> anchor_lost",
+        "r0: (anchor_lost) --commit[live_match_short]--> released (declined_anchor_lost)",
+    )
     world.finish()
 
 
@@ -416,16 +652,25 @@ def test_cap_skip__commit__live_match_short() -> None:
     world = LineWorld(BOUNDS)
     world.publish()
     world.expect(device=1, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.fired()
     world.issue(0)
     world.expect(device=1, host_free=2, pinned=1, r0="locked", r1=None, r2=None)
+    world.fired("r0: (issued) --lock[else]--> locked")
     world.publish()
     world.expect(device=2, host_free=2, pinned=1, r0="locked", r1=None, r2=None)
+    world.fired()
     world.issue(1)
     world.expect(device=2, host_free=2, pinned=1, r0="locked", r1="cap_skip", r2=None)
+    world.fired("r1: (issued) --lock[over_cap]--> cap_skip")
     world.evict()
     world.expect(device=1, host_free=2, pinned=1, r0="locked", r1="cap_skip", r2=None)
+    world.fired()
     world.complete(1)
     world.expect(device=1, host_free=2, pinned=1, r0="locked", r1=None, r2=None)
+    world.fired(
+        "r1: (cap_skip) --hit[else]--> cap_skip",
+        "r1: (cap_skip) --commit[live_match_short]--> released (declined_anchor_lost)",
+    )
     world.finish()
 
 
@@ -437,18 +682,70 @@ def test_cap_skip__commit__device_covers_span() -> None:
     world = LineWorld(BOUNDS)
     world.issue(2, stale=True)
     world.expect(device=0, host_free=2, pinned=0, r0=None, r1=None, r2="anchor_lost")
+    world.fired("r2: (issued) --lock[live_match_short]--> anchor_lost")
     world.publish()
     world.expect(device=1, host_free=2, pinned=0, r0=None, r1=None, r2="anchor_lost")
+    world.fired()
     world.publish()
     world.expect(device=2, host_free=2, pinned=0, r0=None, r1=None, r2="anchor_lost")
+    world.fired()
     world.issue(0)
     world.expect(device=2, host_free=2, pinned=2, r0="locked", r1=None, r2="anchor_lost")
+    world.fired("r0: (issued) --lock[else]--> locked")
     world.lock(2)
     world.expect(device=2, host_free=2, pinned=2, r0="locked", r1=None, r2="cap_skip")
+    world.fired("r2: (anchor_lost) --lock[over_cap]--> cap_skip")
     world.publish()
     world.expect(device=3, host_free=2, pinned=2, r0="locked", r1=None, r2="cap_skip")
+    world.fired()
     world.complete(2)
     world.expect(device=3, host_free=2, pinned=2, r0="locked", r1=None, r2=None)
+    world.fired(
+        "r2: (cap_skip) --hit[else]--> cap_skip",
+        "r2: (cap_skip) --commit[device_covers_span]--> released (declined_device_covered)",
+    )
+    world.finish()
+
+
+def test_cap_skip__commit__device_covers_span__also__span_inflight() -> None:
+    """(cap_skip) --commit--> released (declined_device_covered)
+
+    when device_covers_span: the live device tree already holds the whole span; while
+    span_inflight held too: the first page key the read would bring (the span's head) is owned
+    by a live sibling record (reading, staged, trimmed or consumed): it is already fetching that
+    head, and the re-issue after it lands reads only the rest
+    """
+    world = LineWorld(BOUNDS)
+    world.issue(0, stale=True)
+    world.expect(device=0, host_free=2, pinned=0, r0="anchor_lost", r1=None, r2=None)
+    world.fired("r0: (issued) --lock[live_match_short]--> anchor_lost")
+    world.publish()
+    world.expect(device=1, host_free=2, pinned=0, r0="anchor_lost", r1=None, r2=None)
+    world.fired()
+    world.complete(0, "short", pages=2)
+    world.expect(device=1, host_free=0, pinned=1, r0="reading", r1=None, r2=None)
+    world.fired(
+        "r0: (anchor_lost) --hit[else]--> anchor_lost",
+        "r0: (anchor_lost) --commit[else]--> reading",
+    )
+    world.issue(1)
+    world.expect(device=1, host_free=0, pinned=2, r0="reading", r1="locked", r2=None)
+    world.fired("r1: (issued) --lock[else]--> locked")
+    world.issue(2)
+    world.expect(device=1, host_free=0, pinned=2, r0="reading", r1="locked", r2="cap_skip")
+    world.fired("r2: (issued) --lock[over_cap]--> cap_skip")
+    world.publish()
+    world.expect(device=2, host_free=0, pinned=2, r0="reading", r1="locked", r2="cap_skip")
+    world.fired()
+    world.publish()
+    world.expect(device=3, host_free=0, pinned=2, r0="reading", r1="locked", r2="cap_skip")
+    world.fired()
+    world.complete(2)
+    world.expect(device=3, host_free=0, pinned=2, r0="reading", r1="locked", r2=None)
+    world.fired(
+        "r2: (cap_skip) --hit[else]--> cap_skip",
+        "r2: (cap_skip) --commit[device_covers_span]--> released (declined_device_covered)",
+    )
     world.finish()
 
 
@@ -462,16 +759,75 @@ def test_cap_skip__commit__span_inflight() -> None:
     world = LineWorld(BOUNDS)
     world.issue(0, stale=True)
     world.expect(device=0, host_free=2, pinned=0, r0="anchor_lost", r1=None, r2=None)
+    world.fired("r0: (issued) --lock[live_match_short]--> anchor_lost")
     world.publish()
     world.expect(device=1, host_free=2, pinned=0, r0="anchor_lost", r1=None, r2=None)
+    world.fired()
     world.complete(0, "short", pages=2)
     world.expect(device=1, host_free=0, pinned=1, r0="reading", r1=None, r2=None)
+    world.fired(
+        "r0: (anchor_lost) --hit[else]--> anchor_lost",
+        "r0: (anchor_lost) --commit[else]--> reading",
+    )
     world.issue(1)
     world.expect(device=1, host_free=0, pinned=2, r0="reading", r1="locked", r2=None)
+    world.fired("r1: (issued) --lock[else]--> locked")
     world.issue(2)
     world.expect(device=1, host_free=0, pinned=2, r0="reading", r1="locked", r2="cap_skip")
+    world.fired("r2: (issued) --lock[over_cap]--> cap_skip")
     world.complete(2)
     world.expect(device=1, host_free=0, pinned=2, r0="reading", r1="locked", r2=None)
+    world.fired(
+        "r2: (cap_skip) --hit[else]--> cap_skip",
+        "r2: (cap_skip) --commit[span_inflight]--> released (declined_inflight)",
+    )
+    world.finish()
+
+
+def test_cap_skip__commit__span_inflight__also__parked_ahead() -> None:
+    """(cap_skip) --commit--> released (declined_inflight)
+
+    when span_inflight: the first page key the read would bring (the span's head) is owned by a
+    live sibling record (reading, staged, trimmed or consumed): it is already fetching that
+    head, and the re-issue after it lands reads only the rest; while parked_ahead held too: a
+    hit parked before this one still waits for bounce room (a newer hit does not take the room
+    the parked head waits for)
+    """
+    world = LineWorld(BOUNDS)
+    world.issue(0)
+    world.expect(device=0, host_free=2, pinned=0, r0="no_anchor", r1=None, r2=None)
+    world.fired("r0: (issued) --lock[root_prefix]--> no_anchor")
+    world.issue(2, stale=True)
+    world.expect(device=0, host_free=2, pinned=0, r0="no_anchor", r1=None, r2="anchor_lost")
+    world.fired("r2: (issued) --lock[live_match_short]--> anchor_lost")
+    world.publish()
+    world.expect(device=1, host_free=2, pinned=0, r0="no_anchor", r1=None, r2="anchor_lost")
+    world.fired()
+    world.complete(2)
+    world.expect(device=1, host_free=0, pinned=1, r0="no_anchor", r1=None, r2="reading")
+    world.fired(
+        "r2: (anchor_lost) --hit[else]--> anchor_lost",
+        "r2: (anchor_lost) --commit[else]--> reading",
+    )
+    world.complete(0)
+    world.expect(device=1, host_free=0, pinned=1, r0="parked", r1=None, r2="reading")
+    world.fired(
+        "r0: (no_anchor) --hit[else]--> no_anchor",
+        "r0: (no_anchor) --commit[host_short]--> parked",
+    )
+    world.publish()
+    world.expect(device=2, host_free=0, pinned=1, r0="parked", r1=None, r2="reading")
+    world.fired()
+    world.issue(1)
+    world.expect(device=2, host_free=0, pinned=1, r0="parked", r1="cap_skip", r2="reading")
+    world.fired("r1: (issued) --lock[over_cap]--> cap_skip")
+    world.complete(1)
+    world.expect(device=2, host_free=0, pinned=1, r0="parked", r1=None, r2="reading")
+    world.fired(
+        "r1: (cap_skip) --hit[else]--> cap_skip",
+        "r0: (parked) --commit[host_short]--> parked",
+        "r1: (cap_skip) --commit[span_inflight]--> released (declined_inflight)",
+    )
     world.finish()
 
 
@@ -484,16 +840,59 @@ def test_cap_skip__commit__parked_ahead() -> None:
     world = LineWorld(BOUNDS)
     world.publish()
     world.expect(device=1, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.fired()
     world.issue(0)
     world.expect(device=1, host_free=2, pinned=1, r0="locked", r1=None, r2=None)
+    world.fired("r0: (issued) --lock[else]--> locked")
     world.complete(0)
     world.expect(device=1, host_free=2, pinned=1, r0="parked", r1=None, r2=None)
+    world.fired("r0: (locked) --hit[else]--> locked", "r0: (locked) --commit[host_short]--> parked")
     world.issue(1)
     world.expect(device=1, host_free=2, pinned=2, r0="parked", r1="locked", r2=None)
+    world.fired("r1: (issued) --lock[else]--> locked")
     world.issue(2)
     world.expect(device=1, host_free=2, pinned=2, r0="parked", r1="locked", r2="cap_skip")
+    world.fired("r2: (issued) --lock[over_cap]--> cap_skip")
     world.complete(2)
     world.expect(device=1, host_free=2, pinned=2, r0="parked", r1="locked", r2="parked")
+    world.fired(
+        "r2: (cap_skip) --hit[else]--> cap_skip",
+        "r0: (parked) --commit[host_short]--> parked",
+        "r2: (cap_skip) --commit[parked_ahead]--> parked",
+    )
+    world.finish()
+
+
+def test_cap_skip__commit__parked_ahead__also__host_short() -> None:
+    """(cap_skip) --commit--> parked
+
+    when parked_ahead: a hit parked before this one still waits for bounce room (a newer hit
+    does not take the room the parked head waits for); while host_short held too: the host pool
+    cannot hold the span (and its aux window) now
+    """
+    world = LineWorld(BOUNDS)
+    world.publish()
+    world.expect(device=1, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.fired()
+    world.issue(0)
+    world.expect(device=1, host_free=2, pinned=1, r0="locked", r1=None, r2=None)
+    world.fired("r0: (issued) --lock[else]--> locked")
+    world.complete(0)
+    world.expect(device=1, host_free=2, pinned=1, r0="parked", r1=None, r2=None)
+    world.fired("r0: (locked) --hit[else]--> locked", "r0: (locked) --commit[host_short]--> parked")
+    world.issue(2)
+    world.expect(device=1, host_free=2, pinned=2, r0="parked", r1=None, r2="locked")
+    world.fired("r2: (issued) --lock[else]--> locked")
+    world.issue(1)
+    world.expect(device=1, host_free=2, pinned=2, r0="parked", r1="cap_skip", r2="locked")
+    world.fired("r1: (issued) --lock[over_cap]--> cap_skip")
+    world.complete(1)
+    world.expect(device=1, host_free=2, pinned=2, r0="parked", r1="parked", r2="locked")
+    world.fired(
+        "r1: (cap_skip) --hit[else]--> cap_skip",
+        "r0: (parked) --commit[host_short]--> parked",
+        "r1: (cap_skip) --commit[parked_ahead]--> parked",
+    )
     world.finish()
 
 
@@ -505,14 +904,22 @@ def test_cap_skip__commit__host_short() -> None:
     world = LineWorld(BOUNDS)
     world.publish()
     world.expect(device=1, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.fired()
     world.issue(0)
     world.expect(device=1, host_free=2, pinned=1, r0="locked", r1=None, r2=None)
+    world.fired("r0: (issued) --lock[else]--> locked")
     world.issue(2)
     world.expect(device=1, host_free=2, pinned=2, r0="locked", r1=None, r2="locked")
+    world.fired("r2: (issued) --lock[else]--> locked")
     world.issue(1)
     world.expect(device=1, host_free=2, pinned=2, r0="locked", r1="cap_skip", r2="locked")
+    world.fired("r1: (issued) --lock[over_cap]--> cap_skip")
     world.complete(1)
     world.expect(device=1, host_free=2, pinned=2, r0="locked", r1="parked", r2="locked")
+    world.fired(
+        "r1: (cap_skip) --hit[else]--> cap_skip",
+        "r1: (cap_skip) --commit[host_short]--> parked",
+    )
     world.finish()
 
 
@@ -524,14 +931,22 @@ def test_cap_skip__commit__else() -> None:
     world = LineWorld(BOUNDS)
     world.publish()
     world.expect(device=1, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.fired()
     world.issue(0)
     world.expect(device=1, host_free=2, pinned=1, r0="locked", r1=None, r2=None)
+    world.fired("r0: (issued) --lock[else]--> locked")
     world.issue(1)
     world.expect(device=1, host_free=2, pinned=2, r0="locked", r1="locked", r2=None)
+    world.fired("r1: (issued) --lock[else]--> locked")
     world.issue(2)
     world.expect(device=1, host_free=2, pinned=2, r0="locked", r1="locked", r2="cap_skip")
+    world.fired("r2: (issued) --lock[over_cap]--> cap_skip")
     world.complete(2)
     world.expect(device=1, host_free=0, pinned=2, r0="locked", r1="locked", r2="reading")
+    world.fired(
+        "r2: (cap_skip) --hit[else]--> cap_skip",
+        "r2: (cap_skip) --commit[else]--> reading",
+    )
     world.finish()
 
 
@@ -544,8 +959,13 @@ def test_anchor_lost__commit__live_match_short() -> None:
     world = LineWorld(BOUNDS)
     world.issue(0, stale=True)
     world.expect(device=0, host_free=2, pinned=0, r0="anchor_lost", r1=None, r2=None)
+    world.fired("r0: (issued) --lock[live_match_short]--> anchor_lost")
     world.complete(0)
     world.expect(device=0, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.fired(
+        "r0: (anchor_lost) --hit[else]--> anchor_lost",
+        "r0: (anchor_lost) --commit[live_match_short]--> released (declined_anchor_lost)",
+    )
     world.finish()
 
 
@@ -557,14 +977,61 @@ def test_anchor_lost__commit__device_covers_span() -> None:
     world = LineWorld(BOUNDS)
     world.issue(2, stale=True)
     world.expect(device=0, host_free=2, pinned=0, r0=None, r1=None, r2="anchor_lost")
+    world.fired("r2: (issued) --lock[live_match_short]--> anchor_lost")
     world.publish()
     world.expect(device=1, host_free=2, pinned=0, r0=None, r1=None, r2="anchor_lost")
+    world.fired()
     world.publish()
     world.expect(device=2, host_free=2, pinned=0, r0=None, r1=None, r2="anchor_lost")
+    world.fired()
     world.publish()
     world.expect(device=3, host_free=2, pinned=0, r0=None, r1=None, r2="anchor_lost")
+    world.fired()
     world.complete(2)
     world.expect(device=3, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.fired(
+        "r2: (anchor_lost) --hit[else]--> anchor_lost",
+        "r2: (anchor_lost) --commit[device_covers_span]--> released (declined_device_covered)",
+    )
+    world.finish()
+
+
+def test_anchor_lost__commit__device_covers_span__also__span_inflight() -> None:
+    """(anchor_lost) --commit--> released (declined_device_covered)
+
+    when device_covers_span: the live device tree already holds the whole span; while
+    span_inflight held too: the first page key the read would bring (the span's head) is owned
+    by a live sibling record (reading, staged, trimmed or consumed): it is already fetching that
+    head, and the re-issue after it lands reads only the rest
+    """
+    world = LineWorld(BOUNDS)
+    world.issue(0)
+    world.expect(device=0, host_free=2, pinned=0, r0="no_anchor", r1=None, r2=None)
+    world.fired("r0: (issued) --lock[root_prefix]--> no_anchor")
+    world.complete(0, "short", pages=2)
+    world.expect(device=0, host_free=0, pinned=0, r0="reading", r1=None, r2=None)
+    world.fired(
+        "r0: (no_anchor) --hit[else]--> no_anchor",
+        "r0: (no_anchor) --commit[else]--> reading",
+    )
+    world.issue(2, stale=True)
+    world.expect(device=0, host_free=0, pinned=0, r0="reading", r1=None, r2="anchor_lost")
+    world.fired("r2: (issued) --lock[live_match_short]--> anchor_lost")
+    world.publish()
+    world.expect(device=1, host_free=0, pinned=0, r0="reading", r1=None, r2="anchor_lost")
+    world.fired()
+    world.publish()
+    world.expect(device=2, host_free=0, pinned=0, r0="reading", r1=None, r2="anchor_lost")
+    world.fired()
+    world.publish()
+    world.expect(device=3, host_free=0, pinned=0, r0="reading", r1=None, r2="anchor_lost")
+    world.fired()
+    world.complete(2)
+    world.expect(device=3, host_free=0, pinned=0, r0="reading", r1=None, r2=None)
+    world.fired(
+        "r2: (anchor_lost) --hit[else]--> anchor_lost",
+        "r2: (anchor_lost) --commit[device_covers_span]--> released (declined_device_covered)",
+    )
     world.finish()
 
 
@@ -578,14 +1045,73 @@ def test_anchor_lost__commit__span_inflight() -> None:
     world = LineWorld(BOUNDS)
     world.issue(0)
     world.expect(device=0, host_free=2, pinned=0, r0="no_anchor", r1=None, r2=None)
+    world.fired("r0: (issued) --lock[root_prefix]--> no_anchor")
     world.complete(0, "short", pages=2)
     world.expect(device=0, host_free=0, pinned=0, r0="reading", r1=None, r2=None)
+    world.fired(
+        "r0: (no_anchor) --hit[else]--> no_anchor",
+        "r0: (no_anchor) --commit[else]--> reading",
+    )
     world.issue(1, stale=True)
     world.expect(device=0, host_free=0, pinned=0, r0="reading", r1="anchor_lost", r2=None)
+    world.fired("r1: (issued) --lock[live_match_short]--> anchor_lost")
     world.publish()
     world.expect(device=1, host_free=0, pinned=0, r0="reading", r1="anchor_lost", r2=None)
+    world.fired()
     world.complete(1)
     world.expect(device=1, host_free=0, pinned=0, r0="reading", r1=None, r2=None)
+    world.fired(
+        "r1: (anchor_lost) --hit[else]--> anchor_lost",
+        "r1: (anchor_lost) --commit[span_inflight]--> released (declined_inflight)",
+    )
+    world.finish()
+
+
+def test_anchor_lost__commit__span_inflight__also__parked_ahead() -> None:
+    """(anchor_lost) --commit--> released (declined_inflight)
+
+    when span_inflight: the first page key the read would bring (the span's head) is owned by a
+    live sibling record (reading, staged, trimmed or consumed): it is already fetching that
+    head, and the re-issue after it lands reads only the rest; while parked_ahead held too: a
+    hit parked before this one still waits for bounce room (a newer hit does not take the room
+    the parked head waits for)
+    """
+    world = LineWorld(BOUNDS)
+    world.issue(0)
+    world.expect(device=0, host_free=2, pinned=0, r0="no_anchor", r1=None, r2=None)
+    world.fired("r0: (issued) --lock[root_prefix]--> no_anchor")
+    world.issue(1, stale=True)
+    world.expect(device=0, host_free=2, pinned=0, r0="no_anchor", r1="anchor_lost", r2=None)
+    world.fired("r1: (issued) --lock[live_match_short]--> anchor_lost")
+    world.issue(2, stale=True)
+    world.expect(
+        device=0, host_free=2, pinned=0, r0="no_anchor", r1="anchor_lost", r2="anchor_lost"
+    )
+    world.fired("r2: (issued) --lock[live_match_short]--> anchor_lost")
+    world.publish()
+    world.expect(
+        device=1, host_free=2, pinned=0, r0="no_anchor", r1="anchor_lost", r2="anchor_lost"
+    )
+    world.fired()
+    world.complete(1, "short", pages=2)
+    world.expect(device=1, host_free=0, pinned=1, r0="no_anchor", r1="reading", r2="anchor_lost")
+    world.fired(
+        "r1: (anchor_lost) --hit[else]--> anchor_lost",
+        "r1: (anchor_lost) --commit[else]--> reading",
+    )
+    world.complete(0)
+    world.expect(device=1, host_free=0, pinned=1, r0="parked", r1="reading", r2="anchor_lost")
+    world.fired(
+        "r0: (no_anchor) --hit[else]--> no_anchor",
+        "r0: (no_anchor) --commit[host_short]--> parked",
+    )
+    world.complete(2)
+    world.expect(device=1, host_free=0, pinned=1, r0="parked", r1="reading", r2=None)
+    world.fired(
+        "r2: (anchor_lost) --hit[else]--> anchor_lost",
+        "r0: (parked) --commit[host_short]--> parked",
+        "r2: (anchor_lost) --commit[span_inflight]--> released (declined_inflight)",
+    )
     world.finish()
 
 
@@ -598,14 +1124,59 @@ def test_anchor_lost__commit__parked_ahead() -> None:
     world = LineWorld(BOUNDS)
     world.issue(0)
     world.expect(device=0, host_free=2, pinned=0, r0="no_anchor", r1=None, r2=None)
+    world.fired("r0: (issued) --lock[root_prefix]--> no_anchor")
     world.complete(0)
     world.expect(device=0, host_free=2, pinned=0, r0="parked", r1=None, r2=None)
+    world.fired(
+        "r0: (no_anchor) --hit[else]--> no_anchor",
+        "r0: (no_anchor) --commit[host_short]--> parked",
+    )
     world.issue(1, stale=True)
     world.expect(device=0, host_free=2, pinned=0, r0="parked", r1="anchor_lost", r2=None)
+    world.fired("r1: (issued) --lock[live_match_short]--> anchor_lost")
     world.publish()
     world.expect(device=1, host_free=2, pinned=0, r0="parked", r1="anchor_lost", r2=None)
+    world.fired()
     world.complete(1)
     world.expect(device=1, host_free=2, pinned=0, r0="parked", r1="parked", r2=None)
+    world.fired(
+        "r1: (anchor_lost) --hit[else]--> anchor_lost",
+        "r0: (parked) --commit[host_short]--> parked",
+        "r1: (anchor_lost) --commit[parked_ahead]--> parked",
+    )
+    world.finish()
+
+
+def test_anchor_lost__commit__parked_ahead__also__host_short() -> None:
+    """(anchor_lost) --commit--> parked
+
+    when parked_ahead: a hit parked before this one still waits for bounce room (a newer hit
+    does not take the room the parked head waits for); while host_short held too: the host pool
+    cannot hold the span (and its aux window) now
+    """
+    world = LineWorld(BOUNDS)
+    world.issue(0)
+    world.expect(device=0, host_free=2, pinned=0, r0="no_anchor", r1=None, r2=None)
+    world.fired("r0: (issued) --lock[root_prefix]--> no_anchor")
+    world.complete(0)
+    world.expect(device=0, host_free=2, pinned=0, r0="parked", r1=None, r2=None)
+    world.fired(
+        "r0: (no_anchor) --hit[else]--> no_anchor",
+        "r0: (no_anchor) --commit[host_short]--> parked",
+    )
+    world.issue(1, stale=True)
+    world.expect(device=0, host_free=2, pinned=0, r0="parked", r1="anchor_lost", r2=None)
+    world.fired("r1: (issued) --lock[live_match_short]--> anchor_lost")
+    world.publish()
+    world.expect(device=1, host_free=2, pinned=0, r0="parked", r1="anchor_lost", r2=None)
+    world.fired()
+    world.complete(1)
+    world.expect(device=1, host_free=2, pinned=0, r0="parked", r1="parked", r2=None)
+    world.fired(
+        "r1: (anchor_lost) --hit[else]--> anchor_lost",
+        "r0: (parked) --commit[host_short]--> parked",
+        "r1: (anchor_lost) --commit[parked_ahead]--> parked",
+    )
     world.finish()
 
 
@@ -617,10 +1188,16 @@ def test_anchor_lost__commit__host_short() -> None:
     world = LineWorld(BOUNDS)
     world.issue(0, stale=True)
     world.expect(device=0, host_free=2, pinned=0, r0="anchor_lost", r1=None, r2=None)
+    world.fired("r0: (issued) --lock[live_match_short]--> anchor_lost")
     world.publish()
     world.expect(device=1, host_free=2, pinned=0, r0="anchor_lost", r1=None, r2=None)
+    world.fired()
     world.complete(0)
     world.expect(device=1, host_free=2, pinned=0, r0="parked", r1=None, r2=None)
+    world.fired(
+        "r0: (anchor_lost) --hit[else]--> anchor_lost",
+        "r0: (anchor_lost) --commit[host_short]--> parked",
+    )
     world.finish()
 
 
@@ -632,10 +1209,16 @@ def test_anchor_lost__commit__else() -> None:
     world = LineWorld(BOUNDS)
     world.issue(0, stale=True)
     world.expect(device=0, host_free=2, pinned=0, r0="anchor_lost", r1=None, r2=None)
+    world.fired("r0: (issued) --lock[live_match_short]--> anchor_lost")
     world.publish()
     world.expect(device=1, host_free=2, pinned=0, r0="anchor_lost", r1=None, r2=None)
+    world.fired()
     world.complete(0, "short", pages=2)
     world.expect(device=1, host_free=0, pinned=1, r0="reading", r1=None, r2=None)
+    world.fired(
+        "r0: (anchor_lost) --hit[else]--> anchor_lost",
+        "r0: (anchor_lost) --commit[else]--> reading",
+    )
     world.finish()
 
 
@@ -648,14 +1231,22 @@ def test_parked__commit__live_match_short() -> None:
     world = LineWorld(BOUNDS)
     world.issue(0, stale=True)
     world.expect(device=0, host_free=2, pinned=0, r0="anchor_lost", r1=None, r2=None)
+    world.fired("r0: (issued) --lock[live_match_short]--> anchor_lost")
     world.publish()
     world.expect(device=1, host_free=2, pinned=0, r0="anchor_lost", r1=None, r2=None)
+    world.fired()
     world.complete(0)
     world.expect(device=1, host_free=2, pinned=0, r0="parked", r1=None, r2=None)
+    world.fired(
+        "r0: (anchor_lost) --hit[else]--> anchor_lost",
+        "r0: (anchor_lost) --commit[host_short]--> parked",
+    )
     world.evict()
     world.expect(device=0, host_free=2, pinned=0, r0="parked", r1=None, r2=None)
+    world.fired()
     world.poll()
     world.expect(device=0, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.fired("r0: (parked) --commit[live_match_short]--> released (declined_anchor_lost)")
     world.finish()
 
 
@@ -667,16 +1258,81 @@ def test_parked__commit__device_covers_span() -> None:
     world = LineWorld(BOUNDS)
     world.issue(2)
     world.expect(device=0, host_free=2, pinned=0, r0=None, r1=None, r2="no_anchor")
+    world.fired("r2: (issued) --lock[root_prefix]--> no_anchor")
     world.complete(2)
     world.expect(device=0, host_free=2, pinned=0, r0=None, r1=None, r2="parked")
+    world.fired(
+        "r2: (no_anchor) --hit[else]--> no_anchor",
+        "r2: (no_anchor) --commit[host_short]--> parked",
+    )
     world.publish()
     world.expect(device=1, host_free=2, pinned=0, r0=None, r1=None, r2="parked")
+    world.fired()
     world.publish()
     world.expect(device=2, host_free=2, pinned=0, r0=None, r1=None, r2="parked")
+    world.fired()
     world.publish()
     world.expect(device=3, host_free=2, pinned=0, r0=None, r1=None, r2="parked")
+    world.fired()
     world.poll()
     world.expect(device=3, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.fired("r2: (parked) --commit[device_covers_span]--> released (declined_device_covered)")
+    world.finish()
+
+
+def test_parked__commit__device_covers_span__also__span_inflight() -> None:
+    """(parked) --commit--> released (declined_device_covered)
+
+    when device_covers_span: the live device tree already holds the whole span; while
+    span_inflight held too: the first page key the read would bring (the span's head) is owned
+    by a live sibling record (reading, staged, trimmed or consumed): it is already fetching that
+    head, and the re-issue after it lands reads only the rest
+    """
+    world = LineWorld(BOUNDS)
+    world.issue(0)
+    world.expect(device=0, host_free=2, pinned=0, r0="no_anchor", r1=None, r2=None)
+    world.fired("r0: (issued) --lock[root_prefix]--> no_anchor")
+    world.issue(1, stale=True)
+    world.expect(device=0, host_free=2, pinned=0, r0="no_anchor", r1="anchor_lost", r2=None)
+    world.fired("r1: (issued) --lock[live_match_short]--> anchor_lost")
+    world.issue(2)
+    world.expect(device=0, host_free=2, pinned=0, r0="no_anchor", r1="anchor_lost", r2="no_anchor")
+    world.fired("r2: (issued) --lock[root_prefix]--> no_anchor")
+    world.publish()
+    world.expect(device=1, host_free=2, pinned=0, r0="no_anchor", r1="anchor_lost", r2="no_anchor")
+    world.fired()
+    world.complete(1, "short", pages=2)
+    world.expect(device=1, host_free=0, pinned=1, r0="no_anchor", r1="reading", r2="no_anchor")
+    world.fired(
+        "r1: (anchor_lost) --hit[else]--> anchor_lost",
+        "r1: (anchor_lost) --commit[else]--> reading",
+    )
+    world.complete(0, "short", pages=2)
+    world.expect(device=1, host_free=0, pinned=1, r0="parked", r1="reading", r2="no_anchor")
+    world.fired(
+        "r0: (no_anchor) --hit[else]--> no_anchor",
+        "r0: (no_anchor) --commit[host_short]--> parked",
+    )
+    world.complete(2)
+    world.expect(device=1, host_free=0, pinned=1, r0="parked", r1="reading", r2="parked")
+    world.fired(
+        "r2: (no_anchor) --hit[else]--> no_anchor",
+        "r0: (parked) --commit[host_short]--> parked",
+        "r2: (no_anchor) --commit[parked_ahead]--> parked",
+    )
+    world.publish()
+    world.expect(device=2, host_free=0, pinned=1, r0="parked", r1="reading", r2="parked")
+    world.fired()
+    world.publish()
+    world.expect(device=3, host_free=0, pinned=1, r0="parked", r1="reading", r2="parked")
+    world.fired()
+    world.complete(1, "error")
+    world.expect(device=3, host_free=0, pinned=0, r0="reading", r1=None, r2=None)
+    world.fired(
+        "r1: (reading) --read_done[read_empty]--> released (discarded)",
+        "r0: (parked) --commit[else]--> reading",
+        "r2: (parked) --commit[device_covers_span]--> released (declined_device_covered)",
+    )
     world.finish()
 
 
@@ -690,20 +1346,92 @@ def test_parked__commit__span_inflight() -> None:
     world = LineWorld(BOUNDS)
     world.issue(0)
     world.expect(device=0, host_free=2, pinned=0, r0="no_anchor", r1=None, r2=None)
+    world.fired("r0: (issued) --lock[root_prefix]--> no_anchor")
     world.complete(0)
     world.expect(device=0, host_free=2, pinned=0, r0="parked", r1=None, r2=None)
+    world.fired(
+        "r0: (no_anchor) --hit[else]--> no_anchor",
+        "r0: (no_anchor) --commit[host_short]--> parked",
+    )
     world.issue(1)
     world.expect(device=0, host_free=2, pinned=0, r0="parked", r1="no_anchor", r2=None)
+    world.fired("r1: (issued) --lock[root_prefix]--> no_anchor")
     world.complete(1, "short", pages=2)
     world.expect(device=0, host_free=2, pinned=0, r0="parked", r1="parked", r2=None)
+    world.fired(
+        "r1: (no_anchor) --hit[else]--> no_anchor",
+        "r0: (parked) --commit[host_short]--> parked",
+        "r1: (no_anchor) --commit[parked_ahead]--> parked",
+    )
     world.issue(2)
     world.expect(device=0, host_free=2, pinned=0, r0="parked", r1="parked", r2="no_anchor")
+    world.fired("r2: (issued) --lock[root_prefix]--> no_anchor")
     world.complete(2)
     world.expect(device=0, host_free=2, pinned=0, r0="parked", r1="parked", r2="parked")
+    world.fired(
+        "r2: (no_anchor) --hit[else]--> no_anchor",
+        "r0: (parked) --commit[host_short]--> parked",
+        "r2: (no_anchor) --commit[parked_ahead]--> parked",
+    )
     world.abort(0)
     world.expect(device=0, host_free=2, pinned=0, r0=None, r1="parked", r2="parked")
+    world.fired("r0: (parked) --abort[else]--> released (aborted)")
     world.poll()
     world.expect(device=0, host_free=0, pinned=0, r0=None, r1="reading", r2=None)
+    world.fired(
+        "r1: (parked) --commit[else]--> reading",
+        "r2: (parked) --commit[span_inflight]--> released (declined_inflight)",
+    )
+    world.finish()
+
+
+def test_parked__commit__span_inflight__also__host_short() -> None:
+    """(parked) --commit--> released (declined_inflight)
+
+    when span_inflight: the first page key the read would bring (the span's head) is owned by a
+    live sibling record (reading, staged, trimmed or consumed): it is already fetching that
+    head, and the re-issue after it lands reads only the rest; while host_short held too: the
+    host pool cannot hold the span (and its aux window) now
+    """
+    world = LineWorld(BOUNDS)
+    world.issue(0)
+    world.expect(device=0, host_free=2, pinned=0, r0="no_anchor", r1=None, r2=None)
+    world.fired("r0: (issued) --lock[root_prefix]--> no_anchor")
+    world.complete(0)
+    world.expect(device=0, host_free=2, pinned=0, r0="parked", r1=None, r2=None)
+    world.fired(
+        "r0: (no_anchor) --hit[else]--> no_anchor",
+        "r0: (no_anchor) --commit[host_short]--> parked",
+    )
+    world.issue(1)
+    world.expect(device=0, host_free=2, pinned=0, r0="parked", r1="no_anchor", r2=None)
+    world.fired("r1: (issued) --lock[root_prefix]--> no_anchor")
+    world.complete(1, "short", pages=2)
+    world.expect(device=0, host_free=2, pinned=0, r0="parked", r1="parked", r2=None)
+    world.fired(
+        "r1: (no_anchor) --hit[else]--> no_anchor",
+        "r0: (parked) --commit[host_short]--> parked",
+        "r1: (no_anchor) --commit[parked_ahead]--> parked",
+    )
+    world.issue(2)
+    world.expect(device=0, host_free=2, pinned=0, r0="parked", r1="parked", r2="no_anchor")
+    world.fired("r2: (issued) --lock[root_prefix]--> no_anchor")
+    world.complete(2)
+    world.expect(device=0, host_free=2, pinned=0, r0="parked", r1="parked", r2="parked")
+    world.fired(
+        "r2: (no_anchor) --hit[else]--> no_anchor",
+        "r0: (parked) --commit[host_short]--> parked",
+        "r2: (no_anchor) --commit[parked_ahead]--> parked",
+    )
+    world.abort(0)
+    world.expect(device=0, host_free=2, pinned=0, r0=None, r1="parked", r2="parked")
+    world.fired("r0: (parked) --abort[else]--> released (aborted)")
+    world.poll()
+    world.expect(device=0, host_free=0, pinned=0, r0=None, r1="reading", r2=None)
+    world.fired(
+        "r1: (parked) --commit[else]--> reading",
+        "r2: (parked) --commit[span_inflight]--> released (declined_inflight)",
+    )
     world.finish()
 
 
@@ -715,10 +1443,16 @@ def test_parked__commit__host_short() -> None:
     world = LineWorld(BOUNDS)
     world.issue(0)
     world.expect(device=0, host_free=2, pinned=0, r0="no_anchor", r1=None, r2=None)
+    world.fired("r0: (issued) --lock[root_prefix]--> no_anchor")
     world.complete(0)
     world.expect(device=0, host_free=2, pinned=0, r0="parked", r1=None, r2=None)
+    world.fired(
+        "r0: (no_anchor) --hit[else]--> no_anchor",
+        "r0: (no_anchor) --commit[host_short]--> parked",
+    )
     world.poll()
     world.expect(device=0, host_free=2, pinned=0, r0="parked", r1=None, r2=None)
+    world.fired("r0: (parked) --commit[host_short]--> parked")
     world.finish()
 
 
@@ -730,16 +1464,29 @@ def test_parked__commit__else() -> None:
     world = LineWorld(BOUNDS)
     world.issue(0)
     world.expect(device=0, host_free=2, pinned=0, r0="no_anchor", r1=None, r2=None)
+    world.fired("r0: (issued) --lock[root_prefix]--> no_anchor")
     world.complete(0)
     world.expect(device=0, host_free=2, pinned=0, r0="parked", r1=None, r2=None)
+    world.fired(
+        "r0: (no_anchor) --hit[else]--> no_anchor",
+        "r0: (no_anchor) --commit[host_short]--> parked",
+    )
     world.issue(1)
     world.expect(device=0, host_free=2, pinned=0, r0="parked", r1="no_anchor", r2=None)
+    world.fired("r1: (issued) --lock[root_prefix]--> no_anchor")
     world.complete(1, "short", pages=2)
     world.expect(device=0, host_free=2, pinned=0, r0="parked", r1="parked", r2=None)
+    world.fired(
+        "r1: (no_anchor) --hit[else]--> no_anchor",
+        "r0: (parked) --commit[host_short]--> parked",
+        "r1: (no_anchor) --commit[parked_ahead]--> parked",
+    )
     world.abort(0)
     world.expect(device=0, host_free=2, pinned=0, r0=None, r1="parked", r2=None)
+    world.fired("r0: (parked) --abort[else]--> released (aborted)")
     world.poll()
     world.expect(device=0, host_free=0, pinned=0, r0=None, r1="reading", r2=None)
+    world.fired("r1: (parked) --commit[else]--> reading")
     world.finish()
 
 
@@ -751,14 +1498,61 @@ def test_locked__commit__device_covers_span() -> None:
     world = LineWorld(BOUNDS)
     world.publish()
     world.expect(device=1, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.fired()
     world.issue(2)
     world.expect(device=1, host_free=2, pinned=1, r0=None, r1=None, r2="locked")
+    world.fired("r2: (issued) --lock[else]--> locked")
     world.publish()
     world.expect(device=2, host_free=2, pinned=1, r0=None, r1=None, r2="locked")
+    world.fired()
     world.publish()
     world.expect(device=3, host_free=2, pinned=1, r0=None, r1=None, r2="locked")
+    world.fired()
     world.complete(2)
     world.expect(device=3, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.fired(
+        "r2: (locked) --hit[else]--> locked",
+        "r2: (locked) --commit[device_covers_span]--> released (declined_device_covered)",
+    )
+    world.finish()
+
+
+def test_locked__commit__device_covers_span__also__span_inflight() -> None:
+    """(locked) --commit--> released (declined_device_covered)
+
+    when device_covers_span: the live device tree already holds the whole span; while
+    span_inflight held too: the first page key the read would bring (the span's head) is owned
+    by a live sibling record (reading, staged, trimmed or consumed): it is already fetching that
+    head, and the re-issue after it lands reads only the rest
+    """
+    world = LineWorld(BOUNDS)
+    world.issue(0)
+    world.expect(device=0, host_free=2, pinned=0, r0="no_anchor", r1=None, r2=None)
+    world.fired("r0: (issued) --lock[root_prefix]--> no_anchor")
+    world.complete(0, "short", pages=2)
+    world.expect(device=0, host_free=0, pinned=0, r0="reading", r1=None, r2=None)
+    world.fired(
+        "r0: (no_anchor) --hit[else]--> no_anchor",
+        "r0: (no_anchor) --commit[else]--> reading",
+    )
+    world.publish()
+    world.expect(device=1, host_free=0, pinned=0, r0="reading", r1=None, r2=None)
+    world.fired()
+    world.issue(2)
+    world.expect(device=1, host_free=0, pinned=1, r0="reading", r1=None, r2="locked")
+    world.fired("r2: (issued) --lock[else]--> locked")
+    world.publish()
+    world.expect(device=2, host_free=0, pinned=1, r0="reading", r1=None, r2="locked")
+    world.fired()
+    world.publish()
+    world.expect(device=3, host_free=0, pinned=1, r0="reading", r1=None, r2="locked")
+    world.fired()
+    world.complete(2)
+    world.expect(device=3, host_free=0, pinned=0, r0="reading", r1=None, r2=None)
+    world.fired(
+        "r2: (locked) --hit[else]--> locked",
+        "r2: (locked) --commit[device_covers_span]--> released (declined_device_covered)",
+    )
     world.finish()
 
 
@@ -772,14 +1566,69 @@ def test_locked__commit__span_inflight() -> None:
     world = LineWorld(BOUNDS)
     world.issue(0)
     world.expect(device=0, host_free=2, pinned=0, r0="no_anchor", r1=None, r2=None)
+    world.fired("r0: (issued) --lock[root_prefix]--> no_anchor")
     world.complete(0, "short", pages=2)
     world.expect(device=0, host_free=0, pinned=0, r0="reading", r1=None, r2=None)
+    world.fired(
+        "r0: (no_anchor) --hit[else]--> no_anchor",
+        "r0: (no_anchor) --commit[else]--> reading",
+    )
     world.publish()
     world.expect(device=1, host_free=0, pinned=0, r0="reading", r1=None, r2=None)
+    world.fired()
     world.issue(1)
     world.expect(device=1, host_free=0, pinned=1, r0="reading", r1="locked", r2=None)
+    world.fired("r1: (issued) --lock[else]--> locked")
     world.complete(1)
     world.expect(device=1, host_free=0, pinned=0, r0="reading", r1=None, r2=None)
+    world.fired(
+        "r1: (locked) --hit[else]--> locked",
+        "r1: (locked) --commit[span_inflight]--> released (declined_inflight)",
+    )
+    world.finish()
+
+
+def test_locked__commit__span_inflight__also__parked_ahead() -> None:
+    """(locked) --commit--> released (declined_inflight)
+
+    when span_inflight: the first page key the read would bring (the span's head) is owned by a
+    live sibling record (reading, staged, trimmed or consumed): it is already fetching that
+    head, and the re-issue after it lands reads only the rest; while parked_ahead held too: a
+    hit parked before this one still waits for bounce room (a newer hit does not take the room
+    the parked head waits for)
+    """
+    world = LineWorld(BOUNDS)
+    world.issue(0)
+    world.expect(device=0, host_free=2, pinned=0, r0="no_anchor", r1=None, r2=None)
+    world.fired("r0: (issued) --lock[root_prefix]--> no_anchor")
+    world.issue(1, stale=True)
+    world.expect(device=0, host_free=2, pinned=0, r0="no_anchor", r1="anchor_lost", r2=None)
+    world.fired("r1: (issued) --lock[live_match_short]--> anchor_lost")
+    world.publish()
+    world.expect(device=1, host_free=2, pinned=0, r0="no_anchor", r1="anchor_lost", r2=None)
+    world.fired()
+    world.complete(1, "short", pages=2)
+    world.expect(device=1, host_free=0, pinned=1, r0="no_anchor", r1="reading", r2=None)
+    world.fired(
+        "r1: (anchor_lost) --hit[else]--> anchor_lost",
+        "r1: (anchor_lost) --commit[else]--> reading",
+    )
+    world.complete(0)
+    world.expect(device=1, host_free=0, pinned=1, r0="parked", r1="reading", r2=None)
+    world.fired(
+        "r0: (no_anchor) --hit[else]--> no_anchor",
+        "r0: (no_anchor) --commit[host_short]--> parked",
+    )
+    world.issue(2)
+    world.expect(device=1, host_free=0, pinned=2, r0="parked", r1="reading", r2="locked")
+    world.fired("r2: (issued) --lock[else]--> locked")
+    world.complete(2)
+    world.expect(device=1, host_free=0, pinned=1, r0="parked", r1="reading", r2=None)
+    world.fired(
+        "r2: (locked) --hit[else]--> locked",
+        "r0: (parked) --commit[host_short]--> parked",
+        "r2: (locked) --commit[span_inflight]--> released (declined_inflight)",
+    )
     world.finish()
 
 
@@ -792,14 +1641,59 @@ def test_locked__commit__parked_ahead() -> None:
     world = LineWorld(BOUNDS)
     world.issue(0)
     world.expect(device=0, host_free=2, pinned=0, r0="no_anchor", r1=None, r2=None)
+    world.fired("r0: (issued) --lock[root_prefix]--> no_anchor")
     world.complete(0)
     world.expect(device=0, host_free=2, pinned=0, r0="parked", r1=None, r2=None)
+    world.fired(
+        "r0: (no_anchor) --hit[else]--> no_anchor",
+        "r0: (no_anchor) --commit[host_short]--> parked",
+    )
     world.publish()
     world.expect(device=1, host_free=2, pinned=0, r0="parked", r1=None, r2=None)
+    world.fired()
     world.issue(1)
     world.expect(device=1, host_free=2, pinned=1, r0="parked", r1="locked", r2=None)
+    world.fired("r1: (issued) --lock[else]--> locked")
     world.complete(1)
     world.expect(device=1, host_free=2, pinned=1, r0="parked", r1="parked", r2=None)
+    world.fired(
+        "r1: (locked) --hit[else]--> locked",
+        "r0: (parked) --commit[host_short]--> parked",
+        "r1: (locked) --commit[parked_ahead]--> parked",
+    )
+    world.finish()
+
+
+def test_locked__commit__parked_ahead__also__host_short() -> None:
+    """(locked) --commit--> parked
+
+    when parked_ahead: a hit parked before this one still waits for bounce room (a newer hit
+    does not take the room the parked head waits for); while host_short held too: the host pool
+    cannot hold the span (and its aux window) now
+    """
+    world = LineWorld(BOUNDS)
+    world.issue(0)
+    world.expect(device=0, host_free=2, pinned=0, r0="no_anchor", r1=None, r2=None)
+    world.fired("r0: (issued) --lock[root_prefix]--> no_anchor")
+    world.complete(0)
+    world.expect(device=0, host_free=2, pinned=0, r0="parked", r1=None, r2=None)
+    world.fired(
+        "r0: (no_anchor) --hit[else]--> no_anchor",
+        "r0: (no_anchor) --commit[host_short]--> parked",
+    )
+    world.publish()
+    world.expect(device=1, host_free=2, pinned=0, r0="parked", r1=None, r2=None)
+    world.fired()
+    world.issue(1)
+    world.expect(device=1, host_free=2, pinned=1, r0="parked", r1="locked", r2=None)
+    world.fired("r1: (issued) --lock[else]--> locked")
+    world.complete(1)
+    world.expect(device=1, host_free=2, pinned=1, r0="parked", r1="parked", r2=None)
+    world.fired(
+        "r1: (locked) --hit[else]--> locked",
+        "r0: (parked) --commit[host_short]--> parked",
+        "r1: (locked) --commit[parked_ahead]--> parked",
+    )
     world.finish()
 
 
@@ -811,10 +1705,13 @@ def test_locked__commit__host_short() -> None:
     world = LineWorld(BOUNDS)
     world.publish()
     world.expect(device=1, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.fired()
     world.issue(0)
     world.expect(device=1, host_free=2, pinned=1, r0="locked", r1=None, r2=None)
+    world.fired("r0: (issued) --lock[else]--> locked")
     world.complete(0)
     world.expect(device=1, host_free=2, pinned=1, r0="parked", r1=None, r2=None)
+    world.fired("r0: (locked) --hit[else]--> locked", "r0: (locked) --commit[host_short]--> parked")
     world.finish()
 
 
@@ -826,10 +1723,13 @@ def test_locked__commit__else() -> None:
     world = LineWorld(BOUNDS)
     world.publish()
     world.expect(device=1, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.fired()
     world.issue(0)
     world.expect(device=1, host_free=2, pinned=1, r0="locked", r1=None, r2=None)
+    world.fired("r0: (issued) --lock[else]--> locked")
     world.complete(0, "short", pages=2)
     world.expect(device=1, host_free=0, pinned=1, r0="reading", r1=None, r2=None)
+    world.fired("r0: (locked) --hit[else]--> locked", "r0: (locked) --commit[else]--> reading")
     world.finish()
 
 
@@ -841,14 +1741,61 @@ def test_no_anchor__commit__device_covers_span() -> None:
     world = LineWorld(BOUNDS)
     world.issue(2)
     world.expect(device=0, host_free=2, pinned=0, r0=None, r1=None, r2="no_anchor")
+    world.fired("r2: (issued) --lock[root_prefix]--> no_anchor")
     world.publish()
     world.expect(device=1, host_free=2, pinned=0, r0=None, r1=None, r2="no_anchor")
+    world.fired()
     world.publish()
     world.expect(device=2, host_free=2, pinned=0, r0=None, r1=None, r2="no_anchor")
+    world.fired()
     world.publish()
     world.expect(device=3, host_free=2, pinned=0, r0=None, r1=None, r2="no_anchor")
+    world.fired()
     world.complete(2)
     world.expect(device=3, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.fired(
+        "r2: (no_anchor) --hit[else]--> no_anchor",
+        "r2: (no_anchor) --commit[device_covers_span]--> released (declined_device_covered)",
+    )
+    world.finish()
+
+
+def test_no_anchor__commit__device_covers_span__also__span_inflight() -> None:
+    """(no_anchor) --commit--> released (declined_device_covered)
+
+    when device_covers_span: the live device tree already holds the whole span; while
+    span_inflight held too: the first page key the read would bring (the span's head) is owned
+    by a live sibling record (reading, staged, trimmed or consumed): it is already fetching that
+    head, and the re-issue after it lands reads only the rest
+    """
+    world = LineWorld(BOUNDS)
+    world.issue(0)
+    world.expect(device=0, host_free=2, pinned=0, r0="no_anchor", r1=None, r2=None)
+    world.fired("r0: (issued) --lock[root_prefix]--> no_anchor")
+    world.complete(0, "short", pages=2)
+    world.expect(device=0, host_free=0, pinned=0, r0="reading", r1=None, r2=None)
+    world.fired(
+        "r0: (no_anchor) --hit[else]--> no_anchor",
+        "r0: (no_anchor) --commit[else]--> reading",
+    )
+    world.issue(2)
+    world.expect(device=0, host_free=0, pinned=0, r0="reading", r1=None, r2="no_anchor")
+    world.fired("r2: (issued) --lock[root_prefix]--> no_anchor")
+    world.publish()
+    world.expect(device=1, host_free=0, pinned=0, r0="reading", r1=None, r2="no_anchor")
+    world.fired()
+    world.publish()
+    world.expect(device=2, host_free=0, pinned=0, r0="reading", r1=None, r2="no_anchor")
+    world.fired()
+    world.publish()
+    world.expect(device=3, host_free=0, pinned=0, r0="reading", r1=None, r2="no_anchor")
+    world.fired()
+    world.complete(2)
+    world.expect(device=3, host_free=0, pinned=0, r0="reading", r1=None, r2=None)
+    world.fired(
+        "r2: (no_anchor) --hit[else]--> no_anchor",
+        "r2: (no_anchor) --commit[device_covers_span]--> released (declined_device_covered)",
+    )
     world.finish()
 
 
@@ -862,12 +1809,69 @@ def test_no_anchor__commit__span_inflight() -> None:
     world = LineWorld(BOUNDS)
     world.issue(0)
     world.expect(device=0, host_free=2, pinned=0, r0="no_anchor", r1=None, r2=None)
+    world.fired("r0: (issued) --lock[root_prefix]--> no_anchor")
     world.complete(0, "short", pages=2)
     world.expect(device=0, host_free=0, pinned=0, r0="reading", r1=None, r2=None)
+    world.fired(
+        "r0: (no_anchor) --hit[else]--> no_anchor",
+        "r0: (no_anchor) --commit[else]--> reading",
+    )
     world.issue(1)
     world.expect(device=0, host_free=0, pinned=0, r0="reading", r1="no_anchor", r2=None)
+    world.fired("r1: (issued) --lock[root_prefix]--> no_anchor")
     world.complete(1)
     world.expect(device=0, host_free=0, pinned=0, r0="reading", r1=None, r2=None)
+    world.fired(
+        "r1: (no_anchor) --hit[else]--> no_anchor",
+        "r1: (no_anchor) --commit[span_inflight]--> released (declined_inflight)",
+    )
+    world.finish()
+
+
+def test_no_anchor__commit__span_inflight__also__parked_ahead() -> None:
+    """(no_anchor) --commit--> released (declined_inflight)
+
+    when span_inflight: the first page key the read would bring (the span's head) is owned by a
+    live sibling record (reading, staged, trimmed or consumed): it is already fetching that
+    head, and the re-issue after it lands reads only the rest; while parked_ahead held too: a
+    hit parked before this one still waits for bounce room (a newer hit does not take the room
+    the parked head waits for)
+    """
+    world = LineWorld(BOUNDS)
+    world.issue(0)
+    world.expect(device=0, host_free=2, pinned=0, r0="no_anchor", r1=None, r2=None)
+    world.fired("r0: (issued) --lock[root_prefix]--> no_anchor")
+    world.complete(0, "short", pages=2)
+    world.expect(device=0, host_free=0, pinned=0, r0="reading", r1=None, r2=None)
+    world.fired(
+        "r0: (no_anchor) --hit[else]--> no_anchor",
+        "r0: (no_anchor) --commit[else]--> reading",
+    )
+    world.complete(0, "short", pages=1)
+    world.expect(device=0, host_free=1, pinned=0, r0="staged", r1=None, r2=None)
+    world.fired("r0: (reading) --read_done[else]--> staged")
+    world.issue(1)
+    world.expect(device=0, host_free=1, pinned=0, r0="staged", r1="no_anchor", r2=None)
+    world.fired("r1: (issued) --lock[root_prefix]--> no_anchor")
+    world.issue(2, stale=True)
+    world.expect(device=0, host_free=1, pinned=0, r0="staged", r1="no_anchor", r2="anchor_lost")
+    world.fired("r2: (issued) --lock[live_match_short]--> anchor_lost")
+    world.publish()
+    world.expect(device=1, host_free=1, pinned=0, r0="staged", r1="no_anchor", r2="anchor_lost")
+    world.fired()
+    world.complete(2)
+    world.expect(device=1, host_free=1, pinned=0, r0="staged", r1="no_anchor", r2="parked")
+    world.fired(
+        "r2: (anchor_lost) --hit[else]--> anchor_lost",
+        "r2: (anchor_lost) --commit[host_short]--> parked",
+    )
+    world.complete(1)
+    world.expect(device=1, host_free=1, pinned=0, r0="staged", r1=None, r2="parked")
+    world.fired(
+        "r1: (no_anchor) --hit[else]--> no_anchor",
+        "r2: (parked) --commit[host_short]--> parked",
+        "r1: (no_anchor) --commit[span_inflight]--> released (declined_inflight)",
+    )
     world.finish()
 
 
@@ -880,12 +1884,53 @@ def test_no_anchor__commit__parked_ahead() -> None:
     world = LineWorld(BOUNDS)
     world.issue(0)
     world.expect(device=0, host_free=2, pinned=0, r0="no_anchor", r1=None, r2=None)
+    world.fired("r0: (issued) --lock[root_prefix]--> no_anchor")
     world.complete(0)
     world.expect(device=0, host_free=2, pinned=0, r0="parked", r1=None, r2=None)
+    world.fired(
+        "r0: (no_anchor) --hit[else]--> no_anchor",
+        "r0: (no_anchor) --commit[host_short]--> parked",
+    )
     world.issue(1)
     world.expect(device=0, host_free=2, pinned=0, r0="parked", r1="no_anchor", r2=None)
+    world.fired("r1: (issued) --lock[root_prefix]--> no_anchor")
     world.complete(1)
     world.expect(device=0, host_free=2, pinned=0, r0="parked", r1="parked", r2=None)
+    world.fired(
+        "r1: (no_anchor) --hit[else]--> no_anchor",
+        "r0: (parked) --commit[host_short]--> parked",
+        "r1: (no_anchor) --commit[parked_ahead]--> parked",
+    )
+    world.finish()
+
+
+def test_no_anchor__commit__parked_ahead__also__host_short() -> None:
+    """(no_anchor) --commit--> parked
+
+    when parked_ahead: a hit parked before this one still waits for bounce room (a newer hit
+    does not take the room the parked head waits for); while host_short held too: the host pool
+    cannot hold the span (and its aux window) now
+    """
+    world = LineWorld(BOUNDS)
+    world.issue(0)
+    world.expect(device=0, host_free=2, pinned=0, r0="no_anchor", r1=None, r2=None)
+    world.fired("r0: (issued) --lock[root_prefix]--> no_anchor")
+    world.complete(0)
+    world.expect(device=0, host_free=2, pinned=0, r0="parked", r1=None, r2=None)
+    world.fired(
+        "r0: (no_anchor) --hit[else]--> no_anchor",
+        "r0: (no_anchor) --commit[host_short]--> parked",
+    )
+    world.issue(1)
+    world.expect(device=0, host_free=2, pinned=0, r0="parked", r1="no_anchor", r2=None)
+    world.fired("r1: (issued) --lock[root_prefix]--> no_anchor")
+    world.complete(1)
+    world.expect(device=0, host_free=2, pinned=0, r0="parked", r1="parked", r2=None)
+    world.fired(
+        "r1: (no_anchor) --hit[else]--> no_anchor",
+        "r0: (parked) --commit[host_short]--> parked",
+        "r1: (no_anchor) --commit[parked_ahead]--> parked",
+    )
     world.finish()
 
 
@@ -897,8 +1942,13 @@ def test_no_anchor__commit__host_short() -> None:
     world = LineWorld(BOUNDS)
     world.issue(0)
     world.expect(device=0, host_free=2, pinned=0, r0="no_anchor", r1=None, r2=None)
+    world.fired("r0: (issued) --lock[root_prefix]--> no_anchor")
     world.complete(0)
     world.expect(device=0, host_free=2, pinned=0, r0="parked", r1=None, r2=None)
+    world.fired(
+        "r0: (no_anchor) --hit[else]--> no_anchor",
+        "r0: (no_anchor) --commit[host_short]--> parked",
+    )
     world.finish()
 
 
@@ -910,8 +1960,13 @@ def test_no_anchor__commit__else() -> None:
     world = LineWorld(BOUNDS)
     world.issue(0)
     world.expect(device=0, host_free=2, pinned=0, r0="no_anchor", r1=None, r2=None)
+    world.fired("r0: (issued) --lock[root_prefix]--> no_anchor")
     world.complete(0, "short", pages=2)
     world.expect(device=0, host_free=0, pinned=0, r0="reading", r1=None, r2=None)
+    world.fired(
+        "r0: (no_anchor) --hit[else]--> no_anchor",
+        "r0: (no_anchor) --commit[else]--> reading",
+    )
     world.finish()
 
 
@@ -923,10 +1978,16 @@ def test_reading__read_done__read_empty() -> None:
     world = LineWorld(BOUNDS)
     world.issue(0)
     world.expect(device=0, host_free=2, pinned=0, r0="no_anchor", r1=None, r2=None)
+    world.fired("r0: (issued) --lock[root_prefix]--> no_anchor")
     world.complete(0, "short", pages=2)
     world.expect(device=0, host_free=0, pinned=0, r0="reading", r1=None, r2=None)
+    world.fired(
+        "r0: (no_anchor) --hit[else]--> no_anchor",
+        "r0: (no_anchor) --commit[else]--> reading",
+    )
     world.complete(0, "error")
     world.expect(device=0, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.fired("r0: (reading) --read_done[read_empty]--> released (discarded)")
     world.finish()
 
 
@@ -938,10 +1999,16 @@ def test_reading__read_done__else() -> None:
     world = LineWorld(BOUNDS)
     world.issue(0)
     world.expect(device=0, host_free=2, pinned=0, r0="no_anchor", r1=None, r2=None)
+    world.fired("r0: (issued) --lock[root_prefix]--> no_anchor")
     world.complete(0, "short", pages=2)
     world.expect(device=0, host_free=0, pinned=0, r0="reading", r1=None, r2=None)
+    world.fired(
+        "r0: (no_anchor) --hit[else]--> no_anchor",
+        "r0: (no_anchor) --commit[else]--> reading",
+    )
     world.complete(0)
     world.expect(device=0, host_free=0, pinned=0, r0="staged", r1=None, r2=None)
+    world.fired("r0: (reading) --read_done[else]--> staged")
     world.finish()
 
 
@@ -953,10 +2020,16 @@ def test_reading__abort__else() -> None:
     world = LineWorld(BOUNDS)
     world.issue(0)
     world.expect(device=0, host_free=2, pinned=0, r0="no_anchor", r1=None, r2=None)
+    world.fired("r0: (issued) --lock[root_prefix]--> no_anchor")
     world.complete(0, "short", pages=2)
     world.expect(device=0, host_free=0, pinned=0, r0="reading", r1=None, r2=None)
+    world.fired(
+        "r0: (no_anchor) --hit[else]--> no_anchor",
+        "r0: (no_anchor) --commit[else]--> reading",
+    )
     world.abort(0)
     world.expect(device=0, host_free=0, pinned=0, r0="abandoned", r1=None, r2=None)
+    world.fired("r0: (reading) --abort[else]--> abandoned")
     world.finish()
 
 
@@ -968,12 +2041,19 @@ def test_abandoned__read_done__else() -> None:
     world = LineWorld(BOUNDS)
     world.issue(0)
     world.expect(device=0, host_free=2, pinned=0, r0="no_anchor", r1=None, r2=None)
+    world.fired("r0: (issued) --lock[root_prefix]--> no_anchor")
     world.complete(0, "short", pages=2)
     world.expect(device=0, host_free=0, pinned=0, r0="reading", r1=None, r2=None)
+    world.fired(
+        "r0: (no_anchor) --hit[else]--> no_anchor",
+        "r0: (no_anchor) --commit[else]--> reading",
+    )
     world.abort(0)
     world.expect(device=0, host_free=0, pinned=0, r0="abandoned", r1=None, r2=None)
+    world.fired("r0: (reading) --abort[else]--> abandoned")
     world.complete(0)
     world.expect(device=0, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.fired("r0: (abandoned) --read_done[else]--> released (aborted)")
     world.finish()
 
 
@@ -985,12 +2065,19 @@ def test_abandoned__abort__else() -> None:
     world = LineWorld(BOUNDS)
     world.issue(0)
     world.expect(device=0, host_free=2, pinned=0, r0="no_anchor", r1=None, r2=None)
+    world.fired("r0: (issued) --lock[root_prefix]--> no_anchor")
     world.complete(0, "short", pages=2)
     world.expect(device=0, host_free=0, pinned=0, r0="reading", r1=None, r2=None)
+    world.fired(
+        "r0: (no_anchor) --hit[else]--> no_anchor",
+        "r0: (no_anchor) --commit[else]--> reading",
+    )
     world.abort(0)
     world.expect(device=0, host_free=0, pinned=0, r0="abandoned", r1=None, r2=None)
+    world.fired("r0: (reading) --abort[else]--> abandoned")
     world.abort(0)
     world.expect(device=0, host_free=0, pinned=0, r0="abandoned", r1=None, r2=None)
+    world.fired("r0: (abandoned) --abort[else]--> abandoned")
     world.finish()
 
 
@@ -1002,20 +2089,31 @@ def test_staged__plan__prefix_shrank() -> None:
     world = LineWorld(BOUNDS)
     world.publish()
     world.expect(device=1, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.fired()
     world.issue(0)
     world.expect(device=1, host_free=2, pinned=1, r0="locked", r1=None, r2=None)
+    world.fired("r0: (issued) --lock[else]--> locked")
     world.issue(1, stale=True)
     world.expect(device=1, host_free=2, pinned=1, r0="locked", r1="anchor_lost", r2=None)
+    world.fired("r1: (issued) --lock[live_match_short]--> anchor_lost")
     world.publish()
     world.expect(device=2, host_free=2, pinned=1, r0="locked", r1="anchor_lost", r2=None)
+    world.fired()
     world.complete(1)
     world.expect(device=2, host_free=0, pinned=1, r0="locked", r1="reading", r2=None)
+    world.fired(
+        "r1: (anchor_lost) --hit[else]--> anchor_lost",
+        "r1: (anchor_lost) --commit[else]--> reading",
+    )
     world.complete(1)
     world.expect(device=2, host_free=0, pinned=1, r0="locked", r1="staged", r2=None)
+    world.fired("r1: (reading) --read_done[else]--> staged")
     world.evict()
     world.expect(device=1, host_free=0, pinned=1, r0="locked", r1="staged", r2=None)
+    world.fired()
     world.plan(1)
     world.expect(device=1, host_free=2, pinned=1, r0="locked", r1=None, r2=None)
+    world.fired("r1: (staged) --plan[prefix_shrank]--> released (shrunk)")
     world.finish()
 
 
@@ -1027,14 +2125,22 @@ def test_staged__plan__span_device_resident() -> None:
     world = LineWorld(BOUNDS)
     world.issue(0)
     world.expect(device=0, host_free=2, pinned=0, r0="no_anchor", r1=None, r2=None)
+    world.fired("r0: (issued) --lock[root_prefix]--> no_anchor")
     world.complete(0, "short", pages=2)
     world.expect(device=0, host_free=0, pinned=0, r0="reading", r1=None, r2=None)
+    world.fired(
+        "r0: (no_anchor) --hit[else]--> no_anchor",
+        "r0: (no_anchor) --commit[else]--> reading",
+    )
     world.complete(0, "short", pages=1)
     world.expect(device=0, host_free=1, pinned=0, r0="staged", r1=None, r2=None)
+    world.fired("r0: (reading) --read_done[else]--> staged")
     world.publish()
     world.expect(device=1, host_free=1, pinned=0, r0="staged", r1=None, r2=None)
+    world.fired()
     world.plan(0)
     world.expect(device=1, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.fired("r0: (staged) --plan[span_device_resident]--> released (device_covered)")
     world.finish()
 
 
@@ -1046,14 +2152,22 @@ def test_staged__plan__trim_positive() -> None:
     world = LineWorld(BOUNDS)
     world.issue(0)
     world.expect(device=0, host_free=2, pinned=0, r0="no_anchor", r1=None, r2=None)
+    world.fired("r0: (issued) --lock[root_prefix]--> no_anchor")
     world.complete(0, "short", pages=2)
     world.expect(device=0, host_free=0, pinned=0, r0="reading", r1=None, r2=None)
+    world.fired(
+        "r0: (no_anchor) --hit[else]--> no_anchor",
+        "r0: (no_anchor) --commit[else]--> reading",
+    )
     world.complete(0)
     world.expect(device=0, host_free=0, pinned=0, r0="staged", r1=None, r2=None)
+    world.fired("r0: (reading) --read_done[else]--> staged")
     world.publish()
     world.expect(device=1, host_free=0, pinned=0, r0="staged", r1=None, r2=None)
+    world.fired()
     world.plan(0)
     world.expect(device=1, host_free=0, pinned=0, r0="trimmed", r1=None, r2=None)
+    world.fired("r0: (staged) --plan[trim_positive]--> trimmed")
     world.finish()
 
 
@@ -1065,12 +2179,19 @@ def test_staged__plan__else() -> None:
     world = LineWorld(BOUNDS)
     world.issue(0)
     world.expect(device=0, host_free=2, pinned=0, r0="no_anchor", r1=None, r2=None)
+    world.fired("r0: (issued) --lock[root_prefix]--> no_anchor")
     world.complete(0, "short", pages=2)
     world.expect(device=0, host_free=0, pinned=0, r0="reading", r1=None, r2=None)
+    world.fired(
+        "r0: (no_anchor) --hit[else]--> no_anchor",
+        "r0: (no_anchor) --commit[else]--> reading",
+    )
     world.complete(0)
     world.expect(device=0, host_free=0, pinned=0, r0="staged", r1=None, r2=None)
+    world.fired("r0: (reading) --read_done[else]--> staged")
     world.plan(0)
     world.expect(device=0, host_free=0, pinned=0, r0="staged", r1=None, r2=None)
+    world.fired("r0: (staged) --plan[else]--> staged")
     world.finish()
 
 
@@ -1082,26 +2203,40 @@ def test_trimmed__plan__prefix_shrank() -> None:
     world = LineWorld(BOUNDS)
     world.issue(0, stale=True)
     world.expect(device=0, host_free=2, pinned=0, r0="anchor_lost", r1=None, r2=None)
+    world.fired("r0: (issued) --lock[live_match_short]--> anchor_lost")
     world.publish()
     world.expect(device=1, host_free=2, pinned=0, r0="anchor_lost", r1=None, r2=None)
+    world.fired()
     world.publish()
     world.expect(device=2, host_free=2, pinned=0, r0="anchor_lost", r1=None, r2=None)
+    world.fired()
     world.issue(1)
     world.expect(device=2, host_free=2, pinned=2, r0="anchor_lost", r1="locked", r2=None)
+    world.fired("r1: (issued) --lock[else]--> locked")
     world.complete(0, "short", pages=2)
     world.expect(device=2, host_free=0, pinned=2, r0="reading", r1="locked", r2=None)
+    world.fired(
+        "r0: (anchor_lost) --hit[else]--> anchor_lost",
+        "r0: (anchor_lost) --commit[else]--> reading",
+    )
     world.complete(0)
     world.expect(device=2, host_free=0, pinned=2, r0="staged", r1="locked", r2=None)
+    world.fired("r0: (reading) --read_done[else]--> staged")
     world.plan(0)
     world.expect(device=2, host_free=0, pinned=2, r0="trimmed", r1="locked", r2=None)
+    world.fired("r0: (staged) --plan[trim_positive]--> trimmed")
     world.abort(1)
     world.expect(device=2, host_free=0, pinned=0, r0="trimmed", r1=None, r2=None)
+    world.fired("r1: (locked) --abort[else]--> released (aborted)")
     world.evict()
     world.expect(device=1, host_free=0, pinned=0, r0="trimmed", r1=None, r2=None)
+    world.fired()
     world.evict()
     world.expect(device=0, host_free=0, pinned=0, r0="trimmed", r1=None, r2=None)
+    world.fired()
     world.plan(0)
     world.expect(device=0, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.fired("r0: (trimmed) --plan[prefix_shrank]--> released (shrunk)")
     world.finish()
 
 
@@ -1113,18 +2248,28 @@ def test_trimmed__plan__span_device_resident() -> None:
     world = LineWorld(BOUNDS)
     world.issue(0)
     world.expect(device=0, host_free=2, pinned=0, r0="no_anchor", r1=None, r2=None)
+    world.fired("r0: (issued) --lock[root_prefix]--> no_anchor")
     world.complete(0, "short", pages=2)
     world.expect(device=0, host_free=0, pinned=0, r0="reading", r1=None, r2=None)
+    world.fired(
+        "r0: (no_anchor) --hit[else]--> no_anchor",
+        "r0: (no_anchor) --commit[else]--> reading",
+    )
     world.complete(0)
     world.expect(device=0, host_free=0, pinned=0, r0="staged", r1=None, r2=None)
+    world.fired("r0: (reading) --read_done[else]--> staged")
     world.publish()
     world.expect(device=1, host_free=0, pinned=0, r0="staged", r1=None, r2=None)
+    world.fired()
     world.plan(0)
     world.expect(device=1, host_free=0, pinned=0, r0="trimmed", r1=None, r2=None)
+    world.fired("r0: (staged) --plan[trim_positive]--> trimmed")
     world.publish()
     world.expect(device=2, host_free=0, pinned=0, r0="trimmed", r1=None, r2=None)
+    world.fired()
     world.plan(0)
     world.expect(device=2, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.fired("r0: (trimmed) --plan[span_device_resident]--> released (device_covered)")
     world.finish()
 
 
@@ -1136,16 +2281,25 @@ def test_trimmed__plan__trim_positive() -> None:
     world = LineWorld(BOUNDS)
     world.issue(0)
     world.expect(device=0, host_free=2, pinned=0, r0="no_anchor", r1=None, r2=None)
+    world.fired("r0: (issued) --lock[root_prefix]--> no_anchor")
     world.complete(0, "short", pages=2)
     world.expect(device=0, host_free=0, pinned=0, r0="reading", r1=None, r2=None)
+    world.fired(
+        "r0: (no_anchor) --hit[else]--> no_anchor",
+        "r0: (no_anchor) --commit[else]--> reading",
+    )
     world.complete(0)
     world.expect(device=0, host_free=0, pinned=0, r0="staged", r1=None, r2=None)
+    world.fired("r0: (reading) --read_done[else]--> staged")
     world.publish()
     world.expect(device=1, host_free=0, pinned=0, r0="staged", r1=None, r2=None)
+    world.fired()
     world.plan(0)
     world.expect(device=1, host_free=0, pinned=0, r0="trimmed", r1=None, r2=None)
+    world.fired("r0: (staged) --plan[trim_positive]--> trimmed")
     world.plan(0)
     world.expect(device=1, host_free=0, pinned=0, r0="trimmed", r1=None, r2=None)
+    world.fired("r0: (trimmed) --plan[trim_positive]--> trimmed")
     world.finish()
 
 
@@ -1157,18 +2311,28 @@ def test_trimmed__plan__else() -> None:
     world = LineWorld(BOUNDS)
     world.issue(0)
     world.expect(device=0, host_free=2, pinned=0, r0="no_anchor", r1=None, r2=None)
+    world.fired("r0: (issued) --lock[root_prefix]--> no_anchor")
     world.complete(0, "short", pages=2)
     world.expect(device=0, host_free=0, pinned=0, r0="reading", r1=None, r2=None)
+    world.fired(
+        "r0: (no_anchor) --hit[else]--> no_anchor",
+        "r0: (no_anchor) --commit[else]--> reading",
+    )
     world.complete(0)
     world.expect(device=0, host_free=0, pinned=0, r0="staged", r1=None, r2=None)
+    world.fired("r0: (reading) --read_done[else]--> staged")
     world.publish()
     world.expect(device=1, host_free=0, pinned=0, r0="staged", r1=None, r2=None)
+    world.fired()
     world.plan(0)
     world.expect(device=1, host_free=0, pinned=0, r0="trimmed", r1=None, r2=None)
+    world.fired("r0: (staged) --plan[trim_positive]--> trimmed")
     world.evict()
     world.expect(device=0, host_free=0, pinned=0, r0="trimmed", r1=None, r2=None)
+    world.fired()
     world.plan(0)
     world.expect(device=0, host_free=0, pinned=0, r0="staged", r1=None, r2=None)
+    world.fired("r0: (trimmed) --plan[else]--> staged")
     world.finish()
 
 
@@ -1180,14 +2344,60 @@ def test_staged__make_room__device_fits() -> None:
     world = LineWorld(BOUNDS)
     world.issue(0)
     world.expect(device=0, host_free=2, pinned=0, r0="no_anchor", r1=None, r2=None)
+    world.fired("r0: (issued) --lock[root_prefix]--> no_anchor")
     world.complete(0, "short", pages=2)
     world.expect(device=0, host_free=0, pinned=0, r0="reading", r1=None, r2=None)
+    world.fired(
+        "r0: (no_anchor) --hit[else]--> no_anchor",
+        "r0: (no_anchor) --commit[else]--> reading",
+    )
     world.complete(0)
     world.expect(device=0, host_free=0, pinned=0, r0="staged", r1=None, r2=None)
+    world.fired("r0: (reading) --read_done[else]--> staged")
     world.plan(0)
     world.expect(device=0, host_free=0, pinned=0, r0="staged", r1=None, r2=None)
+    world.fired("r0: (staged) --plan[else]--> staged")
     world.consume(0)
     world.expect(device=2, host_free=0, pinned=0, r0="consumed", r1=None, r2=None)
+    world.fired(
+        "r0: (staged) --make_room[device_fits]--> staged",
+        "r0: (staged) --consume[else]--> consumed",
+    )
+    world.finish()
+
+
+def test_staged__make_room__device_fits__also__plan_stale() -> None:
+    """(staged) --make_room--> staged
+
+    when device_fits: the device pool (and the aux pool) can hold the planned tail now; while
+    plan_stale held too: the live match differs from the planned prefix or the caller's prefix
+    indices
+    """
+    world = LineWorld(BOUNDS)
+    world.issue(0)
+    world.expect(device=0, host_free=2, pinned=0, r0="no_anchor", r1=None, r2=None)
+    world.fired("r0: (issued) --lock[root_prefix]--> no_anchor")
+    world.complete(0, "short", pages=2)
+    world.expect(device=0, host_free=0, pinned=0, r0="reading", r1=None, r2=None)
+    world.fired(
+        "r0: (no_anchor) --hit[else]--> no_anchor",
+        "r0: (no_anchor) --commit[else]--> reading",
+    )
+    world.complete(0)
+    world.expect(device=0, host_free=0, pinned=0, r0="staged", r1=None, r2=None)
+    world.fired("r0: (reading) --read_done[else]--> staged")
+    world.plan(0)
+    world.expect(device=0, host_free=0, pinned=0, r0="staged", r1=None, r2=None)
+    world.fired("r0: (staged) --plan[else]--> staged")
+    world.publish()
+    world.expect(device=1, host_free=0, pinned=0, r0="staged", r1=None, r2=None)
+    world.fired()
+    world.consume(0)
+    world.expect(device=1, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.fired(
+        "r0: (staged) --make_room[device_fits]--> staged",
+        "r0: (staged) --consume[plan_stale]--> released (dropped)",
+    )
     world.finish()
 
 
@@ -1200,20 +2410,34 @@ def test_staged__make_room__plan_stale() -> None:
     world = LineWorld(BOUNDS)
     world.issue(0)
     world.expect(device=0, host_free=2, pinned=0, r0="no_anchor", r1=None, r2=None)
+    world.fired("r0: (issued) --lock[root_prefix]--> no_anchor")
     world.complete(0, "short", pages=2)
     world.expect(device=0, host_free=0, pinned=0, r0="reading", r1=None, r2=None)
+    world.fired(
+        "r0: (no_anchor) --hit[else]--> no_anchor",
+        "r0: (no_anchor) --commit[else]--> reading",
+    )
     world.complete(0)
     world.expect(device=0, host_free=0, pinned=0, r0="staged", r1=None, r2=None)
+    world.fired("r0: (reading) --read_done[else]--> staged")
     world.plan(0)
     world.expect(device=0, host_free=0, pinned=0, r0="staged", r1=None, r2=None)
+    world.fired("r0: (staged) --plan[else]--> staged")
     world.publish()
     world.expect(device=1, host_free=0, pinned=0, r0="staged", r1=None, r2=None)
+    world.fired()
     world.publish()
     world.expect(device=2, host_free=0, pinned=0, r0="staged", r1=None, r2=None)
+    world.fired()
     world.publish()
     world.expect(device=3, host_free=0, pinned=0, r0="staged", r1=None, r2=None)
+    world.fired()
     world.consume(0)
     world.expect(device=3, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.fired(
+        "r0: (staged) --make_room[plan_stale]--> staged",
+        "r0: (staged) --consume[plan_stale]--> released (dropped)",
+    )
     world.finish()
 
 
@@ -1225,20 +2449,34 @@ def test_staged__make_room__else() -> None:
     world = LineWorld(BOUNDS)
     world.publish()
     world.expect(device=1, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.fired()
     world.publish()
     world.expect(device=2, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.fired()
     world.issue(0, stale=True)
     world.expect(device=2, host_free=2, pinned=0, r0="anchor_lost", r1=None, r2=None)
+    world.fired("r0: (issued) --lock[live_match_short]--> anchor_lost")
     world.publish()
     world.expect(device=3, host_free=2, pinned=0, r0="anchor_lost", r1=None, r2=None)
+    world.fired()
     world.complete(0)
     world.expect(device=3, host_free=0, pinned=0, r0="reading", r1=None, r2=None)
+    world.fired(
+        "r0: (anchor_lost) --hit[else]--> anchor_lost",
+        "r0: (anchor_lost) --commit[else]--> reading",
+    )
     world.complete(0)
     world.expect(device=3, host_free=0, pinned=0, r0="staged", r1=None, r2=None)
+    world.fired("r0: (reading) --read_done[else]--> staged")
     world.plan(0)
     world.expect(device=3, host_free=0, pinned=0, r0="staged", r1=None, r2=None)
+    world.fired("r0: (staged) --plan[else]--> staged")
     world.consume(0)
     world.expect(device=3, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.fired(
+        "r0: (staged) --make_room[else]--> staged",
+        "r0: (staged) --consume[device_short]--> released (device_capacity)",
+    )
     world.finish()
 
 
@@ -1250,16 +2488,66 @@ def test_trimmed__make_room__device_fits() -> None:
     world = LineWorld(BOUNDS)
     world.issue(0)
     world.expect(device=0, host_free=2, pinned=0, r0="no_anchor", r1=None, r2=None)
+    world.fired("r0: (issued) --lock[root_prefix]--> no_anchor")
     world.complete(0, "short", pages=2)
     world.expect(device=0, host_free=0, pinned=0, r0="reading", r1=None, r2=None)
+    world.fired(
+        "r0: (no_anchor) --hit[else]--> no_anchor",
+        "r0: (no_anchor) --commit[else]--> reading",
+    )
     world.complete(0)
     world.expect(device=0, host_free=0, pinned=0, r0="staged", r1=None, r2=None)
+    world.fired("r0: (reading) --read_done[else]--> staged")
     world.publish()
     world.expect(device=1, host_free=0, pinned=0, r0="staged", r1=None, r2=None)
+    world.fired()
     world.plan(0)
     world.expect(device=1, host_free=0, pinned=0, r0="trimmed", r1=None, r2=None)
+    world.fired("r0: (staged) --plan[trim_positive]--> trimmed")
     world.consume(0)
     world.expect(device=2, host_free=0, pinned=0, r0="consumed", r1=None, r2=None)
+    world.fired(
+        "r0: (trimmed) --make_room[device_fits]--> trimmed",
+        "r0: (trimmed) --consume[else]--> consumed",
+    )
+    world.finish()
+
+
+def test_trimmed__make_room__device_fits__also__plan_stale() -> None:
+    """(trimmed) --make_room--> trimmed
+
+    when device_fits: the device pool (and the aux pool) can hold the planned tail now; while
+    plan_stale held too: the live match differs from the planned prefix or the caller's prefix
+    indices
+    """
+    world = LineWorld(BOUNDS)
+    world.issue(0)
+    world.expect(device=0, host_free=2, pinned=0, r0="no_anchor", r1=None, r2=None)
+    world.fired("r0: (issued) --lock[root_prefix]--> no_anchor")
+    world.complete(0, "short", pages=2)
+    world.expect(device=0, host_free=0, pinned=0, r0="reading", r1=None, r2=None)
+    world.fired(
+        "r0: (no_anchor) --hit[else]--> no_anchor",
+        "r0: (no_anchor) --commit[else]--> reading",
+    )
+    world.complete(0)
+    world.expect(device=0, host_free=0, pinned=0, r0="staged", r1=None, r2=None)
+    world.fired("r0: (reading) --read_done[else]--> staged")
+    world.publish()
+    world.expect(device=1, host_free=0, pinned=0, r0="staged", r1=None, r2=None)
+    world.fired()
+    world.plan(0)
+    world.expect(device=1, host_free=0, pinned=0, r0="trimmed", r1=None, r2=None)
+    world.fired("r0: (staged) --plan[trim_positive]--> trimmed")
+    world.evict()
+    world.expect(device=0, host_free=0, pinned=0, r0="trimmed", r1=None, r2=None)
+    world.fired()
+    world.consume(0)
+    world.expect(device=0, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.fired(
+        "r0: (trimmed) --make_room[device_fits]--> trimmed",
+        "r0: (trimmed) --consume[plan_stale]--> released (dropped)",
+    )
     world.finish()
 
 
@@ -1272,22 +2560,37 @@ def test_trimmed__make_room__plan_stale() -> None:
     world = LineWorld(BOUNDS)
     world.issue(0)
     world.expect(device=0, host_free=2, pinned=0, r0="no_anchor", r1=None, r2=None)
+    world.fired("r0: (issued) --lock[root_prefix]--> no_anchor")
     world.complete(0, "short", pages=2)
     world.expect(device=0, host_free=0, pinned=0, r0="reading", r1=None, r2=None)
+    world.fired(
+        "r0: (no_anchor) --hit[else]--> no_anchor",
+        "r0: (no_anchor) --commit[else]--> reading",
+    )
     world.complete(0)
     world.expect(device=0, host_free=0, pinned=0, r0="staged", r1=None, r2=None)
+    world.fired("r0: (reading) --read_done[else]--> staged")
     world.publish()
     world.expect(device=1, host_free=0, pinned=0, r0="staged", r1=None, r2=None)
+    world.fired()
     world.plan(0)
     world.expect(device=1, host_free=0, pinned=0, r0="trimmed", r1=None, r2=None)
+    world.fired("r0: (staged) --plan[trim_positive]--> trimmed")
     world.publish()
     world.expect(device=2, host_free=0, pinned=0, r0="trimmed", r1=None, r2=None)
+    world.fired()
     world.publish()
     world.expect(device=3, host_free=0, pinned=0, r0="trimmed", r1=None, r2=None)
+    world.fired()
     world.publish()
     world.expect(device=4, host_free=0, pinned=0, r0="trimmed", r1=None, r2=None)
+    world.fired()
     world.consume(0)
     world.expect(device=4, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.fired(
+        "r0: (trimmed) --make_room[plan_stale]--> trimmed",
+        "r0: (trimmed) --consume[plan_stale]--> released (dropped)",
+    )
     world.finish()
 
 
@@ -1299,22 +2602,37 @@ def test_trimmed__make_room__else() -> None:
     world = LineWorld(BOUNDS)
     world.publish()
     world.expect(device=1, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.fired()
     world.publish()
     world.expect(device=2, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.fired()
     world.issue(0, stale=True)
     world.expect(device=2, host_free=2, pinned=0, r0="anchor_lost", r1=None, r2=None)
+    world.fired("r0: (issued) --lock[live_match_short]--> anchor_lost")
     world.publish()
     world.expect(device=3, host_free=2, pinned=0, r0="anchor_lost", r1=None, r2=None)
+    world.fired()
     world.complete(0)
     world.expect(device=3, host_free=0, pinned=0, r0="reading", r1=None, r2=None)
+    world.fired(
+        "r0: (anchor_lost) --hit[else]--> anchor_lost",
+        "r0: (anchor_lost) --commit[else]--> reading",
+    )
     world.complete(0)
     world.expect(device=3, host_free=0, pinned=0, r0="staged", r1=None, r2=None)
+    world.fired("r0: (reading) --read_done[else]--> staged")
     world.publish()
     world.expect(device=4, host_free=0, pinned=0, r0="staged", r1=None, r2=None)
+    world.fired()
     world.plan(0)
     world.expect(device=4, host_free=0, pinned=0, r0="trimmed", r1=None, r2=None)
+    world.fired("r0: (staged) --plan[trim_positive]--> trimmed")
     world.consume(0)
     world.expect(device=4, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.fired(
+        "r0: (trimmed) --make_room[else]--> trimmed",
+        "r0: (trimmed) --consume[device_short]--> released (device_capacity)",
+    )
     world.finish()
 
 
@@ -1327,16 +2645,69 @@ def test_staged__consume__plan_stale() -> None:
     world = LineWorld(BOUNDS)
     world.issue(0)
     world.expect(device=0, host_free=2, pinned=0, r0="no_anchor", r1=None, r2=None)
+    world.fired("r0: (issued) --lock[root_prefix]--> no_anchor")
     world.complete(0, "short", pages=2)
     world.expect(device=0, host_free=0, pinned=0, r0="reading", r1=None, r2=None)
+    world.fired(
+        "r0: (no_anchor) --hit[else]--> no_anchor",
+        "r0: (no_anchor) --commit[else]--> reading",
+    )
     world.complete(0)
     world.expect(device=0, host_free=0, pinned=0, r0="staged", r1=None, r2=None)
+    world.fired("r0: (reading) --read_done[else]--> staged")
     world.plan(0)
     world.expect(device=0, host_free=0, pinned=0, r0="staged", r1=None, r2=None)
+    world.fired("r0: (staged) --plan[else]--> staged")
     world.publish()
     world.expect(device=1, host_free=0, pinned=0, r0="staged", r1=None, r2=None)
+    world.fired()
     world.consume(0)
     world.expect(device=1, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.fired(
+        "r0: (staged) --make_room[device_fits]--> staged",
+        "r0: (staged) --consume[plan_stale]--> released (dropped)",
+    )
+    world.finish()
+
+
+def test_staged__consume__plan_stale__also__device_short() -> None:
+    """(staged) --consume--> released (dropped)
+
+    when plan_stale: the live match differs from the planned prefix or the caller's prefix
+    indices; while device_short held too: the device pool cannot hold the splice even after
+    eviction
+    """
+    world = LineWorld(BOUNDS)
+    world.issue(0)
+    world.expect(device=0, host_free=2, pinned=0, r0="no_anchor", r1=None, r2=None)
+    world.fired("r0: (issued) --lock[root_prefix]--> no_anchor")
+    world.complete(0, "short", pages=2)
+    world.expect(device=0, host_free=0, pinned=0, r0="reading", r1=None, r2=None)
+    world.fired(
+        "r0: (no_anchor) --hit[else]--> no_anchor",
+        "r0: (no_anchor) --commit[else]--> reading",
+    )
+    world.complete(0)
+    world.expect(device=0, host_free=0, pinned=0, r0="staged", r1=None, r2=None)
+    world.fired("r0: (reading) --read_done[else]--> staged")
+    world.plan(0)
+    world.expect(device=0, host_free=0, pinned=0, r0="staged", r1=None, r2=None)
+    world.fired("r0: (staged) --plan[else]--> staged")
+    world.publish()
+    world.expect(device=1, host_free=0, pinned=0, r0="staged", r1=None, r2=None)
+    world.fired()
+    world.publish()
+    world.expect(device=2, host_free=0, pinned=0, r0="staged", r1=None, r2=None)
+    world.fired()
+    world.publish()
+    world.expect(device=3, host_free=0, pinned=0, r0="staged", r1=None, r2=None)
+    world.fired()
+    world.consume(0)
+    world.expect(device=3, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.fired(
+        "r0: (staged) --make_room[plan_stale]--> staged",
+        "r0: (staged) --consume[plan_stale]--> released (dropped)",
+    )
     world.finish()
 
 
@@ -1348,20 +2719,34 @@ def test_staged__consume__device_short() -> None:
     world = LineWorld(BOUNDS)
     world.publish()
     world.expect(device=1, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.fired()
     world.publish()
     world.expect(device=2, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.fired()
     world.issue(0, stale=True)
     world.expect(device=2, host_free=2, pinned=0, r0="anchor_lost", r1=None, r2=None)
+    world.fired("r0: (issued) --lock[live_match_short]--> anchor_lost")
     world.publish()
     world.expect(device=3, host_free=2, pinned=0, r0="anchor_lost", r1=None, r2=None)
+    world.fired()
     world.complete(0)
     world.expect(device=3, host_free=0, pinned=0, r0="reading", r1=None, r2=None)
+    world.fired(
+        "r0: (anchor_lost) --hit[else]--> anchor_lost",
+        "r0: (anchor_lost) --commit[else]--> reading",
+    )
     world.complete(0)
     world.expect(device=3, host_free=0, pinned=0, r0="staged", r1=None, r2=None)
+    world.fired("r0: (reading) --read_done[else]--> staged")
     world.plan(0)
     world.expect(device=3, host_free=0, pinned=0, r0="staged", r1=None, r2=None)
+    world.fired("r0: (staged) --plan[else]--> staged")
     world.consume(0)
     world.expect(device=3, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.fired(
+        "r0: (staged) --make_room[else]--> staged",
+        "r0: (staged) --consume[device_short]--> released (device_capacity)",
+    )
     world.finish()
 
 
@@ -1373,14 +2758,25 @@ def test_staged__consume__else() -> None:
     world = LineWorld(BOUNDS)
     world.issue(0)
     world.expect(device=0, host_free=2, pinned=0, r0="no_anchor", r1=None, r2=None)
+    world.fired("r0: (issued) --lock[root_prefix]--> no_anchor")
     world.complete(0, "short", pages=2)
     world.expect(device=0, host_free=0, pinned=0, r0="reading", r1=None, r2=None)
+    world.fired(
+        "r0: (no_anchor) --hit[else]--> no_anchor",
+        "r0: (no_anchor) --commit[else]--> reading",
+    )
     world.complete(0)
     world.expect(device=0, host_free=0, pinned=0, r0="staged", r1=None, r2=None)
+    world.fired("r0: (reading) --read_done[else]--> staged")
     world.plan(0)
     world.expect(device=0, host_free=0, pinned=0, r0="staged", r1=None, r2=None)
+    world.fired("r0: (staged) --plan[else]--> staged")
     world.consume(0)
     world.expect(device=2, host_free=0, pinned=0, r0="consumed", r1=None, r2=None)
+    world.fired(
+        "r0: (staged) --make_room[device_fits]--> staged",
+        "r0: (staged) --consume[else]--> consumed",
+    )
     world.finish()
 
 
@@ -1393,18 +2789,75 @@ def test_trimmed__consume__plan_stale() -> None:
     world = LineWorld(BOUNDS)
     world.issue(0)
     world.expect(device=0, host_free=2, pinned=0, r0="no_anchor", r1=None, r2=None)
+    world.fired("r0: (issued) --lock[root_prefix]--> no_anchor")
     world.complete(0, "short", pages=2)
     world.expect(device=0, host_free=0, pinned=0, r0="reading", r1=None, r2=None)
+    world.fired(
+        "r0: (no_anchor) --hit[else]--> no_anchor",
+        "r0: (no_anchor) --commit[else]--> reading",
+    )
     world.complete(0)
     world.expect(device=0, host_free=0, pinned=0, r0="staged", r1=None, r2=None)
+    world.fired("r0: (reading) --read_done[else]--> staged")
     world.publish()
     world.expect(device=1, host_free=0, pinned=0, r0="staged", r1=None, r2=None)
+    world.fired()
     world.plan(0)
     world.expect(device=1, host_free=0, pinned=0, r0="trimmed", r1=None, r2=None)
+    world.fired("r0: (staged) --plan[trim_positive]--> trimmed")
     world.evict()
     world.expect(device=0, host_free=0, pinned=0, r0="trimmed", r1=None, r2=None)
+    world.fired()
     world.consume(0)
     world.expect(device=0, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.fired(
+        "r0: (trimmed) --make_room[device_fits]--> trimmed",
+        "r0: (trimmed) --consume[plan_stale]--> released (dropped)",
+    )
+    world.finish()
+
+
+def test_trimmed__consume__plan_stale__also__device_short() -> None:
+    """(trimmed) --consume--> released (dropped)
+
+    when plan_stale: the live match differs from the planned prefix or the caller's prefix
+    indices; while device_short held too: the device pool cannot hold the splice even after
+    eviction
+    """
+    world = LineWorld(BOUNDS)
+    world.issue(0)
+    world.expect(device=0, host_free=2, pinned=0, r0="no_anchor", r1=None, r2=None)
+    world.fired("r0: (issued) --lock[root_prefix]--> no_anchor")
+    world.complete(0, "short", pages=2)
+    world.expect(device=0, host_free=0, pinned=0, r0="reading", r1=None, r2=None)
+    world.fired(
+        "r0: (no_anchor) --hit[else]--> no_anchor",
+        "r0: (no_anchor) --commit[else]--> reading",
+    )
+    world.complete(0)
+    world.expect(device=0, host_free=0, pinned=0, r0="staged", r1=None, r2=None)
+    world.fired("r0: (reading) --read_done[else]--> staged")
+    world.publish()
+    world.expect(device=1, host_free=0, pinned=0, r0="staged", r1=None, r2=None)
+    world.fired()
+    world.plan(0)
+    world.expect(device=1, host_free=0, pinned=0, r0="trimmed", r1=None, r2=None)
+    world.fired("r0: (staged) --plan[trim_positive]--> trimmed")
+    world.publish()
+    world.expect(device=2, host_free=0, pinned=0, r0="trimmed", r1=None, r2=None)
+    world.fired()
+    world.publish()
+    world.expect(device=3, host_free=0, pinned=0, r0="trimmed", r1=None, r2=None)
+    world.fired()
+    world.publish()
+    world.expect(device=4, host_free=0, pinned=0, r0="trimmed", r1=None, r2=None)
+    world.fired()
+    world.consume(0)
+    world.expect(device=4, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.fired(
+        "r0: (trimmed) --make_room[plan_stale]--> trimmed",
+        "r0: (trimmed) --consume[plan_stale]--> released (dropped)",
+    )
     world.finish()
 
 
@@ -1416,22 +2869,37 @@ def test_trimmed__consume__device_short() -> None:
     world = LineWorld(BOUNDS)
     world.publish()
     world.expect(device=1, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.fired()
     world.publish()
     world.expect(device=2, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.fired()
     world.issue(0, stale=True)
     world.expect(device=2, host_free=2, pinned=0, r0="anchor_lost", r1=None, r2=None)
+    world.fired("r0: (issued) --lock[live_match_short]--> anchor_lost")
     world.publish()
     world.expect(device=3, host_free=2, pinned=0, r0="anchor_lost", r1=None, r2=None)
+    world.fired()
     world.complete(0)
     world.expect(device=3, host_free=0, pinned=0, r0="reading", r1=None, r2=None)
+    world.fired(
+        "r0: (anchor_lost) --hit[else]--> anchor_lost",
+        "r0: (anchor_lost) --commit[else]--> reading",
+    )
     world.complete(0)
     world.expect(device=3, host_free=0, pinned=0, r0="staged", r1=None, r2=None)
+    world.fired("r0: (reading) --read_done[else]--> staged")
     world.publish()
     world.expect(device=4, host_free=0, pinned=0, r0="staged", r1=None, r2=None)
+    world.fired()
     world.plan(0)
     world.expect(device=4, host_free=0, pinned=0, r0="trimmed", r1=None, r2=None)
+    world.fired("r0: (staged) --plan[trim_positive]--> trimmed")
     world.consume(0)
     world.expect(device=4, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.fired(
+        "r0: (trimmed) --make_room[else]--> trimmed",
+        "r0: (trimmed) --consume[device_short]--> released (device_capacity)",
+    )
     world.finish()
 
 
@@ -1443,16 +2911,28 @@ def test_trimmed__consume__else() -> None:
     world = LineWorld(BOUNDS)
     world.issue(0)
     world.expect(device=0, host_free=2, pinned=0, r0="no_anchor", r1=None, r2=None)
+    world.fired("r0: (issued) --lock[root_prefix]--> no_anchor")
     world.complete(0, "short", pages=2)
     world.expect(device=0, host_free=0, pinned=0, r0="reading", r1=None, r2=None)
+    world.fired(
+        "r0: (no_anchor) --hit[else]--> no_anchor",
+        "r0: (no_anchor) --commit[else]--> reading",
+    )
     world.complete(0)
     world.expect(device=0, host_free=0, pinned=0, r0="staged", r1=None, r2=None)
+    world.fired("r0: (reading) --read_done[else]--> staged")
     world.publish()
     world.expect(device=1, host_free=0, pinned=0, r0="staged", r1=None, r2=None)
+    world.fired()
     world.plan(0)
     world.expect(device=1, host_free=0, pinned=0, r0="trimmed", r1=None, r2=None)
+    world.fired("r0: (staged) --plan[trim_positive]--> trimmed")
     world.consume(0)
     world.expect(device=2, host_free=0, pinned=0, r0="consumed", r1=None, r2=None)
+    world.fired(
+        "r0: (trimmed) --make_room[device_fits]--> trimmed",
+        "r0: (trimmed) --consume[else]--> consumed",
+    )
     world.finish()
 
 
@@ -1464,16 +2944,28 @@ def test_consumed__ack__else() -> None:
     world = LineWorld(BOUNDS)
     world.issue(0)
     world.expect(device=0, host_free=2, pinned=0, r0="no_anchor", r1=None, r2=None)
+    world.fired("r0: (issued) --lock[root_prefix]--> no_anchor")
     world.complete(0, "short", pages=2)
     world.expect(device=0, host_free=0, pinned=0, r0="reading", r1=None, r2=None)
+    world.fired(
+        "r0: (no_anchor) --hit[else]--> no_anchor",
+        "r0: (no_anchor) --commit[else]--> reading",
+    )
     world.complete(0)
     world.expect(device=0, host_free=0, pinned=0, r0="staged", r1=None, r2=None)
+    world.fired("r0: (reading) --read_done[else]--> staged")
     world.plan(0)
     world.expect(device=0, host_free=0, pinned=0, r0="staged", r1=None, r2=None)
+    world.fired("r0: (staged) --plan[else]--> staged")
     world.consume(0)
     world.expect(device=2, host_free=0, pinned=0, r0="consumed", r1=None, r2=None)
+    world.fired(
+        "r0: (staged) --make_room[device_fits]--> staged",
+        "r0: (staged) --consume[else]--> consumed",
+    )
     world.complete(0)
     world.expect(device=2, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.fired("r0: (consumed) --ack[else]--> released (filled)")
     world.finish()
 
 
@@ -1485,10 +2977,13 @@ def test_locked__abort__else() -> None:
     world = LineWorld(BOUNDS)
     world.publish()
     world.expect(device=1, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.fired()
     world.issue(0)
     world.expect(device=1, host_free=2, pinned=1, r0="locked", r1=None, r2=None)
+    world.fired("r0: (issued) --lock[else]--> locked")
     world.abort(0)
     world.expect(device=1, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.fired("r0: (locked) --abort[else]--> released (aborted)")
     world.finish()
 
 
@@ -1500,8 +2995,10 @@ def test_no_anchor__abort__else() -> None:
     world = LineWorld(BOUNDS)
     world.issue(0)
     world.expect(device=0, host_free=2, pinned=0, r0="no_anchor", r1=None, r2=None)
+    world.fired("r0: (issued) --lock[root_prefix]--> no_anchor")
     world.abort(0)
     world.expect(device=0, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.fired("r0: (no_anchor) --abort[else]--> released (aborted)")
     world.finish()
 
 
@@ -1513,14 +3010,19 @@ def test_cap_skip__abort__else() -> None:
     world = LineWorld(BOUNDS)
     world.publish()
     world.expect(device=1, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.fired()
     world.issue(0)
     world.expect(device=1, host_free=2, pinned=1, r0="locked", r1=None, r2=None)
+    world.fired("r0: (issued) --lock[else]--> locked")
     world.issue(1)
     world.expect(device=1, host_free=2, pinned=2, r0="locked", r1="locked", r2=None)
+    world.fired("r1: (issued) --lock[else]--> locked")
     world.issue(2)
     world.expect(device=1, host_free=2, pinned=2, r0="locked", r1="locked", r2="cap_skip")
+    world.fired("r2: (issued) --lock[over_cap]--> cap_skip")
     world.abort(2)
     world.expect(device=1, host_free=2, pinned=2, r0="locked", r1="locked", r2=None)
+    world.fired("r2: (cap_skip) --abort[else]--> released (aborted)")
     world.finish()
 
 
@@ -1532,8 +3034,10 @@ def test_anchor_lost__abort__else() -> None:
     world = LineWorld(BOUNDS)
     world.issue(0, stale=True)
     world.expect(device=0, host_free=2, pinned=0, r0="anchor_lost", r1=None, r2=None)
+    world.fired("r0: (issued) --lock[live_match_short]--> anchor_lost")
     world.abort(0)
     world.expect(device=0, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.fired("r0: (anchor_lost) --abort[else]--> released (aborted)")
     world.finish()
 
 
@@ -1545,10 +3049,16 @@ def test_parked__abort__else() -> None:
     world = LineWorld(BOUNDS)
     world.issue(0)
     world.expect(device=0, host_free=2, pinned=0, r0="no_anchor", r1=None, r2=None)
+    world.fired("r0: (issued) --lock[root_prefix]--> no_anchor")
     world.complete(0)
     world.expect(device=0, host_free=2, pinned=0, r0="parked", r1=None, r2=None)
+    world.fired(
+        "r0: (no_anchor) --hit[else]--> no_anchor",
+        "r0: (no_anchor) --commit[host_short]--> parked",
+    )
     world.abort(0)
     world.expect(device=0, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.fired("r0: (parked) --abort[else]--> released (aborted)")
     world.finish()
 
 
@@ -1560,12 +3070,19 @@ def test_staged__abort__else() -> None:
     world = LineWorld(BOUNDS)
     world.issue(0)
     world.expect(device=0, host_free=2, pinned=0, r0="no_anchor", r1=None, r2=None)
+    world.fired("r0: (issued) --lock[root_prefix]--> no_anchor")
     world.complete(0, "short", pages=2)
     world.expect(device=0, host_free=0, pinned=0, r0="reading", r1=None, r2=None)
+    world.fired(
+        "r0: (no_anchor) --hit[else]--> no_anchor",
+        "r0: (no_anchor) --commit[else]--> reading",
+    )
     world.complete(0)
     world.expect(device=0, host_free=0, pinned=0, r0="staged", r1=None, r2=None)
+    world.fired("r0: (reading) --read_done[else]--> staged")
     world.abort(0)
     world.expect(device=0, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.fired("r0: (staged) --abort[else]--> released (aborted)")
     world.finish()
 
 
@@ -1577,16 +3094,25 @@ def test_trimmed__abort__else() -> None:
     world = LineWorld(BOUNDS)
     world.issue(0)
     world.expect(device=0, host_free=2, pinned=0, r0="no_anchor", r1=None, r2=None)
+    world.fired("r0: (issued) --lock[root_prefix]--> no_anchor")
     world.complete(0, "short", pages=2)
     world.expect(device=0, host_free=0, pinned=0, r0="reading", r1=None, r2=None)
+    world.fired(
+        "r0: (no_anchor) --hit[else]--> no_anchor",
+        "r0: (no_anchor) --commit[else]--> reading",
+    )
     world.complete(0)
     world.expect(device=0, host_free=0, pinned=0, r0="staged", r1=None, r2=None)
+    world.fired("r0: (reading) --read_done[else]--> staged")
     world.publish()
     world.expect(device=1, host_free=0, pinned=0, r0="staged", r1=None, r2=None)
+    world.fired()
     world.plan(0)
     world.expect(device=1, host_free=0, pinned=0, r0="trimmed", r1=None, r2=None)
+    world.fired("r0: (staged) --plan[trim_positive]--> trimmed")
     world.abort(0)
     world.expect(device=1, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.fired("r0: (trimmed) --abort[else]--> released (aborted)")
     world.finish()
 
 
@@ -1598,12 +3124,19 @@ def test_staged__release_hold__else() -> None:
     world = LineWorld(BOUNDS)
     world.issue(0)
     world.expect(device=0, host_free=2, pinned=0, r0="no_anchor", r1=None, r2=None)
+    world.fired("r0: (issued) --lock[root_prefix]--> no_anchor")
     world.complete(0, "short", pages=2)
     world.expect(device=0, host_free=0, pinned=0, r0="reading", r1=None, r2=None)
+    world.fired(
+        "r0: (no_anchor) --hit[else]--> no_anchor",
+        "r0: (no_anchor) --commit[else]--> reading",
+    )
     world.complete(0)
     world.expect(device=0, host_free=0, pinned=0, r0="staged", r1=None, r2=None)
+    world.fired("r0: (reading) --read_done[else]--> staged")
     world.release_hold(0)
     world.expect(device=0, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.fired("r0: (staged) --release_hold[else]--> released (released)")
     world.finish()
 
 
@@ -1615,16 +3148,25 @@ def test_trimmed__release_hold__else() -> None:
     world = LineWorld(BOUNDS)
     world.issue(0)
     world.expect(device=0, host_free=2, pinned=0, r0="no_anchor", r1=None, r2=None)
+    world.fired("r0: (issued) --lock[root_prefix]--> no_anchor")
     world.complete(0, "short", pages=2)
     world.expect(device=0, host_free=0, pinned=0, r0="reading", r1=None, r2=None)
+    world.fired(
+        "r0: (no_anchor) --hit[else]--> no_anchor",
+        "r0: (no_anchor) --commit[else]--> reading",
+    )
     world.complete(0)
     world.expect(device=0, host_free=0, pinned=0, r0="staged", r1=None, r2=None)
+    world.fired("r0: (reading) --read_done[else]--> staged")
     world.publish()
     world.expect(device=1, host_free=0, pinned=0, r0="staged", r1=None, r2=None)
+    world.fired()
     world.plan(0)
     world.expect(device=1, host_free=0, pinned=0, r0="trimmed", r1=None, r2=None)
+    world.fired("r0: (staged) --plan[trim_positive]--> trimmed")
     world.release_hold(0)
     world.expect(device=1, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.fired("r0: (trimmed) --release_hold[else]--> released (released)")
     world.finish()
 
 
@@ -1636,14 +3178,26 @@ def test_consumed__abort__else() -> None:
     world = LineWorld(BOUNDS)
     world.issue(0)
     world.expect(device=0, host_free=2, pinned=0, r0="no_anchor", r1=None, r2=None)
+    world.fired("r0: (issued) --lock[root_prefix]--> no_anchor")
     world.complete(0, "short", pages=2)
     world.expect(device=0, host_free=0, pinned=0, r0="reading", r1=None, r2=None)
+    world.fired(
+        "r0: (no_anchor) --hit[else]--> no_anchor",
+        "r0: (no_anchor) --commit[else]--> reading",
+    )
     world.complete(0)
     world.expect(device=0, host_free=0, pinned=0, r0="staged", r1=None, r2=None)
+    world.fired("r0: (reading) --read_done[else]--> staged")
     world.plan(0)
     world.expect(device=0, host_free=0, pinned=0, r0="staged", r1=None, r2=None)
+    world.fired("r0: (staged) --plan[else]--> staged")
     world.consume(0)
     world.expect(device=2, host_free=0, pinned=0, r0="consumed", r1=None, r2=None)
+    world.fired(
+        "r0: (staged) --make_room[device_fits]--> staged",
+        "r0: (staged) --consume[else]--> consumed",
+    )
     world.abort(0)
     world.expect(device=2, host_free=0, pinned=0, r0="consumed", r1=None, r2=None)
+    world.fired("r0: (consumed) --abort[else]--> consumed")
     world.finish()
