@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
@@ -11,9 +12,12 @@ from hypothesis.stateful import RuleBasedStateMachine, rule, run_state_machine_a
 
 from stagefate.cli.fuzz import _violation
 from stagefate.fuzz.campaign import failing_programs
-from stagefate.fuzz.invariants import InvariantViolated
+from stagefate.fuzz.invariants import InvariantViolated, holds_problems
 from stagefate.fuzz.machine import PipelineFuzzer
 from stagefate.fuzz.world import KNOB_CHOICES, PAGE, mark
+from stagefate.runtime.hashing import ROOT_NAMESPACE
+from stagefate.spec import load_spec
+from stagefate.statemachine.record import Record
 
 TestPipelineFuzz = PipelineFuzzer.TestCase
 
@@ -94,3 +98,17 @@ def test_a_campaigns_failure_prints_its_minimal_program(
     out = capsys.readouterr().out
     assert out.index("state.step(x=7)") < out.index("VIOLATION AssertionError: seven or more")
     assert "The minimal failing program is printed above; the example is saved in db" in out
+
+
+def test_what_a_record_holds_is_checked_against_its_states_holds() -> None:
+    spec = load_spec()
+    record = Record("r0", (1, 2), 0, ROOT_NAMESPACE, state="consumed")
+    assert holds_problems(spec, record) == [
+        "r0 is consumed without its pin",
+        "r0 is consumed without its bounce",
+    ]
+    record.state = "no_anchor"
+    record.host_indices = np.arange(2)
+    assert holds_problems(spec, record) == ["r0 is no_anchor yet holds a bounce"]
+    record.state = "staged"  # pin: maybe, bounce: always
+    assert holds_problems(spec, record) == []

@@ -10,7 +10,9 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant
 
 from ..runtime import ManualIO
 from ..runtime.pools import PoolError
+from ..spec.schema import Level, LifecycleSpec
 from ..statemachine.pipeline import BufferPipeline
+from ..statemachine.record import Record
 
 Machine = TypeVar("Machine", bound=RuleBasedStateMachine)
 
@@ -82,3 +84,24 @@ def copies_in_flight(pipe: BufferPipeline) -> set[int]:
         if r.state == "consumed" and r.op_id in queued and r.device_indices is not None
         for slot in r.device_indices.tolist()
     }
+
+
+def held(record: Record) -> dict[str, bool]:
+    """What ``record`` holds, under the spec's resource names: ``pin`` the anchor's path lock or,
+    after consume, the spliced tail's; ``bounce`` its host slots."""
+    pinned = record.pinned_node is not None or record.spliced_node is not None
+    return {"pin": pinned, "bounce": record.host_indices is not None}
+
+
+def holds_problems(spec: LifecycleSpec, record: Record) -> list[str]:
+    """Where ``record`` holds other than its state's ``holds`` says: a resource it must hold
+    (``always``) and lacks, or one its state never holds and it has."""
+    state = spec.states[record.state]
+    problems = []
+    for resource, has in held(record).items():
+        level = state.level(resource)
+        if level is Level.ALWAYS and not has:
+            problems.append(f"{record.request_id} is {record.state} without its {resource}")
+        elif level is Level.NONE and has:
+            problems.append(f"{record.request_id} is {record.state} yet holds a {resource}")
+    return problems

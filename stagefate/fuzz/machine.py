@@ -43,6 +43,7 @@ from .invariants import (
     assert_pins_counted,
     bounce_owned,
     copies_in_flight,
+    holds_problems,
     spec_invariant,
 )
 from .tally import TALLY, record_edge
@@ -451,8 +452,8 @@ class PipelineFuzzer(RuleBasedStateMachine):
             if record.pinned_node is not None:
                 assert record.pinned_node.attached, f"{record.request_id}'s pinned node evicted"
                 assert record.pinned_node.lock_ref > 0
-            if record.state == "locked":
-                assert record.pinned_node is not None, "locked without its anchor pin"
+            problems = holds_problems(pipe.spec, record)
+            assert not problems, "; ".join(problems)  # pins and bounces, as the spec's holds say
 
     @spec_invariant
     def pin_balance(self) -> None:
