@@ -58,7 +58,7 @@ from collections.abc import Callable, Hashable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Generic, NamedTuple, NoReturn, TypeVar, cast
 
-from .schema import SAME, BranchSpec, LifecycleSpec
+from .schema import SAME, BranchSpec, LifecycleSpec, transition_text
 
 INVARIANTS = frozenset(
     {
@@ -165,6 +165,24 @@ class Step(NamedTuple):
     (:mod:`.modelcheck_ranks`; 0 on one rank)."""
 
 
+class Fired(NamedTuple):
+    """One transition a step fired: request ``request``'s record left ``source`` by ``event``
+    through the branch guarded by ``guard`` (``else``: none), reached ``target``, ended with
+    ``reason`` (None: it lives on)."""
+
+    request: int
+    source: str
+    event: str
+    guard: str
+    target: str
+    reason: str | None
+
+    def text(self) -> str:
+        return transition_text(
+            f"r{self.request}", self.source, self.event, self.guard, self.target, self.reason
+        )
+
+
 _EVICT = Step("world", -1, "evict")
 _PUBLISH = Step("world", -1, "publish")
 
@@ -193,6 +211,8 @@ class _Draft:
     """Pages pinned by records the step may not read (see :data:`HIDDEN`)."""
     woke: bool = False
     """Whether the step woke the requests waiting on it."""
+    fired: list[Fired] = field(default_factory=list)
+    """The transitions the step fired, in order."""
 
     @classmethod
     def of(cls, world: World, only: int = -1) -> _Draft:
@@ -306,12 +326,15 @@ class ModelChecker:
         if branches is None:
             raise Violation(None, f"r{index}: event {event!r} fired in state {record.state!r}")
         branch = self._choose(draft, index, record, branches, args)
-        edges.add((record.state, event, branch.guard or "else"))
+        guard = branch.guard or "else"
+        edges.add((record.state, event, guard))
+        self._note_choice(draft, index, record, event, branches, branch, args, edges)
         source = record.state
         for effect in branch.effects:
             record = self.effects[effect](self, draft, index, record, args)
             draft.records[index] = record
         target = source if branch.to == SAME else branch.to
+        draft.fired.append(Fired(index, source, event, guard, target, branch.reason))
         record = record._replace(state=target)
         draft.records[index] = record
         if source in self.owning and target not in self.owning:
@@ -346,6 +369,20 @@ class ModelChecker:
         raise Violation(
             None, f"r{index}: no branch of ({record.state}) applies and there is no else"
         )
+
+    def _note_choice(
+        self,
+        draft: _Draft,
+        index: int,
+        record: Rec,
+        event: str,
+        branches: tuple[BranchSpec, ...],
+        branch: BranchSpec,
+        args: Args,
+        edges: set[Edge],
+    ) -> None:
+        """Called with every branch taken, before its effects run; the witness search
+        (:mod:`.witnesses`) notes there which later guards also held."""
 
     def _wake_waiters(self, draft: _Draft, index: int) -> None:
         draft.woke = True
@@ -538,7 +575,7 @@ class ModelChecker:
         draft.issues[index] += 1
         draft.waiting_on[index] = -1
         matched = min(draft.device + stale, want)
-        draft.records[index] = Rec("issued", matched, want)
+        draft.records[index] = Rec(self.spec.initial, matched, want)
         if self._fire(draft, index, self.spec.issue_event, Args(), edges) is None:
             record = draft.records[index]
             assert record is not None

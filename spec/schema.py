@@ -271,3 +271,13 @@ class LifecycleSpec(_Frozen):
 
     def target_of(self, source: str, branch: BranchSpec) -> str:
         return source if branch.to == SAME else branch.to
+
+
+def transition_text(
+    request: str, source: str, event: str, guard: str, target: str, reason: str | None
+) -> str:
+    """One fired transition as the generated tests and their failures write it:
+    ``r0: (issued) --lock[below_threshold]--> released (declined_too_short)``; ``guard`` is the
+    branch taken (its guard, or ``else``)."""
+    ends = f" ({reason})" if reason else ""
+    return f"{request}: ({source}) --{event}[{guard}]--> {target}{ends}"

@@ -18,21 +18,32 @@ is so. :class:`ApiModelChecker` is the model checker restricted to them:
 Every other step (issue, lock, plan, consume, abort, release a hold; evict and publish) is
 the model checker's own. :func:`shortest_witnesses` explores breadth first and keeps, for each
 edge, the first step that fired it: the shortest program that takes it, stopping once every
-modelled edge has one. :mod:`.generated_tests` writes each as a test of public calls.
+modelled edge has one. :mod:`.generated_tests` writes each as a test of public calls, asserting
+after every step the state and the transitions fired (:meth:`ApiModelChecker.replay`).
+
+A witness per edge tells a branch taken from every other, but not the order of two branches
+whose guards can hold at once: swapping them changes only the situations where both hold, which
+no edge's witness needs to meet. So the search also notes, whenever a branch is taken while the
+next branch's guard holds too, an *overlap* (``taken`` over ``also``), and keeps the shortest
+program for each such pair it meets (:data:`OVERLAP_STATES` bounds the search for them past the
+last edge). A pair never met is a pair whose order no program within the bounds can see.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from itertools import pairwise
 from typing import TypeGuard
 
 from .modelcheck import (
     EFFECTS,
+    GUARDS,
     NOT_MODELLED_GUARDS,
     Args,
     Bounds,
     Edge,
+    Fired,
     ModelChecker,
     Rec,
     Slot,
@@ -42,12 +53,18 @@ from .modelcheck import (
     World,
     _Draft,
     _live_fields,
+    attempts,
     breadth_first,
     path_to,
 )
-from .schema import LifecycleSpec
+from .schema import BranchSpec, LifecycleSpec
 
 POLL = Step("poll", -1, "poll")
+ALSO = "__also__"
+"""Joins the two guards of an overlap in the search's edge set: ``(state, event,
+taken__also__next)``."""
+OVERLAP_STATES = 200_000
+"""How many states past the last edge's witness the search goes on for overlaps not yet met."""
 _COMPLETIONS = {"exists": "hit", "read": "read_done", "load": "ack"}
 
 
@@ -75,6 +92,27 @@ class ApiModelChecker(ModelChecker):
         steps = super()._request_steps(i, slot, below_want)
         return tuple(step for step in steps if (step.kind, step.what) != ("event", "commit"))
 
+    def _note_choice(
+        self,
+        draft: _Draft,
+        index: int,
+        record: Rec,
+        event: str,
+        branches: tuple[BranchSpec, ...],
+        branch: BranchSpec,
+        args: Args,
+        edges: set[Edge],
+    ) -> None:
+        """An overlap when the next branch's guard holds as well (guards only read)."""
+        following = branches.index(branch) + 1
+        if branch.guard is None or following == len(branches):
+            return
+        also = branches[following].guard
+        if also is None or also in NOT_MODELLED_GUARDS:
+            return
+        if GUARDS[also](self, draft, index, record, args):
+            edges.add((record.state, event, f"{branch.guard}{ALSO}{also}"))
+
     def actions(self, state: State) -> list[Step]:
         steps = super().actions(state)
         if any(_parked(slot.record) for slot in self.decode(state).slots):
@@ -84,12 +122,27 @@ class ApiModelChecker(ModelChecker):
     def successor(self, state: State, step: Step, edges: set[Edge], pinned: int = -1) -> State:
         if step.kind != "poll" and step.kind not in _COMPLETIONS:
             return super().successor(state, step, edges, pinned)
-        world = self.decode(state)
-        draft = _Draft.of(world)
+        draft = _Draft.of(self.decode(state))
+        self._poll_or_complete(draft, step, edges)
+        return self._encode(draft)
+
+    def replay(self, state: State, step: Step) -> tuple[State, list[Fired]]:
+        """``step`` from ``state`` on a whole draft, past the memo: the state after it (what
+        :meth:`successor` gives) and the transitions it fired, in order."""
+        if step.kind == "world":
+            return self.successor(state, step, set()), []
+        draft, ignored = _Draft.of(self.decode(state)), set[Edge]()
+        if step.kind == "poll" or step.kind in _COMPLETIONS:
+            self._poll_or_complete(draft, step, ignored)
+        else:
+            self.apply(draft, step, ignored)
+        return self._encode(draft), draft.fired
+
+    def _poll_or_complete(self, draft: _Draft, step: Step, edges: set[Edge]) -> None:
+        """A completion fires its event, then the pass's commits run; a poll runs them alone."""
         if step.kind in _COMPLETIONS:
             self._complete(draft, step.request, _COMPLETIONS[step.kind], step, edges)
         self._run_commits(draft, edges)
-        return self._encode(draft)
 
     def _run_commits(self, draft: _Draft, edges: set[Edge]) -> None:
         """A pass's commits: the parked FIFO from its head, then the new hits."""
@@ -120,23 +173,43 @@ class ApiModelChecker(ModelChecker):
 
 @dataclass(frozen=True)
 class Witness:
-    """The shortest program taking ``edge``: its steps, and the world after each."""
+    """The shortest program taking ``edge`` (with ``also``: while the next branch's guard
+    ``also`` held too): its steps, the world after each and the transitions each fired."""
 
     edge: Edge
+    also: str | None
     target: str
     reason: str | None
     steps: list[Step]
     worlds: list[World]
+    fired: list[list[Fired]]
+
+
+def overlaps(spec: LifecycleSpec) -> list[Edge]:
+    """Every pair of neighbouring guarded branches, as the search's edge of its overlap, in
+    the spec's order."""
+    return [
+        (state, event, f"{taken.guard}{ALSO}{also.guard}")
+        for state, event, branches in spec.rows()
+        for taken, also in pairwise(branches)
+        if taken.guard is not None
+        and also.guard is not None
+        and not {taken.guard, also.guard} & NOT_MODELLED_GUARDS
+    ]
 
 
 def shortest_witnesses(spec: LifecycleSpec, bounds: Bounds | None = None) -> list[Witness]:
-    """One witness per modelled edge of ``spec``, in the spec's order; an edge no program of
-    public calls reaches within ``bounds`` raises, naming it."""
+    """One witness per modelled edge of ``spec``, in the spec's order, each followed by the
+    witnesses of the overlaps it begins that the search met; an edge no program of public calls
+    reaches within ``bounds`` raises, naming it."""
     mc = ApiModelChecker(spec, bounds)
     wanted = [edge for edge in mc.all_edges() if edge[2] not in NOT_MODELLED_GUARDS]
+    pairs = overlaps(spec)
     fired: set[Edge] = set()
     first: dict[Edge, tuple[State, Step]] = {}
     remaining = set(wanted)
+    unmet = set(pairs)
+    expanded_since_edges = 0
 
     def successors(world: State) -> Iterator[tuple[Step, State | Violation]]:
         for step in mc.actions(world):
@@ -149,11 +222,17 @@ def shortest_witnesses(spec: LifecycleSpec, bounds: Bounds | None = None) -> lis
                 for edge in fired.difference(first):
                     first[edge] = (world, step)
                     remaining.discard(edge)
+                    unmet.discard(edge)
             yield step, successor
 
-    search = breadth_first(
-        mc.initial(), successors, mc.check, mc.bounds.max_states, lambda: not remaining
-    )
+    def done() -> bool:
+        nonlocal expanded_since_edges
+        if remaining:
+            return False
+        expanded_since_edges += 1
+        return not unmet or expanded_since_edges > OVERLAP_STATES
+
+    search = breadth_first(mc.initial(), successors, mc.check, mc.bounds.max_states, done)
     if search.failure is not None:
         path, violation = search.failure
         raise ValueError(
@@ -166,14 +245,50 @@ def shortest_witnesses(spec: LifecycleSpec, bounds: Bounds | None = None) -> lis
             f"no program of public calls takes {missing} within the bounds; raise them "
             "(stagefate check --pages/--requests/--issues) or mark the guard not modelled"
         )
-    return [_witness(mc, spec, edge, path_to(search.parents, *first[edge])) for edge in wanted]
+    witnesses = []
+    for edge in wanted:
+        witnesses.append(_witness(mc, spec, edge, None, path_to(search.parents, *first[edge])))
+        for pair in pairs:
+            state, event, guards = pair
+            taken, also = guards.split(ALSO)
+            if (state, event, taken) == edge and pair in first:
+                path = path_to(search.parents, *first[pair])
+                witnesses.append(_witness(mc, spec, edge, also, path))
+    return witnesses
 
 
-def _witness(mc: ApiModelChecker, spec: LifecycleSpec, edge: Edge, steps: list[Step]) -> Witness:
-    state, worlds, ignored = mc.initial(), [], set[Edge]()
+def api_counterexample(
+    spec: LifecycleSpec, bounds: Bounds | None = None
+) -> tuple[list[Step], Violation] | None:
+    """The shortest program of public calls that breaks an invariant of ``spec`` (its last step
+    the one that breaks it), or None when no such program exists within ``bounds`` (the model
+    checker's violation then needs an interleaving the API does not allow)."""
+    mc = ApiModelChecker(spec, bounds)
+    ignored: set[Edge] = set()
+
+    def successors(world: State) -> Iterator[tuple[Step, State | Violation]]:
+        return attempts(mc.actions(world), lambda step: mc.successor(world, step, ignored))
+
+    return breadth_first(mc.initial(), successors, mc.check, mc.bounds.max_states).failure
+
+
+def replayed(mc: ApiModelChecker, steps: list[Step]) -> tuple[list[World], list[list[Fired]]]:
+    """The world after each of ``steps`` from the initial state, and the transitions each fired
+    (checked against the memoised :meth:`~ApiModelChecker.successor` the search took)."""
+    state, worlds, fired = mc.initial(), [], []
     for step in steps:
-        state = mc.successor(state, step, ignored)
+        expected = mc.successor(state, step, set())
+        state, transitions = mc.replay(state, step)
+        assert state == expected, f"replaying {step} left another state than the search"
         worlds.append(mc.decode(state))
+        fired.append(transitions)
+    return worlds, fired
+
+
+def _witness(
+    mc: ApiModelChecker, spec: LifecycleSpec, edge: Edge, also: str | None, steps: list[Step]
+) -> Witness:
+    worlds, fired = replayed(mc, steps)
     source, event, guard = edge
     branch = next(
         b
@@ -182,4 +297,6 @@ def _witness(mc: ApiModelChecker, spec: LifecycleSpec, edge: Edge, steps: list[S
         for b in branches
         if (b.guard or "else") == guard
     )
-    return Witness(edge, spec.target_of(source, branch), branch.reason, steps, worlds)
+    return Witness(
+        edge, also, spec.target_of(source, branch), branch.reason, steps, worlds, fired
+    )

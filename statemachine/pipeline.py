@@ -238,6 +238,7 @@ class BufferPipeline:
             tokens=aligned,
             matched_len=matched_len,
             namespace=namespace,
+            state=self.spec.initial,
             span_end=len(aligned),
         )
         self.records[req_id] = record

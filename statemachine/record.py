@@ -31,7 +31,8 @@ class Record:
     """The request's tokens, cut to whole pages: the span ends at ``len(tokens)``."""
     matched_len: int
     namespace: Namespace
-    state: str = "issued"
+    state: str
+    """Its state in the spec; a new record starts at the spec's ``initial``."""
     span_end: int = 0
     pinned_node: Node | None = None
     pinned_tokens: int = 0
