@@ -58,7 +58,7 @@ from collections.abc import Callable, Hashable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Generic, NamedTuple, NoReturn, TypeVar, cast
 
-from .schema import SAME, BranchSpec, LifecycleSpec, transition_text
+from .schema import SAME, BranchSpec, CompletionKind, LifecycleSpec, transition_text
 
 INVARIANTS = frozenset(
     {
@@ -566,8 +566,7 @@ class ModelChecker:
                 self._fire(draft, i, "make_room", args, edges)
             self._fire(draft, i, what, args, edges)
         else:
-            event = {"exists": "hit", "read": "read_done", "load": "ack"}[kind]
-            self._complete(draft, i, event, step, edges)
+            self._complete(draft, i, step, edges)
 
     def _issue(self, draft: _Draft, index: int, stale: bool, edges: set[Edge]) -> None:
         """Issue as a scheduler does, with the live match or one measured before an eviction."""
@@ -581,19 +580,20 @@ class ModelChecker:
             assert record is not None
             draft.records[index] = record._replace(op="exists")
 
-    def _complete(
-        self, draft: _Draft, index: int, event: str, step: Step, edges: set[Edge]
-    ) -> None:
+    def _complete(self, draft: _Draft, index: int, step: Step, edges: set[Edge]) -> None:
+        """Request ``index``'s operation of kind ``step.kind`` completes as ``step.what`` says;
+        it fires the event the spec's ``completions`` names."""
         record = draft.records[index]
         assert record is not None
-        mode = step.what
+        kind, mode = cast(CompletionKind, step.kind), step.what
         if mode == "short":
             found = step.pages
-        elif mode == "error" or event == "ack":
+        elif mode == "error" or kind == "load":
             found = 0
         else:
-            found = record.span_end - record.matched if event == "hit" else record.read
+            found = record.span_end - record.matched if kind == "exists" else record.read
         draft.records[index] = record._replace(op="")
+        event = self.spec.completions[kind]
         self._fire(draft, index, event, Args(tokens=found, error=mode == "error"), edges)
 
     # ------------------------------------------------------------------ invariants

@@ -118,6 +118,14 @@ class DesignSpec(_Frozen):
     """What the implementation does that this spec does not say, each in a sentence."""
 
 
+CompletionKind = Literal["exists", "read", "load"]
+"""The IO operations a record waits on (``IOOp.kind``)."""
+
+
+def _completions() -> dict[CompletionKind, str]:
+    return {"exists": "hit", "read": "read_done", "load": "ack"}
+
+
 class LifecycleSpec(_Frozen):
     version: Literal[1]
     design: DesignSpec | None = None
@@ -128,6 +136,9 @@ class LifecycleSpec(_Frozen):
     initial: str
     issue_event: str = "lock"
     """The event ``prefetch_from_storage`` fires on a new record (in the initial state)."""
+    completions: dict[CompletionKind, str] = Field(default_factory=_completions)
+    """The event each kind of IO completion fires: the existence query's, the L3 read's, the
+    H2D copy's."""
     atomic: tuple[tuple[str, str], ...] = ()
     """Pairs of events the scheduler runs back to back in one pass, nothing between them (the
     model checker then never runs a step between the two). Only ``(plan, consume)`` is
@@ -154,6 +165,14 @@ class LifecycleSpec(_Frozen):
                     f"atomic {list(pair)}: only [plan, consume] (a plan and its init_load_back "
                     "in one pass) is understood; remove it or extend the model checker"
                 )
+        for kind, event in self.completions.items():
+            if event not in self.events:
+                problems.append(
+                    f"completions: {kind!r} fires {event!r}, which is not declared under "
+                    "'events'; declare it or name a declared event"
+                )
+        if set(self.completions) != {"exists", "read", "load"}:
+            problems.append("completions: name the event of each of exists, read and load")
         if self.issue_event not in self.events:
             problems.append(
                 f"issue_event {self.issue_event!r} is not declared under 'events' (it is what "

@@ -65,7 +65,8 @@ ALSO = "__also__"
 taken__also__next)``."""
 OVERLAP_STATES = 200_000
 """How many states past the last edge's witness the search goes on for overlaps not yet met."""
-_COMPLETIONS = {"exists": "hit", "read": "read_done", "load": "ack"}
+_COMPLETIONS = frozenset({"exists", "read", "load"})
+"""Step kinds that complete an IO operation (the spec's ``completions`` names what each fires)."""
 
 
 def _enqueue_parked(mc: ModelChecker, d: _Draft, i: int, r: Rec, a: Args) -> Rec:
@@ -141,7 +142,7 @@ class ApiModelChecker(ModelChecker):
     def _poll_or_complete(self, draft: _Draft, step: Step, edges: set[Edge]) -> None:
         """A completion fires its event, then the pass's commits run; a poll runs them alone."""
         if step.kind in _COMPLETIONS:
-            self._complete(draft, step.request, _COMPLETIONS[step.kind], step, edges)
+            self._complete(draft, step.request, step, edges)
         self._run_commits(draft, edges)
 
     def _run_commits(self, draft: _Draft, edges: set[Edge]) -> None:

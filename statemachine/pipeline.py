@@ -86,7 +86,6 @@ from .stats import Stats
 
 LockOutcome = Literal["locked", "no_anchor", "cap_skip", "anchor_lost"]
 _EMPTY = torch.empty(0, dtype=torch.int64)
-_COMPLETION_EVENTS = {"exists": "hit", "read": "read_done", "load": "ack"}
 """The event each kind of IO completion fires."""
 
 
@@ -534,7 +533,7 @@ class BufferPipeline:
             return
         record.op_id = None
         record.arg_completion = completion
-        self._fire(record, _COMPLETION_EVENTS[completion.kind])
+        self._fire(record, self.spec.completions[completion.kind])
 
     def _run_commits(self) -> None:
         for request_id in list(self._parked) if self._parked else ():

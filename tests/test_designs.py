@@ -106,7 +106,7 @@ def test_spec_diff_sets_two_designs_side_by_side(capsys: pytest.CaptureFixture[s
     assert "| `locked` |" in printed and "span_inflight" in printed
 
 
-def test_an_unknown_atomic_pair_or_issue_event_is_refused() -> None:
+def test_an_unknown_atomic_pair_issue_event_or_completion_event_is_refused() -> None:
     import yaml
 
     document = yaml.safe_load(_yaml("sglang-0.5.23"))
@@ -114,6 +114,11 @@ def test_an_unknown_atomic_pair_or_issue_event_is_refused() -> None:
         parse_spec({**document, "atomic": [["hit", "commit"]]})
     with pytest.raises(ValueError, match="issue_event 'start' is not declared"):
         parse_spec({**document, "issue_event": "start"})
+    landed = {"exists": "hit", "read": "landed", "load": "ack"}
+    with pytest.raises(ValueError, match="'read' fires 'landed', which is not declared"):
+        parse_spec({**document, "completions": landed})
+    with pytest.raises(ValueError, match="name the event of each of exists, read and load"):
+        parse_spec({**document, "completions": {"exists": "hit", "read": "read_done"}})
 
 
 COMPARED = {
