@@ -20,7 +20,7 @@ import textwrap
 from dataclasses import dataclass, fields
 from typing import Protocol
 
-from .modelcheck import NOT_MODELLED_GUARDS, Bounds, Edge, Fired, Step, Violation, World
+from .model_world import NOT_MODELLED_GUARDS, Bounds, Edge, Fired, Step, Violation, World
 from .schema import LifecycleSpec
 from .witnesses import ALSO, ApiModelChecker, Witness, replayed, shortest_witnesses
 
@@ -158,8 +158,8 @@ def counterexample_test(
     world = f"LineWorld(BOUNDS, spec=load_spec({spec_file!r}))"
     case = case_text("test_counterexample", "The spec breaks an invariant.", about, program, world)
     imports = header(bounds).replace(
-        "from stagefate.spec.modelcheck import Bounds\n",
-        "from stagefate.spec import load_spec\nfrom stagefate.spec.modelcheck import Bounds\n",
+        "from stagefate.spec.model_world import Bounds\n",
+        "from stagefate.spec import load_spec\nfrom stagefate.spec.model_world import Bounds\n",
     )
     return f"{imports}\n\n{case}\n"
 
@@ -180,7 +180,7 @@ def header(bounds: Bounds) -> str:
     )
     return f"""from __future__ import annotations
 
-from stagefate.spec.modelcheck import Bounds
+from stagefate.spec.model_world import Bounds
 from stagefate.testing import LineWorld
 
 BOUNDS = Bounds(

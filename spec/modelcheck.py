@@ -38,223 +38,45 @@ What keeps the bounds of docs/design.md §7 (5 pages × 3 requests × 2 issues e
 * **Memoised steps**: a request's step reads its own slot, the two positions and the pinned
   total; the IO commit also reads the other records. Its outcome is kept under exactly that, so
   the spec's rows run once per distinct situation rather than once per state; a step reading
-  another record outside the commit meets :data:`HIDDEN` and fails loudly instead of being
-  memoised wrongly. Each request's own invariants are likewise checked once per (slot, device).
+  another record outside the commit meets :data:`.model_world.HIDDEN` and fails loudly instead
+  of being memoised wrongly. Each request's own invariants are likewise checked once per
+  (slot, device).
 
 Symmetry reduction was tried and left out: requests are interchangeable only when they want the
 same span, and a world where two do has more states than sorting them saves (54,140 against
 26,400 at 4 pages × 3 requests × 1 issue).
 
-``spec/`` imports no torch and no runtime: guards and effects are re-stated here over positions,
-one small function each, next to the pipeline's names.
+``spec/`` imports no torch and no runtime: guards and effects are re-stated over positions in
+:mod:`.model_rules`, one small function each, next to the pipeline's names; the world's types
+are :mod:`.model_world`'s, the search :mod:`.search`'s.
 """
 
 from __future__ import annotations
 
-import gc
-import math
-from collections import deque
-from collections.abc import Callable, Hashable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Generic, NamedTuple, NoReturn, TypeVar, cast
+from typing import cast
 
-from .schema import SAME, BranchSpec, CompletionKind, LifecycleSpec, transition_text
-
-INVARIANTS = frozenset(
-    {
-        "pin_safety",
-        "pin_balance",
-        "pure_revoke",
-        "hold_release",
-        "exactly_once_end",
-        "splice_correctness",
-        "aux_and_ownership",
-        "dedup_waiters",
-    }
+from .model_rules import EFFECTS, GUARDS, _live_fields
+from .model_world import (
+    NOT_MODELLED_GUARDS,
+    Args,
+    Bounds,
+    Edge,
+    Fired,
+    Rec,
+    Slot,
+    State,
+    Step,
+    Violation,
+    World,
+    _Draft,
 )
-"""The spec's invariant ids this checker raises violations of: exactly those whose
-``checked_by`` lists ``model_checker`` (a test holds the two equal)."""
-RANK_INVARIANTS = frozenset({"lockstep", "rank_bytes"})
-"""What the product of tensor-parallel ranks (:mod:`.modelcheck_ranks`) checks beyond each
-rank's own: exactly the ids whose ``checked_by`` lists ``rank_model_checker``."""
-NOT_MODELLED_GUARDS = frozenset({"aux_cut"})
-"""Guards of parts the abstract world leaves out (no sliding-window aux pool)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Bounds:
-    """The size of the abstract world; the defaults are the bounds CI checks (docs/design.md §7)."""
-
-    pages: int = 5
-    requests: int = 3
-    host_pages: int = 2
-    device_pages: int = 4
-    cap_pages: int = 2
-    threshold_pages: int = 2
-    issues_per_request: int = 2
-    max_states: int = 5_000_000
-
-    def want(self, index: int) -> int:
-        """Pages request ``index`` wants: spans overlap wholly or partly, no two alike."""
-        return self.pages - index
-
-
-class Rec(NamedTuple):
-    """One live record over positions (a tuple: copied with ``_replace`` on every effect).
-
-    Every field is an int or a str, so records order (symmetry sorts requests by them).
-    """
-
-    state: str
-    matched: int
-    span_end: int
-    pin: int = -1
-    """Pinned position (-1: none); an anchor pin is charged ``matched`` pages to the cap."""
-    pin_charge: int = 0
-    hit: int = -1
-    bounce: int = 0
-    read: int = 0
-    plan: int = -1
-    op: str = ""
-    """The IO operation in flight: ``exists``, ``read``, ``load`` or ``""`` (none)."""
-    queued: int = 0
-    """A parked hit's place in the FIFO (kept by :mod:`.witnesses` only; 0 here, where any
-    parked hit may be the head)."""
-
-
-class Slot(NamedTuple):
-    """One request: its live record (None between prefetches), issues so far, whom it waits on."""
-
-    record: Rec | None
-    issues: int
-    waiting_on: int
-
-
-State = tuple[int, ...]
-"""A state as stored: ``(device, host_free, slot id of request 0, 1, …)``; each distinct
-:class:`Slot` is numbered once, so a state hashes and compares as a few small ints."""
-
-
-class World(NamedTuple):
-    """A state decoded: what invariants and drafts read."""
-
-    device: int
-    host_free: int
-    slots: tuple[Slot, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class Args:
-    tokens: int = 0
-    error: bool = False
-    prefix: int = 0
-    host_slack: int = 0
-    """The agreed bounce room minus this rank's own (at most 0; tensor parallelism only)."""
-
-
-class Step(NamedTuple):
-    """An action: ``request`` is -1 for the world's; ``what`` is the event or the mode."""
-
-    kind: str
-    request: int
-    what: str
-    pages: int = 0
-    """Pages a short completion finds."""
-    slack: int = 0
-    """At the IO commit: the host room the ranks agreed minus this rank's own
-    (:mod:`.modelcheck_ranks`; 0 on one rank)."""
-
-
-class Fired(NamedTuple):
-    """One transition a step fired: request ``request``'s record left ``source`` by ``event``
-    through the branch guarded by ``guard`` (``else``: none), reached ``target``, ended with
-    ``reason`` (None: it lives on)."""
-
-    request: int
-    source: str
-    event: str
-    guard: str
-    target: str
-    reason: str | None
-
-    def text(self) -> str:
-        return transition_text(
-            f"r{self.request}", self.source, self.event, self.guard, self.target, self.reason
-        )
-
+from .schema import SAME, BranchSpec, CompletionKind, LifecycleSpec
+from .search import Search, StateT, StepT, attempts, breadth_first
 
 _EVICT = Step("world", -1, "evict")
 _PUBLISH = Step("world", -1, "publish")
-
-
-class Violation(Exception):
-    """An invariant failed (``invariant``: its spec id), or the spec cannot run a step
-    (``invariant`` None); ``str`` names it."""
-
-    def __init__(self, invariant: str | None, message: str) -> None:
-        assert invariant is None or invariant in INVARIANTS | RANK_INVARIANTS, invariant
-        self.invariant = invariant
-        self.message = message
-        super().__init__(message if invariant is None else f"{invariant}: {message}")
-
-
-@dataclass(slots=True)
-class _Draft:
-    """A mutable copy of a :class:`World` while one action runs."""
-
-    device: int
-    host_free: int
-    records: list[Rec | None]
-    issues: list[int]
-    waiting_on: list[int]
-    hidden_pins: int = 0
-    """Pages pinned by records the step may not read (see :data:`HIDDEN`)."""
-    woke: bool = False
-    """Whether the step woke the requests waiting on it."""
-    fired: list[Fired] = field(default_factory=list)
-    """The transitions the step fired, in order."""
-
-    @classmethod
-    def of(cls, world: World, only: int = -1) -> _Draft:
-        """A draft of ``world``; with ``only``, every other record is :data:`HIDDEN`."""
-        slots = world.slots
-        records = [slot.record for slot in slots]
-        hidden_pins = 0
-        if only >= 0:
-            for j, record in enumerate(records):
-                if j != only and record is not None:
-                    hidden_pins += record.pin_charge
-                    records[j] = HIDDEN
-        return cls(
-            world.device,
-            world.host_free,
-            records,
-            [slot.issues for slot in slots],
-            [slot.waiting_on for slot in slots],
-            hidden_pins,
-        )
-
-    def pinned_total(self) -> int:
-        pinned = sum(r.pin_charge for r in self.records if r is not None and r is not HIDDEN)
-        return pinned + self.hidden_pins
-
-
-class _Hidden:
-    """Another request's record, where a step is memoised without it (its pins are summed)."""
-
-    def __getattr__(self, name: str) -> NoReturn:
-        raise AssertionError(
-            f"a step read another request's record ({name}): only the IO commit may; add the "
-            "step to ModelChecker._reads_others or stop reading it"
-        )
-
-
-HIDDEN = cast(Rec, _Hidden())
-
-
-Guard = Callable[["ModelChecker", _Draft, int, Rec, Args], bool]
-Effect = Callable[["ModelChecker", _Draft, int, Rec, Args], Rec]
-Edge = tuple[str, str, str]
 
 
 @dataclass
@@ -274,7 +96,7 @@ class Result:
 class ModelChecker:
     def __init__(self, spec: LifecycleSpec, bounds: Bounds | None = None) -> None:
         self.spec = spec
-        self.bounds = bounds or Bounds()
+        self.bounds: Bounds = bounds or Bounds()
         self._rows = {(state, event): branches for state, event, branches in spec.rows()}
         self.effects = EFFECTS
         self.owning = spec.group("owning")
@@ -293,7 +115,7 @@ class ModelChecker:
         if missing:
             raise ValueError(
                 f"the model checker has no abstract meaning for {sorted(missing)}; add one to "
-                "spec/modelcheck.py next to the pipeline's implementation"
+                "spec/model_rules.py next to the pipeline's implementation"
             )
         self._wants = [self.bounds.want(i) for i in range(self.bounds.requests)]
         self._plan_then_consume = ("plan", "consume") in spec.atomic
@@ -497,8 +319,9 @@ class ModelChecker:
         A request's step reads its own slot, the positions and the pinned total; the IO commit
         also reads the other records (in-flight dedup). The outcome is memoised under exactly
         that, so the spec's rows run once per distinct situation, not once per state; a step
-        that reads another record outside the commit fails loudly (:data:`HIDDEN`). ``pinned``:
-        the state's pinned total, when the caller has it.
+        that reads another record outside the commit fails loudly
+        (:data:`.model_world.HIDDEN`). ``pinned``: the state's pinned total, when the caller has
+        it.
         """
         kind, i, what = step.kind, step.request, step.what
         if kind == "world":  # no record changes: the state stays canonical
@@ -697,292 +520,3 @@ class ModelChecker:
 
     def all_edges(self) -> list[Edge]:
         return self.spec.edges()
-
-
-StateT = TypeVar("StateT", bound=Hashable)
-StepT = TypeVar("StepT")
-
-
-@dataclass
-class Search(Generic[StateT, StepT]):
-    """What :func:`breadth_first` explored: each state's parent and the step from it."""
-
-    parents: dict[StateT, tuple[StateT, StepT] | None]
-    truncated: bool = False
-    failure: tuple[list[StepT], Violation] | None = None
-    """The shortest path to the first violation, and the violation."""
-
-
-def breadth_first(
-    start: StateT,
-    successors: Callable[[StateT], Iterable[tuple[StepT, StateT | Violation]]],
-    check: Callable[[StateT], None],
-    limit: int,
-    done: Callable[[], bool] = lambda: False,
-) -> Search[StateT, StepT]:
-    """Every state reachable from ``start`` (up to ``limit``), each ``check``-ed once; a step
-    that cannot run yields its :class:`Violation` in place of a state. BFS makes the first
-    counterexample a shortest one. ``done``: asked after each state's successors, stops the
-    search early when True. The collector is off while millions of small tuples are made
-    (none of them forms a cycle)."""
-    collecting = gc.isenabled()
-    gc.disable()
-    try:
-        search: Search[StateT, StepT] = Search({start: None})
-        parents = search.parents
-        queue = deque([start])
-        while queue:
-            world = queue.popleft()
-            for step, successor in successors(world):
-                if isinstance(successor, Violation):
-                    search.failure = (path_to(parents, world, step), successor)
-                    return search
-                if successor in parents:
-                    continue
-                if len(parents) >= limit:
-                    search.truncated = True
-                    continue
-                parents[successor] = (world, step)
-                try:
-                    check(successor)
-                except Violation as violation:
-                    search.failure = (path_to(parents, world, step), violation)
-                    return search
-                queue.append(successor)
-            if done():
-                break
-        return search
-    finally:
-        if collecting:
-            gc.enable()
-
-
-def attempts(
-    steps: Iterable[StepT], take: Callable[[StepT], StateT]
-) -> Iterator[tuple[StepT, StateT | Violation]]:
-    """Each step with the state ``take`` makes of it, or the :class:`Violation` it raised (what
-    :func:`breadth_first` expects of a checker's successors)."""
-    for step in steps:
-        try:
-            yield step, take(step)
-        except Violation as violation:
-            yield step, violation
-
-
-def path_to(
-    parents: dict[StateT, tuple[StateT, StepT] | None], world: StateT, step: StepT
-) -> list[StepT]:
-    path = [step]
-    node = world
-    while (parent := parents[node]) is not None:
-        node, previous = parent
-        path.append(previous)
-    path.reverse()
-    return path
-
-
-# ---------------------------------------------------------------------- guards over positions
-
-
-def _read_pages(record: Rec) -> int:
-    return min(record.hit, record.span_end - record.matched)
-
-
-def _owns_page(mc: ModelChecker, other: Rec | None, j: int, i: int, page: int) -> bool:
-    """Record ``j`` (not ``i``) owns page ``page`` for in-flight dedup."""
-    if j == i or other is None or other.state not in mc.owning:
-        return False
-    return other.matched <= page < min(other.matched + other.read, other.span_end)
-
-
-def _hit_end(record: Rec) -> int:
-    """Where the pages the existence query found end."""
-    return record.matched + _read_pages(record)
-
-
-def _live_anchor(d: _Draft, record: Rec) -> int:
-    """The deepest device position covering the prefix and the hit (SGLang's anchor)."""
-    return min(d.device, _hit_end(record))
-
-
-def _cap_busy(mc: ModelChecker, d: _Draft, i: int, r: Rec, a: Args) -> bool:
-    anchor, cap = _live_anchor(d, r), mc.bounds.cap_pages
-    return 0 < anchor <= cap and d.pinned_total() + anchor > cap
-
-
-def _trimmed_hit(d: _Draft, r: Rec) -> int:
-    """Pages of the hit past the live device prefix: what SGLang's bounce must hold."""
-    return _hit_end(r) - max(r.matched, _live_anchor(d, r))
-
-
-def _host_short_for_trimmed(mc: ModelChecker, d: _Draft, i: int, r: Rec, a: Args) -> bool:
-    return d.host_free + a.host_slack < _trimmed_hit(d, r)
-
-
-def _host_oversize(mc: ModelChecker, d: _Draft, i: int, r: Rec, a: Args) -> bool:
-    return mc.bounds.host_pages < _trimmed_hit(d, r)
-
-
-def _head_owner(mc: ModelChecker, d: _Draft, i: int, r: Rec) -> int | None:
-    """The sibling owning the first page the read would bring (in-flight dedup's head)."""
-    if not _read_pages(r):
-        return None
-    return next((j for j, o in enumerate(d.records) if _owns_page(mc, o, j, i, r.matched)), None)
-
-
-def _span_inflight(mc: ModelChecker, d: _Draft, i: int, r: Rec, a: Args) -> bool:
-    return _head_owner(mc, d, i, r) is not None
-
-
-GUARDS: dict[str, Guard] = {
-    "below_threshold": lambda mc, d, i, r, a: r.span_end - r.matched < mc.bounds.threshold_pages,
-    "root_prefix": lambda mc, d, i, r, a: r.matched == 0,
-    "live_match_short": lambda mc, d, i, r, a: d.device < r.matched,
-    "over_cap": lambda mc, d, i, r, a: d.pinned_total() + r.matched > mc.bounds.cap_pages,
-    "zero_pages": lambda mc, d, i, r, a: a.error or a.tokens == 0,
-    "hit_below_threshold": lambda mc, d, i, r, a: a.tokens < mc.bounds.threshold_pages,
-    "device_covers_span": lambda mc, d, i, r, a: d.device >= r.span_end,
-    "span_inflight": _span_inflight,
-    # (only a hit not yet parked asks: the model lets any parked hit be the FIFO's head, since
-    # order decides no invariant)
-    "parked_ahead": lambda mc, d, i, r, a: any(
-        o is not None and o.state == "parked" for o in d.records
-    ),
-    "host_short": lambda mc, d, i, r, a: d.host_free + a.host_slack < _read_pages(r),
-    "read_empty": lambda mc, d, i, r, a: a.error or a.tokens == 0,
-    "prefix_shrank": lambda mc, d, i, r, a: a.prefix < r.matched,
-    "span_device_resident": lambda mc, d, i, r, a: a.prefix >= r.span_end,
-    "aux_cut": lambda mc, d, i, r, a: False,
-    "trim_positive": lambda mc, d, i, r, a: a.prefix > r.matched,
-    "plan_stale": lambda mc, d, i, r, a: a.prefix != r.plan,
-    "device_short": lambda mc, d, i, r, a: mc.bounds.device_pages - d.device < r.span_end - r.plan,
-    "device_fits": lambda mc, d, i, r, a: mc.bounds.device_pages - d.device >= r.span_end - r.plan,
-    # SGLang's designs (spec/designs/): the anchor is taken at the commit, past the live prefix
-    "cap_busy": _cap_busy,
-    # SGLang's prefetch_rate_limited: the bounce pool's use reached 0.9 of its tokens
-    # (HICACHE_LOAD_POOL_USAGE_FRACTION in cache_controller.py); in whole pages of many
-    # tokens, that is 0.9 of the pages rounded up
-    "rate_limited": lambda mc, d, i, r, a: (
-        mc.bounds.host_pages - d.host_free >= math.ceil(0.9 * mc.bounds.host_pages)
-    ),
-    "anchor_lost_within_cap": lambda mc, d, i, r, a: (
-        r.pin < 0
-        and r.matched > 0
-        and d.pinned_total() + r.matched <= mc.bounds.cap_pages
-        and d.device < r.matched
-    ),
-    "device_covers_hit": lambda mc, d, i, r, a: d.device >= _hit_end(r),
-    "host_short_for_trimmed": _host_short_for_trimmed,
-    "host_oversize": _host_oversize,
-}
-
-
-# ---------------------------------------------------------------------- effects over positions
-
-
-def _pin_if_possible(mc: ModelChecker, d: _Draft, i: int, r: Rec, a: Args) -> Rec:
-    if r.pin >= 0 or r.matched == 0 or d.device < r.matched:
-        return r
-    if d.pinned_total() + r.matched > mc.bounds.cap_pages:
-        return r
-    return r._replace(pin=r.matched, pin_charge=r.matched)
-
-
-def _trim_head(mc: ModelChecker, d: _Draft, i: int, r: Rec, a: Args) -> Rec:
-    """The read starts at the live anchor: a sibling published the head before the commit."""
-    anchor, end = _live_anchor(d, r), _hit_end(r)
-    return r._replace(matched=anchor, hit=end - anchor)
-
-
-def _pin_live_anchor(mc: ModelChecker, d: _Draft, i: int, r: Rec, a: Args) -> Rec:
-    """Pin the (trimmed) anchor unless it is the root or larger than the whole cap."""
-    if r.matched == 0 or r.matched > mc.bounds.cap_pages:
-        return r
-    return r._replace(pin=r.matched, pin_charge=r.matched)
-
-
-def _alloc_bounce(mc: ModelChecker, d: _Draft, i: int, r: Rec, a: Args) -> Rec:
-    pages = _read_pages(r)
-    d.host_free -= pages
-    return r._replace(bounce=r.bounce + pages)
-
-
-def _stage_read(mc: ModelChecker, d: _Draft, i: int, r: Rec, a: Args) -> Rec:
-    kept = min(a.tokens, r.bounce)
-    d.host_free += r.bounce - kept
-    return r._replace(bounce=kept, span_end=r.matched + kept)
-
-
-def _free_bounce(mc: ModelChecker, d: _Draft, i: int, r: Rec, a: Args) -> Rec:
-    d.host_free += r.bounce
-    return r._replace(bounce=0)
-
-
-def splice(d: _Draft, i: int, base: int, end: int) -> None:
-    """Insert pages ``[base, end)``: add-only, so the device must end exactly at ``base``."""
-    if end <= base:
-        raise Violation(
-            "splice_correctness", f"r{i} splices pages [{base}, {end}): nothing, or backwards"
-        )
-    if d.device != base:
-        raise Violation(
-            "aux_and_ownership",
-            f"add-only insert: r{i} splices pages [{base}, {end}) but the device holds "
-            f"{d.device}: it would overwrite a sibling's pages or leave a hole",
-        )
-    d.device = end
-
-
-def _insert_tail(mc: ModelChecker, d: _Draft, i: int, r: Rec, a: Args) -> Rec:
-    splice(d, i, r.plan, r.span_end)
-    return r
-
-
-def _wait_for_sibling(mc: ModelChecker, d: _Draft, i: int, r: Rec, a: Args) -> Rec:
-    owner = _head_owner(mc, d, i, r)
-    if owner is None:
-        raise Violation("dedup_waiters", f"r{i} declined in flight but no sibling owns its head")
-    d.waiting_on[i] = owner
-    return r
-
-
-def _live_fields(mc: ModelChecker, record: Rec | None) -> Rec | None:
-    """``record`` with the fields no later step reads cleared: after the IO commit nothing
-    reads the hit (it sized the read); an abandoned read keeps only its bounce and its op."""
-    if record is None or record.state in mc.pre_commit:
-        return record
-    if record.state == "abandoned":
-        return Rec(
-            "abandoned", 0, 0, record.pin, record.pin_charge, bounce=record.bounce, op=record.op
-        )
-    if record.hit == -1:
-        return record
-    return record._replace(hit=-1)
-
-
-EFFECTS: dict[str, Effect] = {
-    "pin_anchor": lambda mc, d, i, r, a: r._replace(pin=r.matched, pin_charge=r.matched),
-    "pin_if_possible": _pin_if_possible,
-    "unpin": lambda mc, d, i, r, a: r._replace(pin=-1, pin_charge=0),
-    # a re-issue is always enabled here: the retry's pacing is RetryBook's (tested on its own)
-    "arm_retry": lambda mc, d, i, r, a: r,
-    "record_hit": lambda mc, d, i, r, a: r._replace(hit=a.tokens),
-    "enqueue_parked": lambda mc, d, i, r, a: r,
-    "alloc_bounce": _alloc_bounce,
-    "launch_read": lambda mc, d, i, r, a: r._replace(read=_read_pages(r), op="read"),
-    "stage_read": _stage_read,
-    "free_bounce": _free_bounce,
-    "record_plan": lambda mc, d, i, r, a: r._replace(plan=a.prefix),
-    # the line is the world's only content and its pages up to the plan are the request's live
-    # prefix (else plan_stale held): there is nothing else to evict
-    "evict_for_splice": lambda mc, d, i, r, a: r,
-    "alloc_device": lambda mc, d, i, r, a: r,  # the device pool is `device`: insert_tail grows it
-    "queue_h2d": lambda mc, d, i, r, a: r._replace(op="load"),
-    "insert_tail": _insert_tail,
-    "move_pin": lambda mc, d, i, r, a: r._replace(pin=r.span_end, pin_charge=0),
-    "lock_request_prefix": lambda mc, d, i, r, a: r._replace(pin=r.span_end, pin_charge=0),
-    "wait_for_sibling": _wait_for_sibling,
-    "trim_head": _trim_head,
-    "pin_live_anchor": _pin_live_anchor,
-    "defer_admission": lambda mc, d, i, r, a: r,  # the hold stays for a later pass
-}

@@ -41,20 +41,10 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import NamedTuple
 
-from .modelcheck import (
-    Bounds,
-    Edge,
-    ModelChecker,
-    Result,
-    Search,
-    Slot,
-    State,
-    Step,
-    Violation,
-    attempts,
-    breadth_first,
-)
+from .model_world import Bounds, Edge, Slot, State, Step, Violation
+from .modelcheck import ModelChecker, Result
 from .schema import LifecycleSpec
+from .search import Search, attempts, breadth_first
 
 FAILED = -1
 """A rank's outcome when its operation failed (outcomes are pages found otherwise)."""

@@ -29,8 +29,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from itertools import pairwise
 
-from .modelcheck import (
-    GUARDS,
+from .model_rules import GUARDS
+from .model_world import (
     NOT_MODELLED_GUARDS,
     Args,
     Bounds,
@@ -40,10 +40,9 @@ from .modelcheck import (
     Step,
     Violation,
     _Draft,
-    breadth_first,
-    path_to,
 )
 from .schema import BranchSpec, LifecycleSpec
+from .search import breadth_first, path_to
 from .witnesses import ApiModelChecker
 
 KINDS = ("swap_reasons", "drop_guard", "retarget", "reorder")

@@ -36,15 +36,13 @@ from dataclasses import dataclass
 from itertools import pairwise
 from typing import TypeGuard
 
-from .modelcheck import (
-    EFFECTS,
-    GUARDS,
+from .model_rules import EFFECTS, GUARDS, _live_fields
+from .model_world import (
     NOT_MODELLED_GUARDS,
     Args,
     Bounds,
     Edge,
     Fired,
-    ModelChecker,
     Rec,
     Slot,
     State,
@@ -52,12 +50,10 @@ from .modelcheck import (
     Violation,
     World,
     _Draft,
-    _live_fields,
-    attempts,
-    breadth_first,
-    path_to,
 )
+from .modelcheck import ModelChecker
 from .schema import BranchSpec, LifecycleSpec
+from .search import attempts, breadth_first, path_to
 
 POLL = Step("poll", -1, "poll")
 ALSO = "__also__"
@@ -298,6 +294,4 @@ def _witness(
         for b in branches
         if (b.guard or "else") == guard
     )
-    return Witness(
-        edge, also, spec.target_of(source, branch), branch.reason, steps, worlds, fired
-    )
+    return Witness(edge, also, spec.target_of(source, branch), branch.reason, steps, worlds, fired)

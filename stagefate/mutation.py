@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from .spec.generated_tests import case_text, header
-from .spec.modelcheck import Bounds, Fired, Step, World
+from .spec.model_world import Bounds, Fired, Step, World
 from .spec.mutants import Mutant, mutants, telling_programs
 from .spec.schema import LifecycleSpec
 from .spec.witnesses import ApiModelChecker, replayed

@@ -38,7 +38,7 @@ from .fuzz.stepping import manual_io
 from .fuzz.world import NAMESPACES, SEQUENCES, mark, write_marked
 from .runtime import MemoryStorage
 from .runtime.prefix_tree import PrefixTree
-from .spec.modelcheck import Bounds
+from .spec.model_world import Bounds
 from .spec.schema import LifecycleSpec, transition_text
 from .statemachine.config import PipelineConfig
 from .statemachine.pipeline import BufferPipeline
@@ -213,7 +213,7 @@ Expected = str | None
 
 
 class LineWorld:
-    """The model checker's abstract world (``spec/modelcheck.py``) made of real objects.
+    """The model checker's abstract world (``spec/model_world.py``) made of real objects.
 
     One token line of ``bounds.pages`` pages of :attr:`PAGE` tokens in one namespace; request
     ``i`` (``"r{i}"``) wants its first ``pages - i`` pages; L3 holds the whole line from the

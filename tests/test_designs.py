@@ -11,7 +11,8 @@ import pytest
 from stagefate.cli import main
 from stagefate.spec import load_spec, run_static_checks
 from stagefate.spec.load import DEFAULT_SPEC_PATH, parse_spec
-from stagefate.spec.modelcheck import Bounds, ModelChecker
+from stagefate.spec.model_world import Bounds
+from stagefate.spec.modelcheck import ModelChecker
 from stagefate.spec.spec_diff import spec_diff
 
 DESIGNS = DEFAULT_SPEC_PATH.parent / "designs"

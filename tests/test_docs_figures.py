@@ -39,7 +39,8 @@ STATE_COUNT_QUOTES = (
 
 @pytest.mark.slow
 def test_the_model_checkers_state_count_quoted_is_todays() -> None:
-    from stagefate.spec.modelcheck import NOT_MODELLED_GUARDS, Bounds, ModelChecker
+    from stagefate.spec.model_world import NOT_MODELLED_GUARDS, Bounds
+    from stagefate.spec.modelcheck import ModelChecker
 
     spec = load_spec(DEFAULT_SPEC_PATH)
     checker = ModelChecker(spec, Bounds())

@@ -13,7 +13,7 @@ from stagefate.cli import main
 from stagefate.spec import load_spec
 from stagefate.spec.generated_tests import FILE_NAME, edge_of_test
 from stagefate.spec.load import DEFAULT_SPEC_PATH
-from stagefate.spec.modelcheck import NOT_MODELLED_GUARDS
+from stagefate.spec.model_world import NOT_MODELLED_GUARDS
 from stagefate.testing import LineWorld
 
 GENERATED = Path(__file__).parent / "generated"

@@ -12,7 +12,8 @@ import pytest
 
 from stagefate.cli import main
 from stagefate.spec import load_spec
-from stagefate.spec.modelcheck import Bounds, ModelChecker, Step, Violation
+from stagefate.spec.model_world import Bounds, Step, Violation
+from stagefate.spec.modelcheck import ModelChecker
 from stagefate.spec.modelcheck_ranks import (
     FAILED,
     UNDRAINED,

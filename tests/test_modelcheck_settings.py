@@ -9,7 +9,8 @@ import itertools
 import pytest
 
 from stagefate.spec import load_spec
-from stagefate.spec.modelcheck import Bounds, ModelChecker
+from stagefate.spec.model_world import Bounds
+from stagefate.spec.modelcheck import ModelChecker
 
 SPEC = load_spec()
 GRID = list(itertools.product((0, 1, 2), (1, 2, 3), (1, 2, 3)))

@@ -19,7 +19,7 @@ from stagefate.mutation import (
 )
 from stagefate.spec import load_spec
 from stagefate.spec.generated_tests import FILE_NAME
-from stagefate.spec.modelcheck import Bounds
+from stagefate.spec.model_world import Bounds
 from stagefate.spec.mutants import KINDS, Mutant, mutants, telling_programs
 from stagefate.spec.witnesses import ApiModelChecker, replayed
 

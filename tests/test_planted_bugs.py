@@ -15,9 +15,10 @@ from hypothesis.stateful import run_state_machine_as_test
 
 from stagefate.fuzz.invariants import violated_invariant
 from stagefate.fuzz.machine import configured
-from stagefate.spec import modelcheck
+from stagefate.spec import model_rules
 from stagefate.spec.load import DEFAULT_SPEC_PATH, parse_spec
-from stagefate.spec.modelcheck import Bounds, ModelChecker
+from stagefate.spec.model_world import Bounds, Rec
+from stagefate.spec.modelcheck import ModelChecker
 from stagefate.statemachine.pipeline import BufferPipeline
 from stagefate.statemachine.record import Record
 
@@ -49,8 +50,8 @@ def _spec_with(old: str, new: str) -> object:
     return parse_spec(yaml.safe_load(text.replace(old, new, 1)))
 
 
-def _untrimmed_splice(mc: object, d: object, i: int, r: modelcheck.Rec, a: object) -> object:
-    modelcheck.splice(d, i, r.matched, r.span_end)  # type: ignore[arg-type]
+def _untrimmed_splice(mc: object, d: object, i: int, r: Rec, a: object) -> object:
+    model_rules.splice(d, i, r.matched, r.span_end)  # type: ignore[arg-type]
     return r
 
 
@@ -63,7 +64,7 @@ def _model_bug(name: str, monkeypatch: pytest.MonkeyPatch) -> object:
             "{to: locked, count: [issued, locked]}",
         )
     if name == "trim_ignored":
-        monkeypatch.setitem(modelcheck.EFFECTS, "insert_tail", _untrimmed_splice)
+        monkeypatch.setitem(model_rules.EFFECTS, "insert_tail", _untrimmed_splice)
         return clean
     if name == "hold_not_released_at_plan":
         return _spec_with(

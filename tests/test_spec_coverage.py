@@ -11,7 +11,7 @@ from types import ModuleType
 from stagefate.fuzz.machine import PipelineFuzzer
 from stagefate.fuzz.ranks import RankFuzzer
 from stagefate.metrics import exported_counters
-from stagefate.spec import load_spec, modelcheck
+from stagefate.spec import load_spec, model_world
 from stagefate.spec.checks import PROVES, run_static_checks
 from stagefate.statemachine.stats import Stats
 
@@ -46,8 +46,8 @@ def test_the_rank_fuzzers_invariants_are_exactly_the_spec_ids_it_is_listed_for()
 
 
 def test_the_model_checker_raises_exactly_the_invariants_it_is_listed_for() -> None:
-    assert _claimed("model_checker") == modelcheck.INVARIANTS
-    assert _claimed("rank_model_checker") == modelcheck.RANK_INVARIANTS
+    assert _claimed("model_checker") == model_world.INVARIANTS
+    assert _claimed("rank_model_checker") == model_world.RANK_INVARIANTS
 
 
 def test_each_static_claim_is_proved_by_named_static_checks_that_exist() -> None:

@@ -14,7 +14,7 @@ from typing import Any
 from ..spec import load_spec, run_static_checks
 from ..spec.generated_tests import FILE_NAME
 from ..spec.load import DEFAULT_SPEC_PATH
-from ..spec.modelcheck import Bounds
+from ..spec.model_world import Bounds
 from ..spec.modelcheck_ranks import RANK_BOUNDS
 from ..spec.schema import LifecycleSpec
 from .common import (
@@ -247,7 +247,8 @@ def _mutants(spec: LifecycleSpec, bounds: Bounds, generated: Path) -> int:
 def _model_check(
     spec: LifecycleSpec, spec_path: Path, bounds: Bounds, ranks: int, fuller_host: int
 ) -> int:
-    from ..spec.modelcheck import NOT_MODELLED_GUARDS, ModelChecker
+    from ..spec.model_world import NOT_MODELLED_GUARDS
+    from ..spec.modelcheck import ModelChecker
     from ..spec.modelcheck_ranks import RankModelChecker
 
     started = time.perf_counter()

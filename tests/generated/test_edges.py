@@ -10,7 +10,7 @@ the step fired. At the end: every request let go, the pipeline quiescent.
 
 from __future__ import annotations
 
-from stagefate.spec.modelcheck import Bounds
+from stagefate.spec.model_world import Bounds
 from stagefate.testing import LineWorld
 
 BOUNDS = Bounds(
