@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from stagefate.cli import main
-from stagefate.cli.replay import rank_log_path
+from stagefate.cli.replay_modes import rank_log_path
 from stagefate.registry import policy_factories
 from stagefate.sim.live import LivePolicy
 from stagefate.sim.ranks import RankedReplay, build_replay, replays_of

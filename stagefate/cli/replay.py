@@ -3,26 +3,15 @@
 from __future__ import annotations
 
 import argparse
-import functools
 import math
-import os
-import re
-from collections.abc import Callable, Sequence
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import Any
 
 from ..registry import TREES, policy_factories
-from ..sim.bound import TraceBound
-from ..sim.costs import DEFAULT_PRESET, PRESETS, load_costs
+from ..sim.costs import DEFAULT_PRESET, PRESETS
 from ..sim.instances import ROUTERS
-from ..sim.policy import Policy
-from ..sim.replay import DEFAULT_SPEED, ReplayMetrics, ReplayOptions, replay_config
+from ..sim.replay import DEFAULT_SPEED, ReplayOptions, replay_config
 from ..sim.trace import TraceRequest
-from ..spec.load import DEFAULT_SPEC_PATH
-from ..transition_log import TransitionLog
-
-if TYPE_CHECKING:
-    from ..sim.report_json import RunDescription
 from .common import (
     add_sglang_env,
     console,
@@ -31,13 +20,18 @@ from .common import (
     parse_sglang_env,
     positive,
     positive_int,
-    spec_source,
+)
+from .replay_modes import (
+    Report,
+    behind_the_router,
+    one_run,
+    over_seeds,
+    replay_options,
+    sweep,
 )
 
 DEFAULT_UTILIZATION = 0.9
 """--speed auto's target: the share of time the engine is busy."""
-DEFAULT_ROUTER = "cache_aware"
-"""--instances' router: SGLang's."""
 
 
 def add_parser(sub: Any) -> None:
@@ -214,36 +208,6 @@ def _check_pools(args: argparse.Namespace) -> None:
             )
 
 
-def _replay_options(args: argparse.Namespace, speed: float) -> ReplayOptions:
-    from ..sim.engine import EngineOptions
-
-    engine = EngineOptions(
-        schedule=args.schedule,
-        prefetch_policy=args.prefetch_policy,
-        max_prefill_tokens=args.max_prefill_tokens,
-        chunked_prefill_size=args.chunked_prefill_size,
-    )
-    costs = load_costs(args.model, args.costs)
-    if args.tp > 1 and costs.tensor_parallel != args.tp:
-        one_gpu = re.sub(r"^\d+x |\s*\(TP \d+\)$", "", costs.gpu)  # "4x H200 SXM (TP 4)"
-        gpus = f"{args.tp}x {one_gpu} (TP {args.tp})"
-        costs = costs.model_copy(update={"tensor_parallel": args.tp, "gpu": gpus})
-    return ReplayOptions(
-        page_size=args.page_size,
-        device_tokens=args.device_tokens,
-        host_tokens=args.host_tokens,
-        speed=speed,
-        seed=args.seed,
-        dedup_inflight=not args.no_dedup,
-        storage=args.storage,
-        tree=args.tree,
-        tp_size=args.tp,
-        arrivals=args.arrivals or "open",
-        costs=costs,
-        engine=engine,
-    )
-
-
 def _choose_arrivals(args: argparse.Namespace, trace: list[TraceRequest]) -> None:
     """``--arrivals``, by default causal where the trace's hash chains hold turns."""
     from ..sim.conversations import infer_turns
@@ -340,7 +304,7 @@ def _resolve_speeds(
     if not auto and not any(relative for _speed, relative in sweep):
         args.speed = args.speed or DEFAULT_SPEED
         return sorted({speed for speed, _relative in sweep})
-    options = _replay_options(args, DEFAULT_SPEED).model_copy(update={"tp_size": 1})
+    options = replay_options(args, DEFAULT_SPEED).model_copy(update={"tp_size": 1})
     target = DEFAULT_UTILIZATION if args.utilization is None else args.utilization
     search = find_speed(policy_factories(["live"])["live"], trace, options, target)
     console.print(
@@ -447,53 +411,6 @@ def _policies(choice: str, storage: str, releases: str | None, tp: int = 1) -> l
     return policies
 
 
-def _run_policies(
-    trace: list[TraceRequest],
-    policies: list[str],
-    options: ReplayOptions,
-    sglang_env: dict[str, str],
-    logs: list[list[TransitionLog]],
-    design_logs: dict[str, Path] | None = None,
-) -> tuple[dict[str, ReplayMetrics], dict[str, Policy], dict[str, tuple[Path, int]]]:
-    """Every policy once: those this interpreter can run here, with progress bars (rank r's
-    live run watched by ``logs[r]``), each other SGLang release in its own environment's
-    process; ``design_logs[name]``: where that SGLang policy writes its transitions in its
-    design's words. The figures of each, the policies run here, and each design log's spec
-    and transitions written."""
-    from ..registry import run_replay, run_replay_logged, target_for
-    from ..sim.report import replay_policies
-    from ..targets.sglang.worker import environment_set
-
-    design_logs = design_logs or {}
-    targets = {name: target_for(name, options.tree) for name in policies}
-    local = [name for name, target in targets.items() if target is None or target.here]
-    opened = {name: TransitionLog.open(path) for name, path in design_logs.items() if name in local}
-    try:
-        with environment_set(sglang_env):
-            replays = replay_policies(
-                trace, policy_factories(local), options, console, logs, opened
-            )
-    finally:
-        for log in opened.values():
-            log.close()
-    written = {name: (log.spec or DEFAULT_SPEC_PATH, log.seq) for name, log in opened.items()}
-    results = {}
-    for name, target in targets.items():
-        if name in replays:
-            results[name] = replays[name].metrics
-            continue
-        assert target is not None
-        console.print(f"replay {name} ×{options.speed:g} in SGLang {target.version}'s process")
-        if name in design_logs:
-            results[name], spec, transitions = run_replay_logged(
-                name, trace, options, design_logs[name], sglang_env
-            )
-            written[name] = (spec, transitions)
-        else:
-            results[name] = run_replay(name, trace, options, sglang_env)
-    return results, {name: replay.policy for name, replay in replays.items()}, written
-
-
 def sglang_releases(policies: list[str], tree: str) -> dict[str, str]:
     """The SGLang release each ``sglang`` policy runs, by policy name."""
     from ..registry import target_for
@@ -507,17 +424,10 @@ def sglang_releases(policies: list[str], tree: str) -> dict[str, str]:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Check the flags, load the trace, then run the mode they ask for (one function each in
+    :mod:`.replay_modes`)."""
     from ..sim.bound import hit_rate_bound
-    from ..sim.report import (
-        bound_story,
-        metrics_table,
-        story,
-        sweep_table,
-        wasted_table,
-        write_plot,
-        write_sweep_plot,
-    )
-    from ..sim.report_json import RunDescription, policies_body, sweep_body
+    from ..sim.report_json import RunDescription
     from ..sim.trace import load_trace, out_of_order
 
     asked = [] if args.sweep is None else _parse_speeds(args.sweep)
@@ -533,7 +443,7 @@ def run(args: argparse.Namespace) -> int:
     args.seed = seeds[0]  # one seed is today's single run under that seed
     _check_pools(args)
     trace = load_trace(args.trace, args.limit)
-    replay_config(_replay_options(args, DEFAULT_SPEED), trace)  # a pool too small: refused now
+    replay_config(replay_options(args, DEFAULT_SPEED), trace)  # a pool too small: refused now
     _choose_arrivals(args, trace)
     policies = _policies(args.policy, args.storage, args.releases, args.tp)
     sglang_env = parse_sglang_env(args.sglang_env)
@@ -547,7 +457,7 @@ def run(args: argparse.Namespace) -> int:
         )
     speeds = _resolve_speeds(args, trace, asked) or None
     source = args.trace or "the embedded Mooncake slice"
-    first = _replay_options(args, speeds[0] if speeds else args.speed)
+    first = replay_options(args, speeds[0] if speeds else args.speed)
     costs = first.costs
     console.print(
         f"replaying {len(trace):,} requests of {source} on {costs.model}, {costs.gpu} "
@@ -564,76 +474,16 @@ def run(args: argparse.Namespace) -> int:
         )
     arrival_ms = trace[-1].timestamp_ms - trace[0].timestamp_ms
     bound = hit_rate_bound(trace, args.page_size)
-    report = _Report(args, bound, RunDescription.of(source, trace, _arguments(args), first))
+    report = Report(args, bound, RunDescription.of(source, trace, _arguments(args), first))
     if args.instances > 1:
-        return _behind_the_router(args, trace, policies, first, report, arrival_ms, sglang_env)
+        return behind_the_router(args, trace, policies, first, report, arrival_ms, sglang_env)
     if len(seeds) > 1:
-        return _over_seeds(
+        return over_seeds(
             args, trace, policies, speeds or [args.speed], seeds, bool(speeds), sglang_env, report
         )
     if speeds:
-        sweep = _sweep(args, trace, policies, speeds, sglang_env)
-        console.print(sweep_table(sweep))
-        for line in bound_story(sweep, bound):
-            console.print(line)
-        report.save(sweep_body(sweep), functools.partial(write_sweep_plot, sweep))
-        return 0
-    live_logged = bool(args.log) and "live" in policies
-    paths = [
-        rank_log_path(Path(args.log), rank, args.tp)
-        for rank in range(args.tp if live_logged else 0)
-    ]
-    logs = [TransitionLog.open(path) for path in paths]
-    design_logs = {
-        name: design_log_path(Path(args.log), name) for name in (releases if args.log else {})
-    }
-    try:
-        results, ran, written = _run_policies(
-            trace, policies, first, sglang_env, [[log] for log in logs], design_logs
-        )
-    finally:
-        for log in logs:
-            log.close()
-        if logs:
-            console.print(
-                f"wrote {', '.join(map(str, paths))} ({logs[0].seq:,} transitions"
-                + (" each" if len(logs) > 1 else "")
-                + f"; `stagefate validate {' '.join(map(str, paths))}`"
-                + (": identical logs say the ranks kept lockstep)" if len(logs) > 1 else ")")
-            )
-    for name, (spec, transitions) in written.items():
-        console.print(
-            f"wrote {design_logs[name]} ({name}'s {transitions:,} transitions in its design's "
-            f"words; `stagefate validate --spec {spec_source(spec)} {design_logs[name]}`)",
-            soft_wrap=True,
-        )
-    console.print(metrics_table(results, bound))
-    if any(m.wasted_by_reason for m in results.values()):
-        console.print(wasted_table(results))
-    lines = story(results, arrival_ms / 1e3 / args.speed, ran, releases)
-    for line in lines + bound_story({args.speed: results}, bound):
-        console.print(line)
-    report.save(policies_body(results), functools.partial(write_plot, results))
-    return 0
-
-
-def _sweep(
-    args: argparse.Namespace,
-    trace: list[TraceRequest],
-    policies: list[str],
-    speeds: list[float],
-    sglang_env: dict[str, str],
-) -> dict[float, dict[str, ReplayMetrics]]:
-    """Every policy at every speed, each run in a process of a pool (``--jobs``)."""
-    from ..registry import pool_size, replay_in_processes
-
-    runs = {
-        (speed, name): (name, _replay_options(args, speed)) for speed in speeds for name in policies
-    }
-    workers = pool_size(args.jobs, len(runs))
-    console.print(f"{len(runs)} replays ({len(speeds)} speeds), in up to {workers} processes")
-    results = replay_in_processes(trace, runs, args.jobs, sglang_env)
-    return {speed: {name: results[(speed, name)] for name in policies} for speed in speeds}
+        return sweep(args, trace, policies, speeds, sglang_env, report)
+    return one_run(args, trace, policies, first, releases, sglang_env, report, arrival_ms)
 
 
 def _check_instances(
@@ -652,56 +502,6 @@ def _check_instances(
         raise ValueError(f"{fix} replays one speed and one seed: drop --seeds and --sweep")
 
 
-def _behind_the_router(
-    args: argparse.Namespace,
-    trace: list[TraceRequest],
-    policies: list[str],
-    options: ReplayOptions,
-    report: _Report,
-    arrival_ms: float,
-    sglang_env: dict[str, str],
-) -> int:
-    """Every policy as ``--instances`` engines behind ``--router``, on the same arrivals."""
-    from ..registry import run_instances
-    from ..sim.report import (
-        bound_story,
-        cross_instance_story,
-        instances_table,
-        metrics_table,
-        story,
-    )
-    from ..sim.report_json import policies_body
-
-    results = {}
-    router = args.router or DEFAULT_ROUTER
-    for name in policies:
-        console.print(
-            f"replay {name} ×{options.speed:g} on {args.instances} instances behind {router}"
-        )
-        results[name] = run_instances(name, trace, options, args.instances, router, sglang_env)
-    totals = {name: m.total for name, m in results.items()}
-    console.print(metrics_table(totals, report.bound))
-    for name, metrics in results.items():
-        console.print(instances_table(name, metrics))
-    lines = story(totals, arrival_ms / 1e3 / args.speed) + cross_instance_story(results)
-    for line in lines + bound_story({args.speed: totals}, report.bound):
-        console.print(line)
-    report.save(policies_body(results))
-    return 0
-
-
-def design_log_path(path: Path, policy: str) -> Path:
-    """Where ``--log PATH`` puts an SGLang policy's log: ``live.sglang.jsonl`` beside
-    ``live.jsonl`` for ``sglang``, ``live.sglang-0.5.19.jsonl`` for ``sglang==0.5.19``."""
-    return path.with_name(f"{path.stem}.{policy.replace('==', '-')}{path.suffix}")
-
-
-def rank_log_path(path: Path, rank: int, ranks: int) -> Path:
-    """Rank ``rank``'s transition log: ``path`` itself for one rank, else ``live.rank1.jsonl``
-    for ``live.jsonl``."""
-    return path if ranks == 1 else path.with_name(f"{path.stem}.rank{rank}{path.suffix}")
-
-
 def parse_seeds(text: str, first: int) -> list[int]:
     """``--seeds``: a count N (``first`` … ``first + N - 1``) or a list of distinct seeds."""
     fix = "pass a count of at least 1 (--seeds 3) or distinct seeds (--seeds 0,1,2)"
@@ -717,76 +517,6 @@ def parse_seeds(text: str, first: int) -> list[int]:
     if any(n < 0 for n in numbers) or len(set(numbers)) != len(numbers):
         raise ValueError(f"--seeds {text!r}: seeds are distinct and not negative; {fix}")
     return numbers
-
-
-def _over_seeds(
-    args: argparse.Namespace,
-    trace: list[TraceRequest],
-    policies: list[str],
-    speeds: list[float],
-    seeds: list[int],
-    sweeping: bool,
-    sglang_env: dict[str, str],
-    report: _Report,
-) -> int:
-    """Every policy once per seed (and speed), in processes; figures as median [min–max]."""
-    from ..registry import replay_over_seeds
-    from ..sim.report import (
-        bound_story,
-        spread_story,
-        spread_sweep_table,
-        spread_table,
-        write_spread_sweep_plot,
-    )
-    from ..sim.report_json import spread_body, spread_sweep_body
-
-    console.print(
-        f"{len(policies)} policies × {len(seeds)} seeds"
-        + (f" × {len(speeds)} speeds" if sweeping else "")
-        + f", in up to {args.jobs or os.cpu_count()} processes"
-    )
-    sweep = {
-        speed: replay_over_seeds(
-            trace, policies, _replay_options(args, speed), seeds, args.jobs, sglang_env
-        )
-        for speed in speeds
-    }
-    if sweeping:
-        console.print(spread_sweep_table(sweep, seeds, report.bound))
-        for line in bound_story(sweep, report.bound):
-            console.print(line)
-        report.save(
-            spread_sweep_body(sweep, seeds), functools.partial(write_spread_sweep_plot, sweep)
-        )
-        return 0
-    runs = sweep[speeds[0]]
-    console.print(spread_table(runs, seeds, report.bound))
-    for line in spread_story(runs, seeds) + bound_story(sweep, report.bound):
-        console.print(line)
-    report.save(spread_body(runs, seeds))
-    return 0
-
-
-class _Report:
-    """Where ``--json`` and ``--plot`` go, and what the JSON says about the run."""
-
-    def __init__(self, args: argparse.Namespace, bound: TraceBound, run: RunDescription):
-        self.json_path = args.json
-        self.plot_path = args.plot
-        self.bound = bound
-        self.run = run
-
-    def save(self, body: dict[str, Any], write_plot: Callable[[Path], None] | None = None) -> None:
-        """The JSON (``body`` in :mod:`~stagefate.sim.report_json`'s envelope) and the plot,
-        each where asked."""
-        from ..sim.report_json import write_report
-
-        if self.json_path:
-            write_report(Path(self.json_path), self.run, self.bound, body)
-            console.print(f"wrote {self.json_path}")
-        if self.plot_path and write_plot is not None:
-            write_plot(Path(self.plot_path))
-            console.print(f"wrote {self.plot_path}")
 
 
 def _arguments(args: argparse.Namespace) -> dict[str, Any]:
