@@ -11,7 +11,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q --upgrade pip
 	# torch first, pinned: 2.13.0 is a local CPU wheel here (fast); pyproject admits a range.
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e '.[dev,plot,metrics]'
+	$(BIN)/pip install -q -e '.[tools,dev,plot,metrics]'
 	# Mooncake Store (L3 tests): best effort, as its wheels exist for some platforms only;
 	# without it (or without the system library libibverbs1) those tests skip and say why.
 	$(BIN)/pip install -q -e '.[mooncake]' || echo "mooncake extra not installable here"

@@ -44,7 +44,7 @@ from __future__ import annotations
 import itertools
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from typing import ClassVar, Literal
+from typing import TYPE_CHECKING, ClassVar, Literal
 
 import torch
 
@@ -79,14 +79,15 @@ from .group import Group
 from .io_ops import IOOperations, Run, span_digests
 from .lockstep import RankAgreement
 from .machine import CompiledMachine, Outcome
-from .oracle import OracleMachine, OracleModel
 from .record import Instrument, Lookups, Record, TransitionEvent
 from .retry import RetryBook
 from .stats import Stats
 
+if TYPE_CHECKING:  # the oracle runs on `transitions`, a tool: imported only when it is on
+    from .oracle import OracleMachine, OracleModel
+
 LockOutcome = Literal["locked", "no_anchor", "cap_skip", "anchor_lost"]
 _EMPTY = torch.empty(0, dtype=torch.int64)
-"""The event each kind of IO completion fires."""
 
 
 class BufferPipeline:
@@ -178,7 +179,11 @@ class BufferPipeline:
             groups=self.GROUPS,
         )
         self._transitions = self.machine.transitions
-        self._oracle = OracleMachine(self.spec, guards) if cfg.check_oracle else None
+        self._oracle: OracleMachine | None = None
+        if cfg.check_oracle:
+            from .oracle import OracleMachine
+
+            self._oracle = OracleMachine(self.spec, guards)
         self._oracle_models: dict[str, OracleModel] = {}
         self.cap = cfg.anchor_lock_cap
         self.pinned_tokens = 0

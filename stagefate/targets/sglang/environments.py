@@ -220,7 +220,7 @@ def _build(version: str, partial: Path, say: Callable[[str], None]) -> None:
     step("their import-only packages", [*pip, "--no-deps", *_pinned(list(_NO_DEPS), {}, wheel)])
     own = [
         str(r)
-        for r in _own_requirements(None)
+        for r in _own_requirements(None) + _own_requirements("tools")
         if _canonical(r.name) not in _NOT_FOR_WORKERS and _canonical(r.name) != "torch"
     ]
     step("what stagefate needs there", [*pip, *own])
