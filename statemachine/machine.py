@@ -29,8 +29,14 @@ from .errors import IncompleteImplementation, LifecycleError
 
 
 class HasState(Protocol):
-    request_id: str
-    state: str
+    """What the machine reads of a context; its generated rows set ``state`` (read-only here, so
+    a context may type its state with the spec's names, ``spec/names.py``)."""
+
+    @property
+    def request_id(self) -> str: ...
+
+    @property
+    def state(self) -> str: ...
 
 
 Ctx = TypeVar("Ctx", bound=HasState)

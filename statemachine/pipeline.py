@@ -44,7 +44,7 @@ from __future__ import annotations
 import itertools
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, ClassVar, Literal
+from typing import TYPE_CHECKING, ClassVar, Literal, cast
 
 import torch
 
@@ -71,6 +71,7 @@ from ..runtime.pools import SlotPool
 from ..runtime.prefix_tree import Node, PrefixMatch, PrefixTree, TreeFactory, locked
 from ..runtime.storage import open_storage
 from ..spec import LifecycleSpec, load_spec
+from ..spec.names import LockableState, StateName
 from .books import ReadBooks
 from .config import PipelineConfig
 from .dedup import DedupBook
@@ -86,7 +87,8 @@ from .stats import Stats
 if TYPE_CHECKING:  # the oracle runs on `transitions`, a tool: imported only when it is on
     from .oracle import OracleMachine, OracleModel
 
-LockOutcome = Literal["locked", "no_anchor", "cap_skip", "anchor_lost"]
+LockOutcome = LockableState
+"""What ``try_lock_anchor`` returns: a state of the spec's ``lockable`` group."""
 _EMPTY = torch.empty(0, dtype=torch.int64)
 
 
@@ -242,7 +244,7 @@ class BufferPipeline:
             tokens=aligned,
             matched_len=matched_len,
             namespace=namespace,
-            state=self.spec.initial,
+            state=cast(StateName, self.spec.initial),
             span_end=len(aligned),
         )
         self.records[req_id] = record

@@ -17,6 +17,7 @@ import torch
 from ..runtime import Completion, TokenKey
 from ..runtime.hashing import Namespace
 from ..runtime.prefix_tree import Node, PrefixMatch
+from ..spec.names import StateName
 from .machine import Outcome
 
 _EMPTY = torch.empty(0, dtype=torch.int64)
@@ -31,8 +32,9 @@ class Record:
     """The request's tokens, cut to whole pages: the span ends at ``len(tokens)``."""
     matched_len: int
     namespace: Namespace
-    state: str
-    """Its state in the spec; a new record starts at the spec's ``initial``."""
+    state: StateName
+    """Its state in the spec; a new record starts at the spec's ``initial``. Typed with the
+    packaged spec's names (``spec/names.py``), so mypy rejects a misspelt state."""
     span_end: int = 0
     pinned_node: Node | None = None
     pinned_tokens: int = 0

@@ -1,0 +1,133 @@
+"""Written by `python -m stagefate.spec.literal_names` from spec/lifecycle.yaml:
+the spec's names as types. Do not edit."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+StateName = Literal[
+    "issued",
+    "locked",
+    "no_anchor",
+    "cap_skip",
+    "anchor_lost",
+    "parked",
+    "reading",
+    "abandoned",
+    "staged",
+    "trimmed",
+    "consumed",
+    "released",
+]
+"""Every state of the lifecycle."""
+
+LiveStateName = Literal[
+    "issued",
+    "locked",
+    "no_anchor",
+    "cap_skip",
+    "anchor_lost",
+    "parked",
+    "reading",
+    "abandoned",
+    "staged",
+    "trimmed",
+    "consumed",
+]
+"""The states a record lives in (not terminal)."""
+
+LockableState = Literal["locked", "no_anchor", "cap_skip", "anchor_lost"]
+"""The ``lockable`` group: the anchor lock may be tried again (try_lock_anchor) and the storage
+hit may arrive."""
+
+PreCommitState = Literal["issued", "locked", "no_anchor", "cap_skip", "anchor_lost", "parked"]
+"""The ``pre_commit`` group: before the IO commit; nothing allocated, nothing read, so an abort
+ends the record at once."""
+
+PendingState = Literal[
+    "issued",
+    "locked",
+    "no_anchor",
+    "cap_skip",
+    "anchor_lost",
+    "parked",
+    "reading",
+]
+"""The ``pending`` group: the prefetch is still on its way (prefetch_pending is True): a
+scheduler admitting the request now would admit it without what the prefetch brings."""
+
+OwningState = Literal["reading", "staged", "trimmed", "consumed"]
+"""The ``owning`` group: the record owns its span's page keys for in-flight dedup."""
+
+HoldState = Literal["staged", "trimmed"]
+"""The ``hold`` group: a staged hold the scheduler may plan, consume or release."""
+
+EventName = Literal[
+    "lock",
+    "hit",
+    "commit",
+    "read_done",
+    "plan",
+    "make_room",
+    "consume",
+    "ack",
+    "abort",
+    "release_hold",
+]
+"""Every event."""
+
+ReasonName = Literal[
+    "declined_too_short",
+    "revoked_full_miss",
+    "revoked_insufficient",
+    "declined_anchor_lost",
+    "declined_device_covered",
+    "declined_inflight",
+    "discarded",
+    "shrunk",
+    "device_covered",
+    "aux_cut",
+    "dropped",
+    "device_capacity",
+    "filled",
+    "aborted",
+    "released",
+]
+"""Every reason a record ends with."""
+
+CounterName = Literal[
+    "attempts",
+    "issued",
+    "locked",
+    "no_anchor",
+    "cap_skip",
+    "anchor_lost",
+    "parked",
+    "staged",
+    "released_unusable",
+    "trimmed_tokens",
+    "spliced_tokens",
+    "stale_completions",
+    "retries_armed",
+    "retries_exhausted",
+    "l3_reads",
+    "l3_read_tokens",
+    "l3_reads_wasted",
+    "l3_read_tokens_wasted",
+    "declined_too_short",
+    "revoked_full_miss",
+    "revoked_insufficient",
+    "declined_anchor_lost",
+    "declined_device_covered",
+    "declined_inflight",
+    "discarded",
+    "shrunk",
+    "device_covered",
+    "aux_cut",
+    "dropped",
+    "device_capacity",
+    "filled",
+    "aborted",
+    "released",
+]
+"""Every counter (the declared, then one per reason)."""
