@@ -177,8 +177,14 @@ def test_the_minimal_failing_program_prints_as_calls_that_replay_the_failure(
     with pytest.raises(Exception) as caught:
         run_state_machine_as_test(machine, settings=shrinking)
     notes = "\n".join(getattr(caught.value, "__notes__", []))
-    program = [line for line in notes.splitlines() if line.startswith(("state", "requests_"))]
-    assert program[0] == "state = PipelineFuzzer()" and "data(" not in notes
+    lines = notes.splitlines()
+    start = lines.index("state = PipelineFuzzer()")
+    calls = [i for i, line in enumerate(lines) if line.startswith(("state", "requests_"))]
+    end = calls[-1] + 1
+    while end < len(lines) and lines[end].startswith(" "):
+        end += 1  # a long call (the drawn knobs) wraps onto indented lines
+    program = lines[start:end]
+    assert "data(" not in notes
     with pytest.raises(Exception) as replayed:  # which one: asserted below
         exec("\n".join(program), {"PipelineFuzzer": machine})  # the report, pasted
     assert violated_invariant(replayed.value) == violated_invariant(caught.value) == "pin_safety"
