@@ -171,7 +171,7 @@ def _replay_logged(
     policy: str, trace: list[TraceRequest], options: ReplayOptions, log_path: str
 ) -> tuple[dict[str, Any], str, int]:
     """One replay writing its design log, here (module level: a release's worker calls it)."""
-    from .sim.report import attach_design_log
+    from .sim.running import attach_design_log
 
     replay = build_replay(policy_factories([policy])[policy], trace, options)
     log = TransitionLog.open(log_path)

@@ -16,7 +16,7 @@ from stagefate.sim.costs import CostModel
 from stagefate.sim.engine import EngineOptions
 from stagefate.sim.live import LivePolicy
 from stagefate.sim.replay import Replay, ReplayMetrics, ReplayOptions
-from stagefate.sim.report import metric_rows
+from stagefate.sim.tables import metric_rows
 from stagefate.sim.trace import TraceError, TraceRequest, load_trace
 
 KEYS = [
@@ -407,7 +407,7 @@ def test_plots_start_counts_at_zero_and_keep_equal_lines_visible() -> None:
     """A panel where nothing was wasted once spanned -0.04 to 0.04, and two policies with equal
     figures drew one line over the other."""
     pytest.importorskip("matplotlib", reason="--plot needs the plot extra: pip install '.[plot]'")
-    from stagefate.sim.report import _from_zero, _line_style, _pyplot
+    from stagefate.sim.plots import _from_zero, _line_style, _pyplot
 
     plt = _pyplot()
     figure, (flat, counts) = plt.subplots(1, 2)

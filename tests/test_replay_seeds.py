@@ -150,7 +150,7 @@ def test_the_sweep_plot_keeps_its_title_above_its_panels(
 ) -> None:
     from matplotlib.figure import Figure
 
-    from stagefate.sim.report import write_spread_sweep_plot
+    from stagefate.sim.plots import write_spread_sweep_plot
 
     titles: list[str] = []
     suptitle = Figure.suptitle

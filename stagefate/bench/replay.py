@@ -14,8 +14,8 @@ from pathlib import Path
 
 from ..registry import policies_for_all, replay_over_seeds
 from ..sim.replay import ReplayOptions
-from ..sim.report import spread_rows
 from ..sim.spread import summary
+from ..sim.tables import spread_rows
 from ..sim.trace import load_trace
 from .report import Section, table
 

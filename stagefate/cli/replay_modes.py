@@ -74,7 +74,7 @@ def run_policies(
     design's words. The figures of each, the policies run here, and each design log's spec
     and transitions written."""
     from ..registry import run_replay, run_replay_logged, target_for
-    from ..sim.report import replay_policies
+    from ..sim.running import replay_policies
     from ..targets.sglang.worker import environment_set
 
     design_logs = design_logs or {}
@@ -116,8 +116,10 @@ def sweep(
     report: Report,
 ) -> int:
     """Every policy at every speed: the sweep table and the bound's story."""
-    from ..sim.report import bound_story, sweep_table, write_sweep_plot
+    from ..sim.plots import write_sweep_plot
     from ..sim.report_json import sweep_body
+    from ..sim.stories import bound_story
+    from ..sim.tables import sweep_table
 
     results = _sweep_runs(args, trace, policies, speeds, sglang_env)
     console.print(sweep_table(results))
@@ -157,14 +159,9 @@ def behind_the_router(
 ) -> int:
     """Every policy as ``--instances`` engines behind ``--router``, on the same arrivals."""
     from ..registry import run_instances
-    from ..sim.report import (
-        bound_story,
-        cross_instance_story,
-        instances_table,
-        metrics_table,
-        story,
-    )
     from ..sim.report_json import policies_body
+    from ..sim.stories import bound_story, cross_instance_story, story
+    from ..sim.tables import instances_table, metrics_table
 
     results = {}
     router = args.router or DEFAULT_ROUTER
@@ -208,14 +205,10 @@ def over_seeds(
 ) -> int:
     """Every policy once per seed (and speed), in processes; figures as median [min–max]."""
     from ..registry import replay_over_seeds
-    from ..sim.report import (
-        bound_story,
-        spread_story,
-        spread_sweep_table,
-        spread_table,
-        write_spread_sweep_plot,
-    )
+    from ..sim.plots import write_spread_sweep_plot
     from ..sim.report_json import spread_body, spread_sweep_body
+    from ..sim.stories import bound_story, spread_story
+    from ..sim.tables import spread_sweep_table, spread_table
 
     console.print(
         f"{len(policies)} policies × {len(seeds)} seeds"
@@ -277,8 +270,10 @@ def one_run(
     arrival_ms: float,
 ) -> int:
     """Every policy once at ``first``'s speed: the table, the story, the logs asked for."""
-    from ..sim.report import bound_story, metrics_table, story, wasted_table, write_plot
+    from ..sim.plots import write_plot
     from ..sim.report_json import policies_body
+    from ..sim.stories import bound_story, story
+    from ..sim.tables import metrics_table, wasted_table
 
     bound = report.bound
     live_logged = bool(args.log) and "live" in policies
