@@ -153,34 +153,35 @@ def counterexample_test(
         done = len(steps)
     except Violation:  # the last step itself could not run
         worlds, fired = replayed(model, steps[:done])
-    program = _Steps(steps, worlds[:done], fired[:done])
+    program = ReplayedProgram(steps, worlds[:done], fired[:done])
     about = f"The model checker's shortest program of public calls that breaks it: {broke}"
     world = f"LineWorld(BOUNDS, spec=load_spec({spec_file!r}))"
     case = case_text("test_counterexample", "The spec breaks an invariant.", about, program, world)
-    imports = header(bounds).replace(
-        "from stagefate.spec.model_world import Bounds\n",
-        "from stagefate.spec import load_spec\nfrom stagefate.spec.model_world import Bounds\n",
-    )
-    return f"{imports}\n\n{case}\n"
+    return f"{header(bounds, loads_spec=True)}\n\n{case}\n"
 
 
 @dataclass(frozen=True)
-class _Steps:
+class ReplayedProgram:
+    """A :class:`Program` replayed on the model outside a witness (a counterexample, a mutant's
+    telling program); ``worlds`` and ``fired`` may stop a step short of ``steps``."""
+
     steps: list[Step]
     worlds: list[World]
     fired: list[list[Fired]]
 
 
-def header(bounds: Bounds) -> str:
-    """The imports and ``BOUNDS`` a generated case runs with."""
+def header(bounds: Bounds, loads_spec: bool = False) -> str:
+    """The imports and ``BOUNDS`` a generated case runs with (``loads_spec``: and
+    ``load_spec``, for a case whose LineWorld runs a spec file)."""
     given = "".join(
         f"    {field.name}={getattr(bounds, field.name)},\n"
         for field in fields(bounds)
         if field.name != "max_states"
     )
+    load = "from stagefate.spec import load_spec\n" if loads_spec else ""
     return f"""from __future__ import annotations
 
-from stagefate.spec.model_world import Bounds
+{load}from stagefate.spec.model_world import Bounds
 from stagefate.testing import LineWorld
 
 BOUNDS = Bounds(

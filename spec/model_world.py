@@ -6,7 +6,7 @@ mutable draft one step runs on. The guards and effects over it are :mod:`.model_
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple, NoReturn, cast
 
 from .schema import transition_text
@@ -161,8 +161,9 @@ class _Draft:
     """Pages pinned by records the step may not read (see :data:`HIDDEN`)."""
     woke: bool = False
     """Whether the step woke the requests waiting on it."""
-    fired: list[Fired] = field(default_factory=list)
-    """The transitions the step fired, in order."""
+    fired: list[Fired] | None = None
+    """The transitions the step fired, in order, when a replay asks (None: not kept, as in the
+    exhaustive search, where no one reads them)."""
 
     @classmethod
     def of(cls, world: World, only: int = -1) -> _Draft:

@@ -156,7 +156,8 @@ class ModelChecker:
             record = self.effects[effect](self, draft, index, record, args)
             draft.records[index] = record
         target = source if branch.to == SAME else branch.to
-        draft.fired.append(Fired(index, source, event, guard, target, branch.reason))
+        if draft.fired is not None:
+            draft.fired.append(Fired(index, source, event, guard, target, branch.reason))
         record = record._replace(state=target)
         draft.records[index] = record
         if source in self.owning and target not in self.owning:

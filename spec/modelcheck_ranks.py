@@ -43,7 +43,7 @@ from typing import NamedTuple
 
 from .model_world import Bounds, Edge, Slot, State, Step, Violation
 from .modelcheck import ModelChecker, Result
-from .schema import LifecycleSpec
+from .schema import COMPLETION_KINDS, LifecycleSpec
 from .search import Search, attempts, breadth_first
 
 FAILED = -1
@@ -54,7 +54,6 @@ RANK_BOUNDS = Bounds(pages=5, requests=2, host_pages=3, device_pages=4, cap_page
 """The rank world's defaults (``stagefate check --ranks 2``): every modelled edge reached in
 under a minute; each rank's outcomes multiply the single world's branching, so a third
 request is left to the one-rank check (docs/tensor-parallel.md has the figures)."""
-_COMPLETIONS = frozenset({"exists", "read", "load"})
 
 
 class Agreement:
@@ -123,7 +122,7 @@ class RankModelChecker:
         out: list[RankStep] = []
         drained = state[self.ranks * self._width :]
         for step in self.model.actions(self.rank_state(state, 0)):
-            if step.kind not in _COMPLETIONS:
+            if step.kind not in COMPLETION_KINDS:
                 out.append(RankStep(-1, step))
                 continue
             at = step.request * self.ranks

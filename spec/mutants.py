@@ -36,14 +36,12 @@ from .model_world import (
     Bounds,
     Edge,
     Rec,
-    State,
     Step,
-    Violation,
     _Draft,
 )
 from .schema import BranchSpec, LifecycleSpec
-from .search import breadth_first, path_to
-from .witnesses import ApiModelChecker
+from .search import path_to
+from .witnesses import ApiModelChecker, first_firings
 
 KINDS = ("swap_reasons", "drop_guard", "retarget", "reorder")
 
@@ -178,29 +176,10 @@ def telling_programs(
     """Which of ``made`` (mutants of ``spec``) change behaviour within ``bounds`` (the module
     says how), each with its shortest telling program; stops once every mutant is told."""
     mc = _Teller(spec, bounds or Bounds(), made)
-    told: set[Edge] = set()
-    known: set[Edge] = set()
-    first: dict[int, tuple[State, Step]] = {}
-
-    def successors(world: State) -> Iterator[tuple[Step, State | Violation]]:
-        for step in mc.actions(world):
-            try:
-                successor = mc.successor(world, step, told)
-            except Violation as violation:
-                yield step, violation
-                continue
-            if len(told) > len(known):
-                for edge in told - known:
-                    if edge[0] == "mutant":
-                        first[int(edge[1])] = (world, step)
-                known.update(told)
-            yield step, successor
-
-    search = breadth_first(
-        mc.initial(), successors, mc.check, mc.bounds.max_states, lambda: len(first) == len(made)
-    )
+    search, first = first_firings(mc, lambda _: len(mc.told) == len(made))
     if search.failure is not None:
         raise ValueError(f"the spec itself breaks at the API's granularity: {search.failure[1]}")
-    programs = {number: path_to(search.parents, *at) for number, at in sorted(first.items())}
-    exhaustive = len(first) < len(made) and not search.truncated
+    told = sorted((int(number), at) for (kind, number, _), at in first.items() if kind == "mutant")
+    programs = {number: path_to(search.parents, *at) for number, at in told}
+    exhaustive = len(programs) < len(made) and not search.truncated
     return Telling(programs, len(search.parents), exhaustive)

@@ -9,7 +9,7 @@ static checks in :mod:`stagefate.spec.checks` prove the rest.
 from __future__ import annotations
 
 from enum import Enum
-from typing import Literal
+from typing import Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -122,6 +122,9 @@ CompletionKind = Literal["exists", "read", "load"]
 """The IO operations a record waits on (``IOOp.kind``)."""
 
 
+COMPLETION_KINDS: tuple[CompletionKind, ...] = get_args(CompletionKind)
+
+
 def _completions() -> dict[CompletionKind, str]:
     return {"exists": "hit", "read": "read_done", "load": "ack"}
 
@@ -171,7 +174,7 @@ class LifecycleSpec(_Frozen):
                     f"completions: {kind!r} fires {event!r}, which is not declared under "
                     "'events'; declare it or name a declared event"
                 )
-        if set(self.completions) != {"exists", "read", "load"}:
+        if set(self.completions) != set(COMPLETION_KINDS):
             problems.append("completions: name the event of each of exists, read and load")
         if self.issue_event not in self.events:
             problems.append(

@@ -31,7 +31,7 @@ last edge). A pair never met is a pair whose order no program within the bounds 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from itertools import pairwise
 from typing import TypeGuard
@@ -52,8 +52,8 @@ from .model_world import (
     _Draft,
 )
 from .modelcheck import ModelChecker
-from .schema import BranchSpec, LifecycleSpec
-from .search import attempts, breadth_first, path_to
+from .schema import COMPLETION_KINDS, BranchSpec, LifecycleSpec
+from .search import Search, attempts, breadth_first, path_to
 
 POLL = Step("poll", -1, "poll")
 ALSO = "__also__"
@@ -61,8 +61,6 @@ ALSO = "__also__"
 taken__also__next)``."""
 OVERLAP_STATES = 200_000
 """How many states past the last edge's witness the search goes on for overlaps not yet met."""
-_COMPLETIONS = frozenset({"exists", "read", "load"})
-"""Step kinds that complete an IO operation (the spec's ``completions`` names what each fires)."""
 
 
 def _enqueue_parked(mc: ModelChecker, d: _Draft, i: int, r: Rec, a: Args) -> Rec:
@@ -82,6 +80,12 @@ class ApiModelChecker(ModelChecker):
 
     def __init__(self, spec: LifecycleSpec, bounds: Bounds | None = None) -> None:
         super().__init__(spec, bounds)
+        self._next_guard = {
+            (state, event, taken): also
+            for state, event, joined in overlaps(spec)
+            for taken, also in [joined.split(ALSO)]
+        }
+        """The next branch's guard after each guarded branch, where :func:`overlaps` pairs them."""
         self.effects = {**EFFECTS, "enqueue_parked": _enqueue_parked}
         self.lockable = spec.group("lockable")
 
@@ -101,13 +105,8 @@ class ApiModelChecker(ModelChecker):
         edges: set[Edge],
     ) -> None:
         """An overlap when the next branch's guard holds as well (guards only read)."""
-        following = branches.index(branch) + 1
-        if branch.guard is None or following == len(branches):
-            return
-        also = branches[following].guard
-        if also is None or also in NOT_MODELLED_GUARDS:
-            return
-        if GUARDS[also](self, draft, index, record, args):
+        also = self._next_guard.get((record.state, event, branch.guard or "else"))
+        if also is not None and GUARDS[also](self, draft, index, record, args):
             edges.add((record.state, event, f"{branch.guard}{ALSO}{also}"))
 
     def actions(self, state: State) -> list[Step]:
@@ -117,7 +116,7 @@ class ApiModelChecker(ModelChecker):
         return steps
 
     def successor(self, state: State, step: Step, edges: set[Edge], pinned: int = -1) -> State:
-        if step.kind != "poll" and step.kind not in _COMPLETIONS:
+        if step.kind != "poll" and step.kind not in COMPLETION_KINDS:
             return super().successor(state, step, edges, pinned)
         draft = _Draft.of(self.decode(state))
         self._poll_or_complete(draft, step, edges)
@@ -129,7 +128,8 @@ class ApiModelChecker(ModelChecker):
         if step.kind == "world":
             return self.successor(state, step, set()), []
         draft, ignored = _Draft.of(self.decode(state)), set[Edge]()
-        if step.kind == "poll" or step.kind in _COMPLETIONS:
+        draft.fired = []
+        if step.kind == "poll" or step.kind in COMPLETION_KINDS:
             self._poll_or_complete(draft, step, ignored)
         else:
             self.apply(draft, step, ignored)
@@ -137,7 +137,7 @@ class ApiModelChecker(ModelChecker):
 
     def _poll_or_complete(self, draft: _Draft, step: Step, edges: set[Edge]) -> None:
         """A completion fires its event, then the pass's commits run; a poll runs them alone."""
-        if step.kind in _COMPLETIONS:
+        if step.kind in COMPLETION_KINDS:
             self._complete(draft, step.request, step, edges)
         self._run_commits(draft, edges)
 
@@ -182,6 +182,33 @@ class Witness:
     fired: list[list[Fired]]
 
 
+def first_firings(
+    mc: ApiModelChecker, done: Callable[[dict[Edge, tuple[State, Step]]], bool]
+) -> tuple[Search[State, Step], dict[Edge, tuple[State, Step]]]:
+    """Breadth first over ``mc``'s states, keeping for each edge it fires (the search's own
+    pseudo-edges included) the state and step that fired it first: the end of the shortest
+    program that takes it. ``done(first)``, asked after each state's successors, stops early."""
+    fired: set[Edge] = set()
+    first: dict[Edge, tuple[State, Step]] = {}
+
+    def successors(world: State) -> Iterator[tuple[Step, State | Violation]]:
+        for step in mc.actions(world):
+            try:
+                successor = mc.successor(world, step, fired)
+            except Violation as violation:
+                yield step, violation
+                continue
+            if len(fired) > len(first):
+                for edge in fired.difference(first):
+                    first[edge] = (world, step)
+            yield step, successor
+
+    search = breadth_first(
+        mc.initial(), successors, mc.check, mc.bounds.max_states, lambda: done(first)
+    )
+    return search, first
+
+
 def overlaps(spec: LifecycleSpec) -> list[Edge]:
     """Every pair of neighbouring guarded branches, as the search's edge of its overlap, in
     the spec's order."""
@@ -202,34 +229,16 @@ def shortest_witnesses(spec: LifecycleSpec, bounds: Bounds | None = None) -> lis
     mc = ApiModelChecker(spec, bounds)
     wanted = [edge for edge in mc.all_edges() if edge[2] not in NOT_MODELLED_GUARDS]
     pairs = overlaps(spec)
-    fired: set[Edge] = set()
-    first: dict[Edge, tuple[State, Step]] = {}
-    remaining = set(wanted)
-    unmet = set(pairs)
     expanded_since_edges = 0
 
-    def successors(world: State) -> Iterator[tuple[Step, State | Violation]]:
-        for step in mc.actions(world):
-            try:
-                successor = mc.successor(world, step, fired)
-            except Violation as violation:
-                yield step, violation
-                continue
-            if len(fired) > len(first):
-                for edge in fired.difference(first):
-                    first[edge] = (world, step)
-                    remaining.discard(edge)
-                    unmet.discard(edge)
-            yield step, successor
-
-    def done() -> bool:
+    def done(first: dict[Edge, tuple[State, Step]]) -> bool:
         nonlocal expanded_since_edges
-        if remaining:
+        if not all(edge in first for edge in wanted):
             return False
         expanded_since_edges += 1
-        return not unmet or expanded_since_edges > OVERLAP_STATES
+        return all(pair in first for pair in pairs) or expanded_since_edges > OVERLAP_STATES
 
-    search = breadth_first(mc.initial(), successors, mc.check, mc.bounds.max_states, done)
+    search, first = first_firings(mc, done)
     if search.failure is not None:
         path, violation = search.failure
         raise ValueError(

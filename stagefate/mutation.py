@@ -11,28 +11,20 @@ generated test (it passes on the spec and fails on the mutant), ready to paste.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import partial
 from pathlib import Path
+from types import CodeType
 from typing import Any
 
-from .spec.generated_tests import case_text, header
-from .spec.model_world import Bounds, Fired, Step, World
+from .spec.generated_tests import ReplayedProgram, case_text, header
+from .spec.model_world import Bounds
 from .spec.mutants import Mutant, mutants, telling_programs
 from .spec.schema import LifecycleSpec
 from .spec.witnesses import ApiModelChecker, replayed
 from .testing import LineWorld
-
-
-@dataclass(frozen=True)
-class TellingProgram:
-    """The shortest program that tells a mutant from the spec, replayed on the spec's model."""
-
-    steps: list[Step]
-    worlds: list[World]
-    fired: list[list[Fired]]
 
 
 @dataclass(frozen=True)
@@ -41,7 +33,8 @@ class Verdict:
     changes_behaviour: bool
     killed_by: str | None
     """The first generated test that failed under the mutant, and why (None: all passed)."""
-    telling: TellingProgram | None
+    telling: ReplayedProgram | None
+    """The shortest program that tells the mutant from the spec, replayed on the spec's model."""
 
 
 @dataclass
@@ -66,10 +59,16 @@ class MutationReport:
         return f"{killed} of {len(self.changing)}"
 
 
+@functools.lru_cache(maxsize=4)
+def _compiled(source: str) -> CodeType:
+    """A generated file compiled once, however many mutants run it."""
+    return compile(source, "test_edges.py", "exec")
+
+
 def load_tests(source: str) -> dict[str, Callable[[], None]]:
     """The test functions of a generated file's text, in its order."""
     namespace: dict[str, Any] = {"__name__": "stagefate_generated_tests"}
-    exec(compile(source, "test_edges.py", "exec"), namespace)
+    exec(_compiled(source), namespace)
     return {name: test for name, test in namespace.items() if name.startswith("test_")}
 
 
@@ -77,7 +76,7 @@ def first_failure(source: str, spec: LifecycleSpec) -> str | None:
     """Run the generated file's tests with every LineWorld running ``spec``; the first failing
     test's name and error, or None when all pass."""
     tests = load_tests(source)
-    world = partial(LineWorld, spec=spec)
+    world = functools.partial(LineWorld, spec=spec)
     for name, test in tests.items():
         test.__globals__["LineWorld"] = world
         try:
@@ -101,7 +100,7 @@ def run_mutants(
     report = MutationReport(states=telling.states)
     for number, mutant in enumerate(made):
         steps = telling.programs.get(number)
-        program = None if steps is None else TellingProgram(steps, *replayed(model, steps))
+        program = None if steps is None else ReplayedProgram(steps, *replayed(model, steps))
         killed_by = first_failure(source, mutant.spec)
         report.verdicts.append(Verdict(mutant, steps is not None, killed_by, program))
     report.seconds = time.perf_counter() - started

@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 
 from stagefate.mutation import (
-    TellingProgram,
     Verdict,
     first_failure,
     load_tests,
@@ -18,7 +17,7 @@ from stagefate.mutation import (
     telling_test,
 )
 from stagefate.spec import load_spec
-from stagefate.spec.generated_tests import FILE_NAME
+from stagefate.spec.generated_tests import FILE_NAME, ReplayedProgram
 from stagefate.spec.model_world import Bounds
 from stagefate.spec.mutants import KINDS, Mutant, mutants, telling_programs
 from stagefate.spec.witnesses import ApiModelChecker, replayed
@@ -59,7 +58,7 @@ def test_a_telling_program_passes_on_the_spec_and_fails_on_its_mutant() -> None:
     telling = telling_programs(spec, [late], SMALL)
     assert list(telling.programs) == [0]
     steps = telling.programs[0]
-    program = TellingProgram(steps, *replayed(ApiModelChecker(spec, SMALL), steps))
+    program = ReplayedProgram(steps, *replayed(ApiModelChecker(spec, SMALL), steps))
     source = telling_test(Verdict(late, True, None, program), SMALL)
     assert re.search(r"^def test_tells_reorder_of_row_\d+\(\) -> None:$", source, re.M)
     assert first_failure(source, spec) is None

@@ -4,6 +4,7 @@ pygraphviz) is installed or needed; the command says how to get them."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import venv
@@ -52,3 +53,10 @@ def test_the_bare_wheel_runs_a_prefetch_without_the_tools(tmp_path: Path) -> Non
     )
     assert command.returncode == 2
     assert "pip install 'stagefate[tools]'" in command.stderr
+
+
+def test_the_tools_the_command_asks_for_are_the_tools_extra() -> None:
+    # the extra's one line (tomllib is Python 3.11's; the project runs on 3.10)
+    (line,) = re.findall(r"^tools = \[(.*)\]$", (REPO / "pyproject.toml").read_text(), re.M)
+    names = [re.split(r"[<>=!~]", quoted.strip(' "'))[0] for quoted in line.split(",")]
+    assert sorted(names) == sorted(TOOLS)
