@@ -43,12 +43,13 @@ def implementation_problems(
     effects: Collection[str],
     counters: Collection[str] | None = None,
     groups: Collection[str] = (),
+    exits: Collection[str] | None = None,
 ) -> list[str]:
     """What an implementation lacks or has beyond the spec, each with its fix (empty: none).
 
     The one completeness check, both directions: every guard and effect the spec declares is
-    implemented and nothing else is; ``counters`` (when given) are exactly the spec's; every
-    group the implementation reads (``groups``) is declared."""
+    implemented and nothing else is; ``counters`` and ``exits`` (when given) are exactly the
+    spec's; every group the implementation reads (``groups``) is declared."""
     problems = []
     wanted: list[tuple[str, Collection[str], Collection[str], str]] = [
         ("guard", spec.guards, guards, "bind exactly the guards spec/lifecycle.yaml declares"),
@@ -63,6 +64,10 @@ def implementation_problems(
                 "Stats (statemachine/stats.py) keeps one "
                 "field per counter of the spec's 'counters' and 'reasons'",
             )
+        )
+    if exits is not None:
+        wanted.append(
+            ("exit", spec.exits, exits, "bind exactly the exits spec/lifecycle.yaml declares")
         )
     for kind, declared, given, fix in wanted:
         missing = sorted(set(declared) - set(given))
@@ -90,10 +95,11 @@ def check_implementations(
     effects: Collection[str],
     counters: Collection[str] | None = None,
     groups: Collection[str] = (),
+    exits: Collection[str] | None = None,
 ) -> list[Finding]:
     return [
         Finding("implementations", problem)
-        for problem in implementation_problems(spec, guards, effects, counters, groups)
+        for problem in implementation_problems(spec, guards, effects, counters, groups, exits)
     ]
 
 
@@ -342,11 +348,12 @@ def run_static_checks(
     effects: Collection[str] | None = None,
     counters: Collection[str] | None = None,
     groups: Collection[str] = (),
+    exits: Collection[str] | None = None,
 ) -> list[Finding]:
     """Every static check; implementations are checked when their names are given."""
     findings: list[Finding] = []
     if guards is not None and effects is not None:
-        findings += check_implementations(spec, guards, effects, counters, groups)
+        findings += check_implementations(spec, guards, effects, counters, groups, exits)
     findings += check_reachability(spec)
     findings += check_termination(spec)
     findings += check_determinism(spec)

@@ -242,6 +242,23 @@ def markdown(spec: LifecycleSpec, digest: str, source: str = "spec/lifecycle.yam
                 f"{branch.guard or 'else'} | `{branch.to}` | {', '.join(branch.effects) or '—'} | "
                 f"{branch.reason or '—'} |"
             )
+    if spec.exits:
+        out += [
+            "",
+            "## Exits",
+            "",
+            "Run on every move out of the states named, whichever branch "
+            "makes it (after the branch's effects and the state change).",
+            "",
+        ]
+        out += ["| exit | leaving | states | what it ends |", "|---|---|---|---|"]
+        for name, exit_spec in spec.exits.items():
+            left = spec.groups.get(exit_spec.leaving)
+            states = (exit_spec.leaving,) if left is None else left.states
+            out.append(
+                f"| {name} | {exit_spec.leaving} | {', '.join(f'`{s}`' for s in states)} | "
+                f"{' '.join(exit_spec.doc.split())} |"
+            )
     out += ["", "## Terminal reasons", "", "| reason | family | meaning |", "|---|---|---|"]
     out += [
         f"| `{name}` | {spec.diagram.family_of(name)} | {doc} |"

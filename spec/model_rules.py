@@ -1,13 +1,13 @@
-"""The spec's guards and effects re-stated over the abstract world's positions, one small function
-each, next to the pipeline's names (``spec/`` imports no torch and no runtime): what the model
-checker runs for each name the spec's rows use."""
+"""The spec's guards, effects and exits re-stated over the abstract world's positions, one small
+function each, next to the pipeline's names (``spec/`` imports no torch and no runtime): what the
+model checker runs for each name the spec's rows use."""
 
 from __future__ import annotations
 
 import math
 from typing import TYPE_CHECKING
 
-from .model_world import Args, Effect, Guard, Rec, Violation, _Draft
+from .model_world import Args, Effect, Exit, Guard, Rec, Violation, _Draft
 
 if TYPE_CHECKING:
     from .modelcheck import ModelChecker
@@ -216,4 +216,19 @@ EFFECTS: dict[str, Effect] = {
     "trim_head": _trim_head,
     "pin_live_anchor": _pin_live_anchor,
     "defer_admission": lambda mc, d, i, r, a: r,  # the hold stays for a later pass
+}
+
+
+def _wake_waiters(mc: ModelChecker, d: _Draft, i: int) -> None:
+    """Record ``i`` gave up its span's page keys: whoever waited on it is due at once."""
+    d.woke = True
+    for waiter, sibling in enumerate(d.waiting_on):
+        if sibling == i:
+            d.waiting_on[waiter] = -1  # its retry (armed) is due at once
+
+
+EXITS: dict[str, Exit] = {
+    # the model keeps no FIFO: any parked hit may be the head (witnesses keep its place)
+    "leave_parked_fifo": lambda mc, d, i: None,
+    "disown_span": _wake_waiters,
 }

@@ -205,4 +205,5 @@ HIDDEN = cast(Rec, _Hidden())
 
 Guard = Callable[["ModelChecker", _Draft, int, Rec, Args], bool]
 Effect = Callable[["ModelChecker", _Draft, int, Rec, Args], Rec]
+Exit = Callable[["ModelChecker", _Draft, int], None]
 Edge = tuple[str, str, str]

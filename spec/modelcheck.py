@@ -57,7 +57,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import cast
 
-from .model_rules import EFFECTS, GUARDS, _live_fields
+from .model_rules import EFFECTS, EXITS, GUARDS, _live_fields
 from .model_world import (
     NOT_MODELLED_GUARDS,
     Args,
@@ -111,12 +111,21 @@ class ModelChecker:
             for state, event, branches in spec.rows()
             for branch in branches
         }
-        missing = (set(spec.guards) - set(GUARDS)) | (set(spec.effects) - set(EFFECTS))
+        missing = (
+            (set(spec.guards) - set(GUARDS))
+            | (set(spec.effects) - set(EFFECTS))
+            | (set(spec.exits) - set(EXITS))
+        )
         if missing:
             raise ValueError(
                 f"the model checker has no abstract meaning for {sorted(missing)}; add one to "
                 "spec/model_rules.py next to the pipeline's implementation"
             )
+        self._exits = {
+            (source, target): tuple(EXITS[name] for name in spec.exits_on(source, target))
+            for source in spec.states
+            for target in spec.states
+        }
         self._wants = [self.bounds.want(i) for i in range(self.bounds.requests)]
         self._plan_then_consume = ("plan", "consume") in spec.atomic
         self._reads_others = frozenset({"commit"})
@@ -160,8 +169,8 @@ class ModelChecker:
             draft.fired.append(Fired(index, source, event, guard, target, branch.reason))
         record = record._replace(state=target)
         draft.records[index] = record
-        if source in self.owning and target not in self.owning:
-            self._wake_waiters(draft, index)
+        for exit_hook in self._exits[source, target]:
+            exit_hook(self, draft, index)
         if branch.reason is None:
             return None
         if source in self.pre_commit and (record.bounce or record.read):
@@ -206,12 +215,6 @@ class ModelChecker:
     ) -> None:
         """Called with every branch taken, before its effects run; the witness search
         (:mod:`.witnesses`) notes there which later guards also held."""
-
-    def _wake_waiters(self, draft: _Draft, index: int) -> None:
-        draft.woke = True
-        for waiter, sibling in enumerate(draft.waiting_on):
-            if sibling == index:
-                draft.waiting_on[waiter] = -1  # its retry (armed) is due at once
 
     # ------------------------------------------------------------------ actions
 

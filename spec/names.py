@@ -1,4 +1,4 @@
-"""Written by `python -m stagefate.spec.literal_names` from spec/lifecycle.yaml:
+"""Written by `python -m stagefate.spec.codegen` from spec/lifecycle.yaml:
 the spec's names as types. Do not edit."""
 
 from __future__ import annotations
@@ -75,6 +75,9 @@ EventName = Literal[
     "release_hold",
 ]
 """Every event."""
+
+ExitName = Literal["leave_parked_fifo", "disown_span"]
+"""Every exit (run on a move out of a group)."""
 
 ReasonName = Literal[
     "declined_too_short",

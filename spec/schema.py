@@ -45,6 +45,14 @@ class EffectSpec(_Frozen):
     releases: tuple[str, ...] = ()
 
 
+class ExitSpec(_Frozen):
+    """A hook run on every move out of a set of states, whichever branch makes it."""
+
+    doc: str
+    leaving: str
+    """A group or a state: the hook runs on a move from inside it to outside it."""
+
+
 class BranchSpec(_Frozen):
     """One guarded outcome of a (state, event) row."""
 
@@ -150,6 +158,9 @@ class LifecycleSpec(_Frozen):
     events: dict[str, str]
     guards: dict[str, str]
     effects: dict[str, EffectSpec]
+    exits: dict[str, ExitSpec] = {}
+    """What leaving a group (or a state) ends, run after the branch's effects and the state
+    change, before the record's end: bound by name like an effect."""
     reasons: dict[str, str]
     counters: dict[str, str]
     """Every counter but the reasons' (each end reason counts itself under its own name)."""
@@ -204,6 +215,12 @@ class LifecycleSpec(_Frozen):
                         f"group {group_name!r} names terminal state {member!r}; groups are of live "
                         f"states (a released record is forgotten), so remove it"
                     )
+        for exit_name, exit_spec in self.exits.items():
+            if exit_spec.leaving not in self.groups and exit_spec.leaving not in self.states:
+                problems.append(
+                    f"exit {exit_name!r} leaves {exit_spec.leaving!r}, which is neither a group "
+                    f"nor a state; name one declared under 'groups' or 'states'"
+                )
         for counter in self.counters:
             if counter in self.reasons:
                 problems.append(
@@ -276,6 +293,18 @@ class LifecycleSpec(_Frozen):
                 f"add it under 'groups' in the spec"
             )
         return frozenset(found.states)
+
+    def exits_on(self, source: str, target: str) -> tuple[str, ...]:
+        """The exits a move from ``source`` to ``target`` runs, in spec order."""
+        return tuple(
+            name
+            for name, exit_spec in self.exits.items()
+            if source in self._left(exit_spec) and target not in self._left(exit_spec)
+        )
+
+    def _left(self, exit_spec: ExitSpec) -> frozenset[str]:
+        group = self.groups.get(exit_spec.leaving)
+        return frozenset((exit_spec.leaving,) if group is None else group.states)
 
     def rows(self) -> list[tuple[str, str, tuple[BranchSpec, ...]]]:
         """``(state, event, branches)`` for every source state of every row, in spec order."""

@@ -6,13 +6,15 @@ from typing import NamedTuple
 
 
 class Implementation(NamedTuple):
-    """The names the pipeline binds: guards, effects, counters (``Stats``) and the state groups
-    it reads; :func:`~stagefate.spec.checks.implementation_problems` compares them with a spec."""
+    """The names the pipeline binds: guards, effects, counters (``Stats``), the state groups it
+    reads and exits; :func:`~stagefate.spec.checks.implementation_problems` compares them with a
+    spec."""
 
     guards: frozenset[str]
     effects: frozenset[str]
     counters: frozenset[str]
     groups: frozenset[str]
+    exits: frozenset[str]
 
 
 def implemented_names() -> Implementation:
@@ -24,4 +26,5 @@ def implemented_names() -> Implementation:
         frozenset(BufferPipeline.EFFECTS),
         frozenset(Stats.model_fields),
         frozenset(BufferPipeline.GROUPS),
+        frozenset(BufferPipeline.EXITS),
     )

@@ -19,7 +19,7 @@ for the state) or a guard that raises leaves the record untouched.
 from __future__ import annotations
 
 import linecache
-from collections.abc import Callable, Collection, Mapping, MutableMapping, Sequence
+from collections.abc import Callable, Collection, Mapping, MutableMapping
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -45,12 +45,8 @@ V = TypeVar("V")
 Guard = Callable[[Ctx], bool]
 Effect = Callable[[Ctx], None]
 Transition = Callable[[Ctx], "Outcome"]
-ExitHooks = Callable[[str, str], Sequence[Effect[Ctx]]]
-"""``(source, target) -> effects`` to run after a move between those two states."""
 EndHook = Callable[[Ctx, str], None]
 """Called with the branch's reason when a branch ends the record."""
-ExitCounts = tuple[tuple[tuple[str, str], int], ...]
-"""``((source, target), number of exit effects)`` for every move a branch of the spec makes."""
 Factory = Callable[..., dict[str, dict[tuple[str, str], Any]]]
 """``make``: its functions are generated, so their types are the machine's to state."""
 
@@ -74,9 +70,10 @@ def require_complete(
     effects: Mapping[str, object],
     counts: Mapping[str, int] | None = None,
     groups: Collection[str] = (),
+    exits: Mapping[str, object] | None = None,
 ) -> None:
     """Raise unless the implementation is exactly the spec's (:func:`implementation_problems`)."""
-    problems = implementation_problems(spec, guards, effects, counts, groups)
+    problems = implementation_problems(spec, guards, effects, counts, groups, exits)
     if problems:
         raise IncompleteImplementation("; ".join(problems))
 
@@ -86,9 +83,9 @@ class CompiledMachine(Generic[Ctx]):
 
     ``counts`` (optional) receives the branches' counters and must hold exactly the spec's
     counters; ``groups`` names the state groups the caller reads (each must be declared);
-    ``exits`` names effects to run after a move between two states (after the branch's own
-    effects and the state change); ``end`` is called with the reason of a branch that has one,
-    last.
+    ``exits`` (optional) binds the spec's exits, each run on a move out of its group (after the
+    branch's own effects and the state change); ``end`` is called with the reason of a branch
+    that has one, last.
     """
 
     def __init__(
@@ -97,32 +94,23 @@ class CompiledMachine(Generic[Ctx]):
         guards: Mapping[str, Guard[Ctx]],
         effects: Mapping[str, Effect[Ctx]],
         counts: MutableMapping[str, int] | None = None,
-        exits: ExitHooks[Ctx] | None = None,
+        exits: Mapping[str, Effect[Ctx]] | None = None,
         end: EndHook[Ctx] | None = None,
         groups: Collection[str] = (),
     ) -> None:
-        require_complete(spec, guards, effects, counts, groups)
+        require_complete(spec, guards, effects, counts, groups, exits)
         self.spec = spec
         self._legal: dict[str, list[str]] = {name: [] for name in spec.states}
         for source, event, _branches in spec.rows():
             self._legal[source].append(event)
-        outcomes = _outcomes(spec)
-        exit_effects = {
-            (outcome.source, outcome.target): tuple(exits(outcome.source, outcome.target))
-            for outcome in outcomes
-            if exits is not None
-        }
         factory = _factory(
-            spec,
-            counted=counts is not None,
-            exits=tuple((move, len(hooks)) for move, hooks in exit_effects.items()),
-            ended=end is not None,
+            spec, counted=counts is not None, exited=exits is not None, ended=end is not None
         )
         made = factory(
             guards=[guards[name] for name in sorted(spec.guards)],
             effects=[effects[name] for name in sorted(spec.effects)],
-            outcomes=outcomes,
-            exits=[hook for hooks in exit_effects.values() for hook in hooks],
+            outcomes=_outcomes(spec),
+            exits=[] if exits is None else [exits[name] for name in sorted(spec.exits)],
             counts=counts,
             end=end,
         )
@@ -159,7 +147,7 @@ class CompiledMachine(Generic[Ctx]):
 
 _CACHE_SIZE = 32
 _OUTCOMES: dict[int, tuple[LifecycleSpec, list[Outcome]]] = {}
-_FACTORIES: dict[tuple[int, bool, ExitCounts, bool], tuple[LifecycleSpec, Factory]] = {}
+_FACTORIES: dict[tuple[int, bool, bool, bool], tuple[LifecycleSpec, Factory]] = {}
 """Per spec object (kept alive by the entry, so its ``id`` is not reused while cached): a
 pipeline is built per fuzz program, and writing and compiling the rows each time would cost
 more than the rest of the pipeline's construction."""
@@ -187,12 +175,12 @@ def _outcomes(spec: LifecycleSpec) -> list[Outcome]:
     )
 
 
-def _factory(spec: LifecycleSpec, counted: bool, exits: ExitCounts, ended: bool) -> Factory:
+def _factory(spec: LifecycleSpec, counted: bool, exited: bool, ended: bool) -> Factory:
     return _per_spec(
         _FACTORIES,
-        (id(spec), counted, exits, ended),
+        (id(spec), counted, exited, ended),
         spec,
-        lambda: _compile_factory(factory_source(spec, counted, dict(exits), ended)),
+        lambda: _compile_factory(factory_source(spec, counted, exited, ended)),
     )
 
 
@@ -209,30 +197,24 @@ def _per_spec(
     return cached[1]
 
 
-def factory_source(
-    spec: LifecycleSpec, counted: bool, exits: Mapping[tuple[str, str], int], ended: bool
-) -> str:
+def factory_source(spec: LifecycleSpec, counted: bool, exited: bool, ended: bool) -> str:
     """Python source of ``make(guards, effects, outcomes, exits, counts, end)``, which returns
     ``{"fire": {(state, event): fire}, "decide": {(state, event): decide}}``.
 
-    Guards, effects, outcomes and exit effects are positional (``g3``, ``e7``, ``o12``, ``x2``):
-    the spec's names only appear in comments and string constants, written with ``repr``.
+    Guards, effects, outcomes and exits are positional (``g3``, ``e7``, ``o12``, ``x1``): the
+    spec's names only appear in comments and string constants, written with ``repr``.
     """
-    guard_names = sorted(spec.guards)
-    effect_names = sorted(spec.effects)
-    guard_of = {name: f"g{i}" for i, name in enumerate(guard_names)}
-    effect_of = {name: f"e{i}" for i, name in enumerate(effect_names)}
-    exit_names: dict[tuple[str, str], list[str]] = {}
-    for move, count in exits.items():
-        start = sum(map(len, exit_names.values()))
-        exit_names[move] = [f"x{start + i}" for i in range(count)]
+    guard_of = {name: f"g{i}" for i, name in enumerate(sorted(spec.guards))}
+    effect_of = {name: f"e{i}" for i, name in enumerate(sorted(spec.effects))}
+    exit_of = {name: f"x{i}" for i, name in enumerate(sorted(spec.exits))} if exited else {}
     lines = ["def make(guards, effects, outcomes, exits, counts, end):"]
-    for names, given in ((guard_of.values(), "guards"), (effect_of.values(), "effects")):
+    for names, given in (
+        (guard_of.values(), "guards"),
+        (effect_of.values(), "effects"),
+        (exit_of.values(), "exits"),
+    ):
         if names:
             lines.append(f"    {', '.join(names)}, = {given}")
-    all_exits = [name for names in exit_names.values() for name in names]
-    if all_exits:
-        lines.append(f"    {', '.join(all_exits)}, = exits")
     fires, decides = [], []
     outcome = 0
     for index, (source, event, branches) in enumerate(spec.rows()):
@@ -244,7 +226,8 @@ def factory_source(
             body[:0] = [f"{effect_of[name]}(ctx)  # {name!r}" for name in branch.effects]
             if counted:
                 body += [f"counts[{name!r}] += 1" for name in branch.count]
-            body += [f"{name}(ctx)" for name in exit_names.get((source, target), ())]
+            leaving = spec.exits_on(source, target) if exited else ()
+            body += [f"{exit_of[name]}(ctx)  # {name!r}" for name in leaving]
             if ended and branch.reason is not None:
                 body.append(f"end(ctx, {branch.reason!r})")
             body.append(f"return o{outcome}")

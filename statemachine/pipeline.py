@@ -9,9 +9,9 @@ guard holds and runs that branch's effects. Guards and effects are the ``_guard_
 ``_effect_*`` methods below, bound by name; the machine refuses to build unless the two sets are
 exactly the spec's (so the spec cannot name something this class lacks, and this class cannot
 grow lifecycle logic the spec does not show). The row also counts the branch's counters, runs
-the exit hooks of the move (:meth:`_exits`: leaving ``parked`` leaves its FIFO, leaving the
-owning states gives up the span's page keys) and, for a branch with a reason, ends the record
-(:meth:`_end`: settle the read's books, forget the record).
+the spec's exits of the move (the ``_exit_*`` methods, bound the same way: leaving ``parked``
+leaves its FIFO, leaving the owning states gives up the span's page keys) and, for a branch
+with a reason, ends the record (:meth:`_end`: settle the read's books, forget the record).
 
 Guards read; effects write. A guard reads the live tree (no stored node id is ever trusted)
 through the firing's :class:`Lookups`: each match a firing needs is made once, the first time a
@@ -97,7 +97,8 @@ class BufferPipeline:
 
     GUARDS: ClassVar[frozenset[str]]
     EFFECTS: ClassVar[frozenset[str]]
-    GROUPS: ClassVar[tuple[str, ...]] = ("hold", "pending", "owning")
+    EXITS: ClassVar[frozenset[str]]
+    GROUPS: ClassVar[tuple[str, ...]] = ("hold", "pending")
     """The spec's state groups this class reads (a spec without one is refused)."""
 
     def __init__(
@@ -165,7 +166,7 @@ class BufferPipeline:
         )
         self.spec = spec or load_spec()
         self._counts: dict[str, int] = dict.fromkeys(Stats.model_fields, 0)
-        self._hold_states, self._pending_states, self._owning_states = (
+        self._hold_states, self._pending_states = (
             self.spec.group(name) if name in self.spec.groups else frozenset()
             for name in self.GROUPS
         )  # a missing group is named by the machine's completeness check just below
@@ -176,7 +177,7 @@ class BufferPipeline:
             guards,
             effects,
             counts=self._counts,
-            exits=self._exits,
+            exits={name: getattr(self, f"_exit_{name}") for name in self.EXITS},
             end=self._end,
             groups=self.GROUPS,
         )
@@ -488,20 +489,10 @@ class BufferPipeline:
             )
         return outcome
 
-    def _exits(self, source: str, target: str) -> list[Callable[[Record], None]]:
-        """What a move from ``source`` to ``target`` ends besides the branch's own effects."""
-        hooks: list[Callable[[Record], None]] = []
-        if source == "parked" and target != "parked":
-            hooks.append(self._leave_parked)
-        owning = self._owning_states
-        if source in owning and target not in owning:
-            hooks.append(self._leave_owning)
-        return hooks
-
-    def _leave_parked(self, record: Record) -> None:
+    def _exit_leave_parked_fifo(self, record: Record) -> None:
         self._parked.pop(record.request_id, None)
 
-    def _leave_owning(self, record: Record) -> None:
+    def _exit_disown_span(self, record: Record) -> None:
         self._disown(record, keep_pages=0)
 
     def _end(self, record: Record, reason: str) -> None:
@@ -858,6 +849,9 @@ BufferPipeline.GUARDS = frozenset(
 )
 BufferPipeline.EFFECTS = frozenset(
     name.removeprefix("_effect_") for name in vars(BufferPipeline) if name.startswith("_effect_")
+)
+BufferPipeline.EXITS = frozenset(
+    name.removeprefix("_exit_") for name in vars(BufferPipeline) if name.startswith("_exit_")
 )
 
 

@@ -113,36 +113,54 @@ def test_machine_refuses_counts_that_are_not_the_specs() -> None:
         CompiledMachine(SPEC, guards, effects, groups=("hold_on",))  # type: ignore[arg-type]
 
 
-def test_a_branch_counts_then_runs_exit_hooks_then_ends_after_its_effects() -> None:
+def test_a_branch_counts_then_runs_the_spec_s_exits_then_ends_after_its_effects() -> None:
     guards, effects = bindings()
     counts = dict.fromkeys(SPEC.all_counters, 0)
     world = World(dict.fromkeys(SPEC.guards, False))
 
-    def exits(source: str, target: str) -> list[Callable[[Rec], None]]:
-        hook = f"exit {source}->{target}"
-        return [
-            lambda r: r.world.log.append(f"{hook} { ({k: n for k, n in counts.items() if n}) }")
-        ]
+    def hook(name: str) -> Callable[[Rec], None]:
+        def run(r: Rec) -> None:
+            r.world.log.append(f"exit {name} { ({k: n for k, n in counts.items() if n}) }")
+
+        return run
 
     def end(r: Rec, reason: str) -> None:
         r.world.log.append(f"end {reason}")
 
+    exits = {name: hook(name) for name in SPEC.exits}
     compiled = CompiledMachine(SPEC, guards, effects, counts, exits, end)  # type: ignore[arg-type]
     rec = Rec("r1", world)
     assert compiled.decide(rec, "lock").target == "locked" and world.log == []  # nothing ran
-    outcome = compiled.fire(rec, "lock")
-    assert (outcome.target, rec.state) == ("locked", "locked")
-    assert world.log == ["pin_anchor", "exit issued->locked {'issued': 1, 'locked': 1}"]
-    world.log.clear()
-    world.answers["zero_pages"] = True
+    compiled.fire(rec, "lock")
     compiled.fire(rec, "hit")
+    assert world.log == ["pin_anchor", "record_hit"]  # no exit: nothing left a group
+    world.answers["host_short"] = True
+    compiled.fire(rec, "commit")
+    world.answers["host_short"] = False
+    world.log.clear()
+    assert compiled.fire(rec, "commit").target == "reading"
+    assert world.log == [
+        "pin_if_possible",
+        "alloc_bounce",
+        "launch_read",
+        "exit leave_parked_fifo {'issued': 1, 'locked': 1, 'parked': 1}",
+    ]
+    world.log.clear()
+    world.answers["read_empty"] = True
+    compiled.fire(rec, "read_done")
     assert world.log == [
         "unpin",
-        "arm_retry",
-        "exit locked->released {'issued': 1, 'locked': 1}",
-        "end revoked_full_miss",
+        "free_bounce",
+        "exit disown_span {'issued': 1, 'locked': 1, 'parked': 1}",
+        "end discarded",
     ]
     assert rec.state == "released"
+
+
+def test_a_machine_refuses_exits_other_than_the_spec_s() -> None:
+    guards, effects = bindings()
+    with pytest.raises(IncompleteImplementation, match="exits the spec declares with no impl"):
+        CompiledMachine(SPEC, guards, effects, exits={"leave_parked_fifo": print})  # type: ignore[arg-type]
 
 
 def test_a_raising_guard_changes_nothing_and_its_traceback_shows_the_generated_row() -> None:

@@ -161,11 +161,30 @@ def test_the_code_reads_groups_from_the_spec_and_refuses_a_spec_without_one() ->
     with pytest.raises(KeyError, match="add it under 'groups'"):
         spec.group("resting")
     doc = document()
-    del doc["groups"]["owning"]
+    del doc["groups"]["pending"]
     from stagefate import BufferPipeline, PipelineConfig
     from stagefate.statemachine.errors import IncompleteImplementation
 
-    with pytest.raises(IncompleteImplementation, match="does not declare: owning"):
+    with pytest.raises(IncompleteImplementation, match="does not declare: pending"):
+        BufferPipeline(PipelineConfig(), spec=parse_spec(doc))
+
+
+def test_an_exit_names_a_declared_group_and_runs_on_moves_out_of_it() -> None:
+    spec = load_spec()
+    assert spec.exits_on("staged", "consumed") == ()  # both own the span's page keys
+    assert spec.exits_on("consumed", "released") == ("disown_span",)
+    assert spec.exits_on("parked", "parked") == ()
+    assert spec.exits_on("parked", "released") == ("leave_parked_fifo",)
+    doc = document()
+    del doc["groups"]["owning"]
+    with pytest.raises(SpecError, match="exit 'disown_span' leaves 'owning', which is neither"):
+        parse_spec(doc)
+    doc = document()
+    del doc["exits"]["disown_span"]
+    from stagefate import BufferPipeline, PipelineConfig
+    from stagefate.statemachine.errors import IncompleteImplementation
+
+    with pytest.raises(IncompleteImplementation, match="exit implementations the spec never"):
         BufferPipeline(PipelineConfig(), spec=parse_spec(doc))
 
 
