@@ -77,7 +77,7 @@ GUARDS: dict[str, Guard] = {
     # (only a hit not yet parked asks: the model lets any parked hit be the FIFO's head, since
     # order decides no invariant)
     "parked_ahead": lambda mc, d, i, r, a: any(
-        o is not None and o.state == "parked" for o in d.records
+        o is not None and o.state in mc.waiting_for_room for o in d.records
     ),
     "host_short": lambda mc, d, i, r, a: d.host_free + a.host_slack < _read_pages(r),
     "read_empty": lambda mc, d, i, r, a: a.error or a.tokens == 0,
@@ -179,12 +179,13 @@ def _wait_for_sibling(mc: ModelChecker, d: _Draft, i: int, r: Rec, a: Args) -> R
 
 def _live_fields(mc: ModelChecker, record: Rec | None) -> Rec | None:
     """``record`` with the fields no later step reads cleared: after the IO commit nothing
-    reads the hit (it sized the read); an abandoned read keeps only its bounce and its op."""
+    reads the hit (it sized the read); an orphaned one (an abandoned read) keeps only its
+    bounce and its op."""
     if record is None or record.state in mc.pre_commit:
         return record
-    if record.state == "abandoned":
+    if record.state in mc.orphaned:
         return Rec(
-            "abandoned", 0, 0, record.pin, record.pin_charge, bounce=record.bounce, op=record.op
+            record.state, 0, 0, record.pin, record.pin_charge, bounce=record.bounce, op=record.op
         )
     if record.hit == -1:
         return record

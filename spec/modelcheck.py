@@ -100,6 +100,8 @@ class ModelChecker:
         self._rows = {(state, event): branches for state, event, branches in spec.rows()}
         self.effects = EFFECTS
         self.owning = spec.group("owning")
+        self.waiting_for_room: frozenset[str] = spec.group("waiting_for_room")
+        self.orphaned = spec.group("orphaned")
         self.pre_commit = spec.group("pre_commit")
         self.holds = spec.group("hold")
         self._levels = {
@@ -273,7 +275,7 @@ class ModelChecker:
         if (
             (state, "commit") in self._rows
             and not record.op
-            and (record.hit >= 0 or state == "parked")
+            and (record.hit >= 0 or state in self.waiting_for_room)
         ):
             out.append(Step("event", i, "commit"))
         if state in self.holds:

@@ -62,6 +62,18 @@ OwningState = Literal["reading", "staged", "trimmed", "consumed"]
 HoldState = Literal["staged", "trimmed"]
 """The ``hold`` group: a staged hold the scheduler may plan, consume or release."""
 
+WaitingForRoomState = Literal["parked"]
+"""The ``waiting_for_room`` group: a hit waiting in the FIFO of parked hits for bounce room
+(parked_ahead asks whether one is; leaving it leaves the FIFO)."""
+
+OrphanedState = Literal["abandoned"]
+"""The ``orphaned`` group: its request is gone (aborted while reading): only the bounce and the
+read in flight are left, freed when the read completes."""
+
+SplicedState = Literal["consumed"]
+"""The ``spliced`` group: spliced into the device pool and the tree; the H2D copy of the tail is
+in flight."""
+
 EventName = Literal[
     "lock",
     "hit",

@@ -65,14 +65,14 @@ OVERLAP_STATES = 200_000
 
 def _enqueue_parked(mc: ModelChecker, d: _Draft, i: int, r: Rec, a: Args) -> Rec:
     """A hit parked anew goes to the back of the FIFO; a parked one keeps its place."""
-    if r.state == "parked":
+    if r.state in mc.waiting_for_room:
         return r
-    behind = [o.queued for j, o in enumerate(d.records) if j != i and _parked(o)]
+    behind = [o.queued for j, o in enumerate(d.records) if j != i and _parked(o, mc)]
     return r._replace(queued=max(behind, default=0) + 1)
 
 
-def _parked(record: Rec | None) -> TypeGuard[Rec]:
-    return record is not None and record.state == "parked"
+def _parked(record: Rec | None, mc: ModelChecker) -> TypeGuard[Rec]:
+    return record is not None and record.state in mc.waiting_for_room
 
 
 class ApiModelChecker(ModelChecker):
@@ -111,7 +111,7 @@ class ApiModelChecker(ModelChecker):
 
     def actions(self, state: State) -> list[Step]:
         steps = super().actions(state)
-        if any(_parked(slot.record) for slot in self.decode(state).slots):
+        if any(_parked(slot.record, self) for slot in self.decode(state).slots):
             steps.append(POLL)
         return steps
 
@@ -144,10 +144,10 @@ class ApiModelChecker(ModelChecker):
     def _run_commits(self, draft: _Draft, edges: set[Edge]) -> None:
         """A pass's commits: the parked FIFO from its head, then the new hits."""
         records = draft.records
-        fifo = sorted((r.queued, j) for j, r in enumerate(records) if _parked(r))
+        fifo = sorted((r.queued, j) for j, r in enumerate(records) if _parked(r, self))
         for _, j in fifo:
             self._fire(draft, j, "commit", Args(), edges)
-            if _parked(records[j]):
+            if _parked(records[j], self):
                 break
         for j, record in enumerate(records):
             if record and record.hit >= 0 and not record.op and record.state in self.lockable:

@@ -63,6 +63,11 @@ class Outcome:
     effects: tuple[str, ...]
     counters: tuple[str, ...]
 
+    @property
+    def ended(self) -> bool:
+        """The branch ended the record (it has a reason; the record is forgotten)."""
+        return self.reason is not None
+
 
 def require_complete(
     spec: LifecycleSpec,

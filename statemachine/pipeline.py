@@ -98,7 +98,7 @@ class BufferPipeline:
     GUARDS: ClassVar[frozenset[str]]
     EFFECTS: ClassVar[frozenset[str]]
     EXITS: ClassVar[frozenset[str]]
-    GROUPS: ClassVar[tuple[str, ...]] = ("hold", "pending")
+    GROUPS: ClassVar[tuple[str, ...]] = ("hold", "pending", "lockable")
     """The spec's state groups this class reads (a spec without one is refused)."""
 
     def __init__(
@@ -166,7 +166,7 @@ class BufferPipeline:
         )
         self.spec = spec or load_spec()
         self._counts: dict[str, int] = dict.fromkeys(Stats.model_fields, 0)
-        self._hold_states, self._pending_states = (
+        self._hold_states, self._pending_states, self._lockable_states = (
             self.spec.group(name) if name in self.spec.groups else frozenset()
             for name in self.GROUPS
         )  # a missing group is named by the machine's completeness check just below
@@ -251,10 +251,11 @@ class BufferPipeline:
         self.records[req_id] = record
         if self._oracle is not None:
             self._oracle_models[req_id] = self._oracle.add(record)
-        self._fire(record, self.spec.issue_event)
-        if record.state != "released":
+        if not self._fire(record, self.spec.issue_event).ended:
             match = self._look.anchor  # what the lock that just fired matched
-            anchor = None if match is None or record.state == "anchor_lost" else match.last_node
+            anchor = None  # a match shorter than matched_len (the anchor lost) seeds no key
+            if match is not None and match.length == matched_len:
+                anchor = match.last_node
             record.span_digests = digests = span_digests(
                 self.tree, record.tokens, matched_len, namespace, page, anchor
             )
@@ -265,10 +266,9 @@ class BufferPipeline:
     def try_lock_anchor(self, req_id: str) -> LockOutcome:
         """Re-match the anchor on the live tree and pin it if allowed (idempotent when locked)."""
         record = self._live(req_id, "lock")
-        outcome = self._fire(record, "lock")
-        state = outcome.target
-        assert state in ("locked", "no_anchor", "cap_skip", "anchor_lost")
-        return state  # type: ignore[return-value]
+        state = self._fire(record, "lock").target
+        assert state in self._lockable_states, f"the spec's lock row left {state!r}, not lockable"
+        return cast(LockOutcome, state)
 
     def poll(self) -> None:
         """One scheduling pass: drain IO completions, then run IO commits (parked first).
@@ -295,7 +295,7 @@ class BufferPipeline:
         record.arg_prefix_len = device_prefix_len
         self._new_lookups()  # a decision is a firing that changes nothing: its own lookups
         outcome = self.machine.decide(record, "plan")
-        return 0 if outcome.target == "released" else record.span_end - device_prefix_len
+        return 0 if outcome.ended else record.span_end - device_prefix_len
 
     def plan_staged_splice(self, req_id: str, device_prefix_len: int) -> tuple[int, int]:
         """Charge the splice at admission: ``(kv_tokens, swa_tokens)``; frees an unusable hold."""
@@ -304,7 +304,7 @@ class BufferPipeline:
         if record is None or record.state not in self._hold_states:
             return (0, 0)
         record.arg_prefix_len = device_prefix_len
-        if self._fire(record, "plan").target == "released":
+        if self._fire(record, "plan").ended:
             return (0, 0)
         return (record.span_end - device_prefix_len, record.aux_tokens)
 
@@ -332,7 +332,7 @@ class BufferPipeline:
             prefix_indices = prefix_indices.reshape(-1).cpu()
         record.arg_prefix_indices = prefix_indices
         self._fire(record, "make_room")
-        if self._fire(record, "consume").target != "consumed":
+        if self._fire(record, "consume").ended:
             return _EMPTY
         assert record.device_indices is not None
         return record.device_indices
@@ -536,8 +536,9 @@ class BufferPipeline:
     def _run_commits(self) -> None:
         for request_id in list(self._parked) if self._parked else ():
             record = self.records[request_id]
-            if self._fire(record, "commit").target == "parked":
-                break  # FIFO: a parked hit is not overtaken by later parked ones
+            self._fire(record, "commit")
+            if request_id in self._parked:
+                break  # FIFO: a hit still parked is not overtaken by later parked ones
         while self._hits:
             request_id, _ = self._hits.popitem(last=False)
             self._fire(self.records[request_id], "commit")

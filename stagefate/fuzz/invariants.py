@@ -78,10 +78,11 @@ def copies_in_flight(pipe: BufferPipeline) -> set[int]:
     """Device slots whose H2D copy has not run yet (a copy that ran is checked)."""
     assert isinstance(pipe.io, ManualIO), "the fuzzers step a ManualIO"
     queued = set(pipe.io.queued("load"))
+    spliced = pipe.spec.group("spliced")
     return {
         int(slot)
         for r in pipe.records.values()
-        if r.state == "consumed" and r.op_id in queued and r.device_indices is not None
+        if r.state in spliced and r.op_id in queued and r.device_indices is not None
         for slot in r.device_indices.tolist()
     }
 

@@ -517,8 +517,9 @@ class PipelineFuzzer(RuleBasedStateMachine):
 
     @spec_invariant
     def plan_equals_consume(self) -> None:
+        spliced = self.pipe.spec.group("spliced")
         for record in self.pipe.records.values():
-            if record.state == "consumed":
+            if record.state in spliced:
                 assert record.plan_prefix is not None and record.device_indices is not None
                 charged = record.span_end - record.plan_prefix
                 assert record.device_indices.numel() == charged == record.spliced_tokens, (
@@ -555,8 +556,9 @@ class PipelineFuzzer(RuleBasedStateMachine):
         if pipe.aux_pool is not None:
             tree_aux = pipe.tree.aux_slots().numel()
             assert pipe.aux_pool.available() + tree_aux == pipe.aux_pool.capacity, "aux leaked"
+            spliced = pipe.spec.group("spliced")
             for record in pipe.records.values():
-                if record.state == "consumed" and record.aux_device_indices is not None:
+                if record.state in spliced and record.aux_device_indices is not None:
                     assert record.aux_device_indices.numel() == record.aux_tokens, "aux cut"
 
     @spec_invariant

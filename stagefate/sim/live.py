@@ -24,6 +24,7 @@ class LivePolicy(OnPipeline):
         assert isinstance(pipe.io, ManualIO), "the replay drives a ManualIO on its clock"
         self.io = pipe.io
         self.holds = pipe.spec.group("hold")
+        self.spliced = pipe.spec.group("spliced")
 
     def issue(self, request_id: str, key: TokenKey, matched_len: int) -> None:
         self.pipe.prefetch_from_storage(request_id, key, matched_len)
@@ -31,7 +32,7 @@ class LivePolicy(OnPipeline):
     def op_tokens(self, op_id: int) -> int:
         for record in self.pipe.records.values():
             if record.op_id == op_id:
-                return record.spliced_tokens if record.state == "consumed" else record.read_tokens
+                return record.spliced_tokens if record.state in self.spliced else record.read_tokens
         return 0
 
     def poll(self) -> None:

@@ -253,12 +253,13 @@ def abort(_: dict[str, Any]) -> dict[str, Any]:
     params = SamplingParams(temperature=0, max_tokens=8, ignore_eos=True, detokenize=False)
     engine.add_request("doomed", TokensPrompt(prompt_token_ids=prompt), params)
     seen: list[str | None] = []
+    spliced = side.pipeline.spec.group("spliced")
     deadline = time.monotonic() + 30  # the L3 read runs on the IO threads meanwhile
     while time.monotonic() < deadline:  # vLLM suffixes the id it is given: its own is "doomed-…"
         engine.step()
         ours = [rid for rid in side.pipeline.records if rid.startswith("doomed")]
         seen.append(side.pipeline.state(ours[0]) if ours else None)
-        if seen[-1] == "consumed":  # spliced: the copy is the worker's, the ack not yet fired
+        if seen[-1] in spliced:  # the copy is the worker's, the ack not yet fired
             break
     else:
         raise SystemExit(f"the load never went in flight: states {sorted(set(map(str, seen)))}")
@@ -393,6 +394,7 @@ def computed_meanwhile(_: dict[str, Any]) -> dict[str, Any]:
     options = {"temperature": 0, "max_tokens": 8, "ignore_eos": True, "detokenize": False}
     engine.add_request("loader", TokensPrompt(prompt_token_ids=prompt), SamplingParams(**options))
     states: list[str | None] = []
+    reading = side.pipeline.spec.group("owning")  # its read committed: it owns the span's keys
     outputs: dict[str, list[int]] = {}
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and len(outputs) < 2:
@@ -401,7 +403,7 @@ def computed_meanwhile(_: dict[str, Any]) -> dict[str, Any]:
                 outputs[out.request_id.split("-")[0]] = list(out.outputs[0].token_ids)
         loader = [rid for rid in side.pipeline.records if rid.startswith("loader")]
         states.append(side.pipeline.state(loader[0]) if loader else None)
-        if states[-1] == "reading" and "reading" not in states[:-1]:
+        if states[-1] in reading and not reading.intersection(states[:-1]):
             computed = SamplingParams(**options, skip_reading_prefix_cache=True)
             engine.add_request("computer", TokensPrompt(prompt_token_ids=prompt), computed)
     storage.batch_get_into = read
