@@ -105,7 +105,7 @@ class PipelineMetrics:
         return _Snapshot(
             counts=pipe.stats.model_dump(),
             wasted=pipe.wasted_by_reason(),
-            states=dict(Counter(record.state for record in pipe.records.values())),
+            states=dict(Counter(record.state for record in pipe.live_records.values())),
             pinned_tokens=pipe.pinned_tokens,
             host_used_tokens=pipe.host_pool.capacity - pipe.host_pool.available(),
         )

@@ -167,7 +167,7 @@ def assert_quiescent(pipe: BufferPipeline) -> None:
     """Nothing live, nothing pinned, every host slot back, the device pool conserved, every
     read settled, nobody owning or waiting in the dedup book, and the books closed (to the
     token)."""
-    assert pipe.is_idle(), f"live records: {list(pipe.records)}"
+    assert pipe.is_idle(), f"live records: {list(pipe.live_records)}"
     assert pipe.host_pool.available() == pipe.host_pool.capacity, "a bounce slot was not freed"
     if pipe.host_aux_pool is not None:
         assert pipe.host_aux_pool.available() == pipe.host_aux_pool.capacity
@@ -180,7 +180,7 @@ def assert_quiescent(pipe: BufferPipeline) -> None:
     ended = sum(getattr(stats, reason) for reason in pipe.spec.reasons)
     assert stats.issued + stats.declined_too_short == ended, "a record did not end exactly once"
     assert pipe.reads_in_flight() == (0, 0)
-    assert pipe.dedup.is_empty(), "in-flight dedup still lists an owner or a waiter"
+    assert pipe.owns_no_page_keys(), "in-flight dedup still lists an owner or a waiter"
     assert stats.l3_reads == stats.filled + stats.l3_reads_wasted
     assert stats.l3_read_tokens == stats.spliced_tokens + stats.l3_read_tokens_wasted
     wasted = pipe.wasted_by_reason().values()
@@ -305,7 +305,7 @@ class LineWorld:
     def complete(self, request: int, mode: str = "full", pages: int = 0) -> None:
         """The request's operation in flight completes (``full``, ``short`` finding ``pages``
         pages, or ``error``), then one scheduling pass."""
-        record = self.pipe.records[f"r{request}"]
+        record = self.pipe.live_records[f"r{request}"]
         op_id = record.op_id
         assert op_id is not None, f"r{request} has no operation in flight"
         if mode == "short" and op_id in self.io.queued("exists"):

@@ -11,7 +11,7 @@ up to ``l3_reads_wasted`` and ``l3_read_tokens_wasted``.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import MutableMapping
+from collections.abc import Mapping, MutableMapping
 
 
 class ReadBooks:
@@ -56,12 +56,17 @@ class ReadBooks:
 
     def replay_counters(self) -> dict[str, int]:
         """The books under the replay's metric names."""
-        counts = self.counts
-        return {
-            "l3_reads": counts["l3_reads"],
-            "l3_read_tokens": counts["l3_read_tokens"],
-            "l3_reads_wasted": counts["l3_reads_wasted"],
-            "l3_read_tokens_wasted": counts["l3_read_tokens_wasted"],
-            "tokens_spliced": counts["spliced_tokens"],
-            "tokens_trimmed": counts["trimmed_tokens"],
-        }
+        return replay_counters(self.counts)
+
+
+def replay_counters(counts: Mapping[str, int]) -> dict[str, int]:
+    """The books' counters (a pipeline's ``stats``, or a policy's own books) under the
+    replay's metric names."""
+    return {
+        "l3_reads": counts["l3_reads"],
+        "l3_read_tokens": counts["l3_read_tokens"],
+        "l3_reads_wasted": counts["l3_reads_wasted"],
+        "l3_read_tokens_wasted": counts["l3_read_tokens_wasted"],
+        "tokens_spliced": counts["spliced_tokens"],
+        "tokens_trimmed": counts["trimmed_tokens"],
+    }

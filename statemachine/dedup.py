@@ -70,6 +70,6 @@ class DedupBook:
         """No key owned and nobody waiting (as at quiescence)."""
         return not (self._owners or self._waiters or self._waiting_on)
 
-    def waited_on(self) -> list[str]:
-        """The records some request waits on (each must be live and owning)."""
-        return list(self._waiters)
+    def sibling_of(self, waiter: str) -> str | None:
+        """The record ``waiter`` waits on (it must be live and owning), or None."""
+        return self._waiting_on.get(waiter)

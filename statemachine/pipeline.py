@@ -43,7 +43,8 @@ from __future__ import annotations
 
 import itertools
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from types import MappingProxyType
 from typing import TYPE_CHECKING, ClassVar, Literal, cast
 
 import torch
@@ -190,16 +191,16 @@ class BufferPipeline:
         self._oracle_models: dict[str, OracleModel] = {}
         self.cap = cfg.anchor_lock_cap
         self.pinned_tokens = 0
-        self.records: dict[str, Record] = {}
+        self._records: dict[str, Record] = {}
         self._look = Lookups()
         self._ops: dict[int, Record] = {}
         """Operation id -> the live record it is the current operation of (ends pop theirs)."""
         self._op_ids = itertools.count(1)
         self._hits: OrderedDict[str, None] = OrderedDict()
         self._parked: OrderedDict[str, None] = OrderedDict()
-        self.books = ReadBooks(self._counts)
-        self.retries = RetryBook(cfg.retry_interval, cfg.retry_max_attempts)
-        self.dedup = DedupBook()
+        self._books = ReadBooks(self._counts)
+        self._retries = RetryBook(cfg.retry_interval, cfg.retry_max_attempts)
+        self._dedup = DedupBook()
         self.polls = 0
         self.instruments: list[Instrument] = []
         self._agreement = None if group is None else RankAgreement(group)
@@ -235,10 +236,10 @@ class BufferPipeline:
         if matched_len % page:
             raise ValueError(f"matched_len={matched_len} must be a multiple of page_size={page}")
         self._counts["attempts"] += 1
-        live = self.records.get(req_id)
+        live = self._records.get(req_id)
         if live is not None:
             return live.state
-        self.retries.disarm(req_id)
+        self._retries.disarm(req_id)
         aligned = key.whole_pages(page)
         record = Record(
             request_id=req_id,
@@ -248,7 +249,7 @@ class BufferPipeline:
             state=cast(StateName, self.spec.initial),
             span_end=len(aligned),
         )
-        self.records[req_id] = record
+        self._records[req_id] = record
         if self._oracle is not None:
             self._oracle_models[req_id] = self._oracle.add(record)
         if not self._fire(record, self.spec.issue_event).ended:
@@ -289,7 +290,7 @@ class BufferPipeline:
     def staged_splice_tokens(self, req_id: str, device_prefix_len: int) -> int:
         """Tokens a plan at ``device_prefix_len`` would splice (0: unusable); changes nothing."""
         self._check_prefix_len(device_prefix_len)
-        record = self.records.get(req_id)
+        record = self._records.get(req_id)
         if record is None or record.state not in self._hold_states:
             return 0
         record.arg_prefix_len = device_prefix_len
@@ -300,7 +301,7 @@ class BufferPipeline:
     def plan_staged_splice(self, req_id: str, device_prefix_len: int) -> tuple[int, int]:
         """Charge the splice at admission: ``(kv_tokens, swa_tokens)``; frees an unusable hold."""
         self._check_prefix_len(device_prefix_len)
-        record = self.records.get(req_id)
+        record = self._records.get(req_id)
         if record is None or record.state not in self._hold_states:
             return (0, 0)
         record.arg_prefix_len = device_prefix_len
@@ -339,7 +340,7 @@ class BufferPipeline:
 
     def release_staged_hold(self, req_id: str) -> bool:
         """Free a staged hold the scheduler will not consume; False when there is none."""
-        record = self.records.get(req_id)
+        record = self._records.get(req_id)
         if record is None or record.state not in self._hold_states:
             return False
         self._fire(record, "release_hold")
@@ -347,9 +348,9 @@ class BufferPipeline:
 
     def release_aborted_request(self, req_id: str) -> None:
         """Abort: release everything the request holds (a read in flight ends on completion)."""
-        self.retries.forget(req_id)
-        self.dedup.stop_waiting(req_id)
-        record = self.records.get(req_id)
+        self._retries.forget(req_id)
+        self._dedup.stop_waiting(req_id)
+        record = self._records.get(req_id)
         if record is not None:
             self._fire(record, "abort")
 
@@ -357,7 +358,7 @@ class BufferPipeline:
         """Waiting requests whose paced retry is due now (the queue head never waits)."""
         # one waiting on a sibling is due when that sibling's ownership shrinks, not before:
         # re-issued earlier it would only be declined again, spending its attempts
-        return self.retries.due(waiting_req_ids, self.polls, held=self.dedup.is_waiting)
+        return self._retries.due(waiting_req_ids, self.polls, held=self._dedup.is_waiting)
 
     def write_through(
         self,
@@ -397,13 +398,37 @@ class BufferPipeline:
     # ================================================================== public queries
 
     def state(self, req_id: str) -> str | None:
-        record = self.records.get(req_id)
+        record = self._records.get(req_id)
         return None if record is None else record.state
+
+    @property
+    def live_records(self) -> Mapping[str, Record]:
+        """The live records by request id, as a read-only view (for checkers, metrics and
+        tests: a record belongs to the lifecycle, so read it and never write it)."""
+        return MappingProxyType(self._records)
+
+    def retry_pending(self, req_id: str) -> bool:
+        """A paced retry is armed for the request: :meth:`due_retries` names it when it is due."""
+        return self._retries.pending(req_id)
+
+    def retry_attempts(self, req_id: str) -> int:
+        """The paced retries the request has used (at most ``retry_max_attempts``)."""
+        return self._retries.attempts(req_id)
+
+    def waiting_on(self, req_id: str) -> str | None:
+        """The live sibling whose read of this request's span head it waits on
+        (``declined_inflight``), or None."""
+        return self._dedup.sibling_of(req_id)
+
+    def owns_no_page_keys(self) -> bool:
+        """No record owns a page key and no request waits on one (so whenever nothing is live;
+        a checker asserts it at quiescence)."""
+        return self._dedup.is_empty()
 
     def has_hold(self, req_id: str) -> bool:
         """The request holds a staged span in the bounce that admission may plan, consume or
         release (the spec's ``hold`` group): SGLang's ``has_staged``."""
-        record = self.records.get(req_id)
+        record = self._records.get(req_id)
         return record is not None and record.state in self._hold_states
 
     def prefetch_pending(self, req_id: str) -> bool:
@@ -415,10 +440,10 @@ class BufferPipeline:
         its retry falls due the moment that sibling's ownership shrinks (it lands, ends short
         or is aborted), and not before.
         """
-        record = self.records.get(req_id)
+        record = self._records.get(req_id)
         if record is not None:
             return record.state in self._pending_states
-        return self.retries.pending(req_id) and self.dedup.is_waiting(req_id)
+        return self._retries.pending(req_id) and self._dedup.is_waiting(req_id)
 
     @property
     def stats(self) -> Stats:
@@ -431,7 +456,7 @@ class BufferPipeline:
         whose read was spliced from): ``l3_reads == filled + l3_reads_wasted + reads`` and
         ``l3_read_tokens == spliced_tokens + l3_read_tokens_wasted + tokens``.
         """
-        live = [r for r in self.records.values() if r.read_tokens]
+        live = [r for r in self._records.values() if r.read_tokens]
         return len(live), sum(r.read_tokens - r.spliced_tokens for r in live)
 
     def wasted_by_reason(self) -> dict[str, tuple[int, int]]:
@@ -443,11 +468,11 @@ class BufferPipeline:
         ``short_read`` (the tail L3 did not return), with 0 reads. The reads and tokens add up
         to ``l3_reads_wasted`` and ``l3_read_tokens_wasted``.
         """
-        return self.books.wasted_by_reason()
+        return self._books.wasted_by_reason()
 
     def is_idle(self) -> bool:
         """No live record and no IO in flight."""
-        return not self.records and self.io.pending() == 0
+        return not self._records and self.io.pending() == 0
 
     # ================================================================== firing
 
@@ -499,9 +524,9 @@ class BufferPipeline:
         self._counts[reason] += 1
         if record.read_tokens:  # every read is settled here: spliced from, or wasted
             trimmed = 0 if record.plan_prefix is None else record.plan_prefix - record.matched_len
-            self.books.settle(reason, record.read_tokens, record.spliced_tokens, trimmed)
+            self._books.settle(reason, record.read_tokens, record.spliced_tokens, trimmed)
         request_id = record.request_id
-        del self.records[request_id]
+        del self._records[request_id]
         self._hits.pop(request_id, None)
         self._parked.pop(request_id, None)
         if record.op_id is not None:
@@ -509,11 +534,11 @@ class BufferPipeline:
         if self._oracle is not None:
             self._oracle.remove(self._oracle_models.pop(request_id))
         if reason == "filled":
-            self.retries.forget(request_id)
+            self._retries.forget(request_id)
 
     def _live(self, req_id: str, event: str) -> Record:
         self._check_request_id(req_id)
-        record = self.records.get(req_id)
+        record = self._records.get(req_id)
         if record is None:
             raise LifecycleError(
                 req_id, None, event, hint="issue it with prefetch_from_storage first"
@@ -535,13 +560,13 @@ class BufferPipeline:
 
     def _run_commits(self) -> None:
         for request_id in list(self._parked) if self._parked else ():
-            record = self.records[request_id]
+            record = self._records[request_id]
             self._fire(record, "commit")
             if request_id in self._parked:
                 break  # FIFO: a hit still parked is not overtaken by later parked ones
         while self._hits:
             request_id, _ = self._hits.popitem(last=False)
-            self._fire(self.records[request_id], "commit")
+            self._fire(self._records[request_id], "commit")
 
     def _submit(
         self,
@@ -599,7 +624,7 @@ class BufferPipeline:
         if not self.config.dedup_inflight:
             return False
         digests = self._read_digests(record, record.plan_tokens)
-        self._look.sibling = sibling = self.dedup.sibling_owning_head(record.request_id, digests)
+        self._look.sibling = sibling = self._dedup.sibling_owning_head(record.request_id, digests)
         return sibling is not None
 
     def _guard_parked_ahead(self, record: Record) -> bool:
@@ -686,7 +711,7 @@ class BufferPipeline:
         self._hold_pin(record, None, 0)
 
     def _effect_arm_retry(self, record: Record) -> None:
-        if self.retries.arm(record.request_id, self.polls):
+        if self._retries.arm(record.request_id, self.polls):
             self._counts["retries_armed"] += 1
         else:
             self._counts["retries_exhausted"] += 1
@@ -711,8 +736,8 @@ class BufferPipeline:
 
     def _effect_launch_read(self, record: Record) -> None:
         record.read_tokens = tokens = record.plan_tokens
-        self.books.read(tokens)
-        self.dedup.own(record.request_id, self._read_digests(record, tokens))
+        self._books.read(tokens)
+        self._dedup.own(record.request_id, self._read_digests(record, tokens))
         assert record.host_indices is not None
         read = self.ops.read(
             record.span_keys,
@@ -727,7 +752,7 @@ class BufferPipeline:
     def _effect_wait_for_sibling(self, record: Record) -> None:
         sibling = self._look.sibling
         assert sibling is not None, "span_inflight found the sibling in this firing"
-        self.dedup.wait(record.request_id, sibling)
+        self._dedup.wait(record.request_id, sibling)
 
     def _disown(self, record: Record, keep_pages: int) -> None:
         """Give up the record's page keys past ``keep_pages``; its waiters' retries fall due.
@@ -736,8 +761,8 @@ class BufferPipeline:
         (a device hit after ``filled``, its own read after an abort, or waiting once more).
         """
         owned = record.span_digests[keep_pages : record.read_tokens // self.config.page_size]
-        for waiter in self.dedup.disown(record.request_id, owned):
-            self.retries.make_due(waiter, self.polls)
+        for waiter in self._dedup.disown(record.request_id, owned):
+            self._retries.make_due(waiter, self.polls)
 
     def _effect_stage_read(self, record: Record) -> None:
         assert record.arg_completion is not None and record.host_indices is not None
@@ -798,7 +823,7 @@ class BufferPipeline:
             self.tree.attach_aux(node, record.aux_device_indices)
         record.spliced_node = node
         record.spliced_tokens = record.span_end - record.plan_prefix
-        self.books.spliced(record.spliced_tokens, record.plan_prefix - record.matched_len)
+        self._books.spliced(record.spliced_tokens, record.plan_prefix - record.matched_len)
 
     def _effect_move_pin(self, record: Record) -> None:
         node = record.spliced_node

@@ -28,7 +28,7 @@ def staged_pair():  # type: ignore[no-untyped-def]
 
 def snapshot(pipe: BufferPipeline) -> tuple[object, ...]:
     return (
-        {rid: rec.state for rid, rec in pipe.records.items()},
+        {rid: rec.state for rid, rec in pipe.live_records.items()},
         pipe.host_pool.available(),
         pipe.device_pool.available(),
         pipe.pinned_tokens,
@@ -111,7 +111,7 @@ def test_double_ack_is_dropped_as_stale() -> None:
     consumer = pair.consumer
     consumer.plan_staged_splice("r", 0)
     consumer.init_load_back("r", EMPTY)
-    load_op = consumer.records["r"].op_id
+    load_op = consumer.live_records["r"].op_id
     assert load_op is not None
     pair.settle()
     assert consumer.state("r") is None
@@ -128,10 +128,10 @@ def test_a_reused_request_id_ignores_the_old_operation() -> None:
     seq = seq_of(5, 1)
     pair.publish(seq, mark=9)
     consumer.prefetch_from_storage("r", seq, 0)
-    old_exists = consumer.records["r"].op_id
+    old_exists = consumer.live_records["r"].op_id
     consumer.release_aborted_request("r")
     consumer.prefetch_from_storage("r", seq, 0)
-    assert consumer.records["r"].op_id != old_exists
+    assert consumer.live_records["r"].op_id != old_exists
     consumer.io.complete(old_exists)  # type: ignore[attr-defined]
     consumer.poll()
     assert consumer.stats.stale_completions == 1 and consumer.state("r") == "no_anchor"

@@ -46,7 +46,7 @@ def test_plan_equals_consume_catches_a_splice_of_another_size() -> None:
     fuzzer.complete_all_io()  # the existence query; the commit launches the read
     fuzzer.complete_all_io()  # the read: staged
     fuzzer.admit(request_id="r0")
-    record = fuzzer.pipe.records["r0"]
+    record = fuzzer.pipe.live_records["r0"]
     assert record.state == "consumed"
     fuzzer.plan_equals_consume()
     record.plan_prefix = 0 if record.plan_prefix else PAGE  # charged at the plan: another size
@@ -71,10 +71,12 @@ def test_a_retracted_request_prefetches_its_prompt_again_under_its_id() -> None:
     assert not fuzzer._retractable()  # staged: not running yet
     fuzzer.admit(request_id="r0")
     fuzzer.complete_all_io()  # the load back lands: r0 runs
-    assert "r0" not in fuzzer.pipe.records and fuzzer._retractable() == ["r0"]
+    assert "r0" not in fuzzer.pipe.live_records and fuzzer._retractable() == ["r0"]
     fuzzer.evict(tokens=40)  # its KV left the device while it was out of the batch
     fuzzer.retract(request_id="r3")  # the draw falls through to the one retractable request
-    assert fuzzer.pipe.records["r0"].tokens.tolist() == fuzzer.asked["r0"][0]  # the same prompt
+    assert (
+        fuzzer.pipe.live_records["r0"].tokens.tolist() == fuzzer.asked["r0"][0]
+    )  # the same prompt
     assert not fuzzer._retractable()
 
 

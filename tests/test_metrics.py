@@ -39,7 +39,7 @@ def _check(registry: CollectorRegistry, pipe: BufferPipeline) -> None:
             assert _sample(registry, "l3_reads_wasted_total", reason=reason) == reads
     assert _sample(registry, "prefetch_retries_total", outcome="armed") == stats.retries_armed
     for state in ("locked", "reading", "staged", "trimmed", "consumed", "parked"):
-        live = sum(1 for r in pipe.records.values() if r.state == state)
+        live = sum(1 for r in pipe.live_records.values() if r.state == state)
         assert _sample(registry, "prefetch_records", state=state) == live
     assert _sample(registry, "anchor_pinned_tokens") == pipe.pinned_tokens
     assert _sample(registry, "anchor_pin_cap_tokens") == pipe.cap

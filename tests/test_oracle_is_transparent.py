@@ -48,12 +48,12 @@ def _step(
     beyond what both pipelines share)."""
     move = rng.choices(range(9), weights=(3, 3, 5, 4, 1, 1, 1, 1, 1))[0]
     io = manual_io(pipe)
-    holds = sorted(r for r, rec in pipe.records.items() if rec.state in ("staged", "trimmed"))
+    holds = sorted(r for r, rec in pipe.live_records.items() if rec.state in ("staged", "trimmed"))
     if move == 0:
         request = rng.choice(REQUESTS)
         tokens = SEQUENCES[rng.randrange(len(SEQUENCES))][: rng.randint(1, 8) * PAGE]
         salt = rng.choice(NAMESPACES)
-        if request not in pipe.records:  # a live request keeps its prompt
+        if request not in pipe.live_records:  # a live request keeps its prompt
             asked[request] = (tokens, salt)
         tokens, salt = asked[request]
         matched = pipe.tree.match_prefix(tokens, cache_salt=salt).length
@@ -100,7 +100,7 @@ def _step(
 def _state(pipe: BufferPipeline) -> tuple[object, ...]:
     records = sorted(
         (r.request_id, r.state, r.pinned_tokens, r.span_end, r.read_tokens, r.plan_prefix)
-        for r in pipe.records.values()
+        for r in pipe.live_records.values()
     )
     return (
         tree_snapshot(pipe.tree),

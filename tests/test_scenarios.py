@@ -94,7 +94,7 @@ def test_commit_cancels_device_covered_fetch(page: int, window_pages: int | None
     pair.settle()
     stats = pair.consumer.stats
     assert stats.declined_device_covered == 1 and stats.l3_reads == 0
-    assert not pair.consumer.retries.pending("r")
+    assert not pair.consumer.retry_pending("r")
     assert_quiescent(pair.consumer)
 
 
@@ -113,7 +113,7 @@ def test_span_keys_are_the_same_from_a_cold_or_a_remembered_anchor(page: int) ->
     for request in ("cold", "remembered"):
         assert _stage(pair, seq, request, matched_len=prefix) == "locked"
         assert consumer.state(request) == "staged"
-        assert consumer.records[request].span_keys == [storage_key(d) for d in chain[2:]]
+        assert consumer.live_records[request].span_keys == [storage_key(d) for d in chain[2:]]
         assert consumer.tree.cached_page_key(anchor) == chain[1]
         assert consumer.release_staged_hold(request)
     assert consumer.stats.l3_reads == 2
@@ -134,8 +134,8 @@ def test_anchor_outcomes() -> None:
     assert consumer.tree.match_prefix(seq[:2]).length == 2
     # a second lock is idempotent: no double pin
     assert consumer.try_lock_anchor("a") == "locked"
-    assert consumer.pinned_tokens == 2 and consumer.records["a"].pinned_node is not None
-    assert consumer.records["a"].pinned_node.lock_ref == 1
+    assert consumer.pinned_tokens == 2 and consumer.live_records["a"].pinned_node is not None
+    assert consumer.live_records["a"].pinned_node.lock_ref == 1
     # root: no anchor
     assert consumer.prefetch_from_storage("root", seq, 0) == "no_anchor"
     for request in ("a", "root"):
@@ -156,7 +156,7 @@ def test_cap_zero_skips_the_pin_and_evicted_anchor_declines_with_retry() -> None
     consumer.tree.evict(1000)  # nothing pins the anchor: it goes
     pair.settle()
     assert pair.outcomes[-1] == ("r", "cap_skip", "released", "declined_anchor_lost")
-    assert consumer.retries.pending("r") and consumer.stats.l3_reads == 0
+    assert consumer.retry_pending("r") and consumer.stats.l3_reads == 0
     # the live match is short at issue now: anchor_lost, then declined again at commit
     assert consumer.prefetch_from_storage("r", seq, 2) == "anchor_lost"
     pair.settle()
@@ -218,7 +218,7 @@ def test_full_miss_then_paced_retry_stages_once_written() -> None:
     consumer.prefetch_from_storage("r", seq, 0)
     pair.settle(1)
     assert pair.outcomes[-1] == ("r", "no_anchor", "released", "revoked_full_miss")
-    assert consumer.retries.pending("r")
+    assert consumer.retry_pending("r")
     polls_at_arm = consumer.polls
     while consumer.polls - polls_at_arm < 8:
         assert consumer.due_retries(["head", "r"]) == []  # paced: not due yet
@@ -259,14 +259,14 @@ def test_a_covered_prompt_evicted_while_it_waits_is_fetched_by_its_retry() -> No
     pair.sibling_insert(seq, mark=9)  # and on the consumer's device
     assert consumer.prefetch_from_storage("r", seq, len(seq)) == "released"
     assert pair.outcomes[-1] == ("r", "issued", "released", "declined_too_short")
-    assert consumer.retries.pending("r") and consumer.stats.retries_armed == 1
+    assert consumer.retry_pending("r") and consumer.stats.retries_armed == 1
     assert consumer.tree.evict(len(seq)) == len(seq)  # gone while r waits
     assert consumer.due_retries(["r"]) == ["r"]  # the queue head's retry is due at once
     matched = consumer.tree.match_prefix(seq).length
     assert matched == 0
     assert _stage(pair, seq, matched_len=matched) == "no_anchor"
     assert consumer.state("r") == "staged"
-    assert not consumer.retries.pending("r")
+    assert not consumer.retry_pending("r")
     _admit_on_an_empty_device(pair, seq, mark=9)
 
 
@@ -503,7 +503,7 @@ def test_short_read_stages_the_prefix_and_failed_read_discards() -> None:
     consumer.io.complete_short(reads[0], 3)  # type: ignore[attr-defined]
     consumer.io.fail(reads[1])  # type: ignore[attr-defined]
     consumer.poll()
-    assert consumer.state("short") == "staged" and consumer.records["short"].span_end == 3
+    assert consumer.state("short") == "staged" and consumer.live_records["short"].span_end == 3
     assert consumer.host_pool.available() == consumer.host_pool.capacity - 3
     assert pair.outcomes[-1] == ("fail", "reading", "released", "discarded")
     assert consumer.plan_staged_splice("short", 0) == (3, 0)

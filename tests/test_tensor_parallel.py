@@ -93,7 +93,7 @@ class Ranks:
 def _view(pipe: BufferPipeline) -> tuple[object, ...]:
     records = {
         rid: (r.state, r.matched_len, r.span_end, r.read_tokens, r.plan_tokens)
-        for rid, r in pipe.records.items()
+        for rid, r in pipe.live_records.items()
     }
     stats = pipe.stats.model_dump()
     stats.pop("stale_completions")  # when a late completion arrives is each rank's own
@@ -166,7 +166,7 @@ def test_a_page_one_rank_lacks_is_missing_for_every_rank() -> None:
     ranks.issue(seq)
     ranks.poll(2)
     assert ranks.states() == ["staged"] * TP
-    assert ranks.each(lambda p: p.records["r"].span_end) == [3] * TP  # the MIN of 5 and 3
+    assert ranks.each(lambda p: p.live_records["r"].span_end) == [3] * TP  # the MIN of 5 and 3
     ranks.assert_lockstep()
     assert _splice(ranks) == [3] * TP
     ranks.assert_quiescent()
@@ -196,7 +196,7 @@ def test_a_read_that_fails_on_one_rank_is_discarded_on_every_rank() -> None:
     ranks.poll()  # committed: the reads are queued
     _delete_on_rank(ranks.storage, seq, rank=1, from_page=0)  # gone before rank 1's read runs
     ranks.poll()
-    assert ranks.each(lambda p: p.records.get("r")) == [None] * TP
+    assert ranks.each(lambda p: p.live_records.get("r")) == [None] * TP
     assert ranks.each(lambda p: p.stats.discarded) == [1] * TP
     ranks.assert_lockstep()
     ranks.assert_quiescent()

@@ -215,7 +215,7 @@ def run(device: str = "cpu", prefetches: int = 400) -> Section:
         on_scheduler.append(sum(steps[name][1] - steps[name][0] for name in SCHEDULER_PHASES))
         # the commit's re-validation (its guards, decided without effects) vs one first match
         pipe.prefetch_from_storage("probe", base + [7] * 16, PREFIX + SPAN)
-        record = pipe.records["probe"]
+        record = pipe.live_records["probe"]
         start = clock()
         pipe.tree.match_prefix(base[:PREFIX])
         first_match.append(clock() - start)

@@ -57,12 +57,14 @@ def violated_invariant(failure: BaseException) -> str | None:
 
 def bounce_owned(pipe: BufferPipeline) -> int:
     """Bounce slots the live records hold."""
-    return sum(len(r.host_indices) for r in pipe.records.values() if r.host_indices is not None)
+    return sum(
+        len(r.host_indices) for r in pipe.live_records.values() if r.host_indices is not None
+    )
 
 
 def assert_pins_counted(pipe: BufferPipeline) -> None:
     """The pinned total is the records' pins, and within the cap."""
-    pinned = [r for r in pipe.records.values() if r.pinned_node is not None]
+    pinned = [r for r in pipe.live_records.values() if r.pinned_node is not None]
     assert sum(r.pinned_tokens for r in pinned) == pipe.pinned_tokens
     assert pipe.pinned_tokens <= pipe.cap
 
@@ -81,7 +83,7 @@ def copies_in_flight(pipe: BufferPipeline) -> set[int]:
     spliced = pipe.spec.group("spliced")
     return {
         int(slot)
-        for r in pipe.records.values()
+        for r in pipe.live_records.values()
         if r.state in spliced and r.op_id in queued and r.device_indices is not None
         for slot in r.device_indices.tolist()
     }

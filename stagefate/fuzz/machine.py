@@ -185,7 +185,7 @@ class PipelineFuzzer(RuleBasedStateMachine):
     def issue(
         self, request_id: str, sequence: int, pages: int, salt: str | None, stale: bool
     ) -> str:
-        if request_id not in self.pipe.records:
+        if request_id not in self.pipe.live_records:
             self.asked[request_id] = (self._tokens(sequence, pages), salt)  # the id reused
             self.admitted.discard(request_id)
         tokens, asked_salt = self.asked[request_id]
@@ -202,7 +202,9 @@ class PipelineFuzzer(RuleBasedStateMachine):
         self._issue(request_id, *self.asked[request_id])
 
     def _retractable(self) -> list[str]:
-        return [request_id for request_id in self.admitted if request_id not in self.pipe.records]
+        return [
+            request_id for request_id in self.admitted if request_id not in self.pipe.live_records
+        ]
 
     @rule(
         first=st.sampled_from(REQUEST_IDS),
@@ -216,7 +218,7 @@ class PipelineFuzzer(RuleBasedStateMachine):
     ) -> None:
         """Two requests with the same prompt at once: the case in-flight dedup is for."""
         for request_id in dict.fromkeys((first, second)):
-            if request_id not in self.pipe.records:
+            if request_id not in self.pipe.live_records:
                 self.asked[request_id] = (self._tokens(sequence, pages), salt)
                 self._issue(request_id, *self.asked[request_id])
 
@@ -242,7 +244,7 @@ class PipelineFuzzer(RuleBasedStateMachine):
     def _in_states(self, states: tuple[str, ...], planned: bool | None = None) -> list[str]:
         return [
             request_id
-            for request_id, record in self.pipe.records.items()
+            for request_id, record in self.pipe.live_records.items()
             if record.state in states
             and (planned is None or (record.plan_prefix is not None) == planned)
         ]
@@ -307,7 +309,7 @@ class PipelineFuzzer(RuleBasedStateMachine):
     @rule(request_id=REQUEST)
     def illegal_consume_changes_nothing(self, request_id: str) -> None:
         request_id = self._pick(request_id, _NO_CONSUME)
-        record = self.pipe.records[request_id]
+        record = self.pipe.live_records[request_id]
         before = (record.state, record.pinned_tokens, self.pipe.host_pool.available())
         try:
             self.pipe.init_load_back(request_id, self._live_prefix(request_id))
@@ -354,7 +356,7 @@ class PipelineFuzzer(RuleBasedStateMachine):
         """Another request computes ``pages`` of a sequence into the tree (splits nodes)."""
         self._publish(self._tokens(sequence, pages), salt)
 
-    @precondition(lambda self: self.pipe.records)
+    @precondition(lambda self: self.pipe.live_records)
     @rule(request_id=REQUEST, extent=st.sampled_from(["head", "half", "exact"]))
     def sibling_publish_over_a_span(self, request_id: str, extent: str) -> None:
         """A sibling publishes part of a live record's span: its first page, half, or all."""
@@ -380,7 +382,7 @@ class PipelineFuzzer(RuleBasedStateMachine):
                 self.complete_all_io()
 
     def _publish_over(self, request_id: str, extent: str) -> None:
-        record = self.pipe.records[request_id]
+        record = self.pipe.live_records[request_id]
         tokens, salt = self.asked[request_id]
         span_pages = max(1, record.span_tokens // PAGE)
         pages = {"head": 1, "half": max(1, span_pages // 2), "exact": span_pages}[extent]
@@ -448,7 +450,7 @@ class PipelineFuzzer(RuleBasedStateMachine):
         TALLY.states += 1
         pipe = self.pipe
         pipe.tree.sanity_check()
-        for record in pipe.records.values():
+        for record in pipe.live_records.values():
             if record.pinned_node is not None:
                 assert record.pinned_node.attached, f"{record.request_id}'s pinned node evicted"
                 assert record.pinned_node.lock_ref > 0
@@ -459,12 +461,12 @@ class PipelineFuzzer(RuleBasedStateMachine):
     def pin_balance(self) -> None:
         pipe = self.pipe
         assert_pins_counted(pipe)
-        if not self.running and all(r.pinned_node is None for r in pipe.records.values()):
+        if not self.running and all(r.pinned_node is None for r in pipe.live_records.values()):
             assert pipe.tree.protected_size == 0, "a pin outlived its record"
 
     @spec_invariant
     def pure_revoke(self) -> None:
-        for record in self.pipe.records.values():
+        for record in self.pipe.live_records.values():
             if record.state in self.groups["pre_commit"]:
                 assert record.host_indices is None and record.read_tokens == 0, (
                     f"{record.request_id} holds a bounce or launched a read before its commit"
@@ -479,7 +481,7 @@ class PipelineFuzzer(RuleBasedStateMachine):
         if pipe.host_aux_pool is not None:
             host_aux = sum(
                 len(r.host_aux_indices)
-                for r in pipe.records.values()
+                for r in pipe.live_records.values()
                 if r.host_aux_indices is not None
             )
             assert pipe.host_aux_pool.available() + host_aux == pipe.host_aux_pool.capacity
@@ -489,7 +491,7 @@ class PipelineFuzzer(RuleBasedStateMachine):
         assert_books_close(self.pipe)
         stats = self.pipe.stats
         ended = sum(getattr(stats, reason) for reason in self.pipe.spec.reasons)
-        assert stats.issued + stats.declined_too_short == ended + len(self.pipe.records)
+        assert stats.issued + stats.declined_too_short == ended + len(self.pipe.live_records)
 
     def _tree_kv(self) -> tuple[Sequence[Node], torch.Tensor, torch.Tensor, torch.Tensor] | None:
         """``(nodes, their slots, the KV each slot holds, a mask of slots whose H2D copy has
@@ -518,7 +520,7 @@ class PipelineFuzzer(RuleBasedStateMachine):
     @spec_invariant
     def plan_equals_consume(self) -> None:
         spliced = self.pipe.spec.group("spliced")
-        for record in self.pipe.records.values():
+        for record in self.pipe.live_records.values():
             if record.state in spliced:
                 assert record.plan_prefix is not None and record.device_indices is not None
                 charged = record.span_end - record.plan_prefix
@@ -557,27 +559,28 @@ class PipelineFuzzer(RuleBasedStateMachine):
             tree_aux = pipe.tree.aux_slots().numel()
             assert pipe.aux_pool.available() + tree_aux == pipe.aux_pool.capacity, "aux leaked"
             spliced = pipe.spec.group("spliced")
-            for record in pipe.records.values():
+            for record in pipe.live_records.values():
                 if record.state in spliced and record.aux_device_indices is not None:
                     assert record.aux_device_indices.numel() == record.aux_tokens, "aux cut"
 
     @spec_invariant
     def retry_discipline(self) -> None:
-        retries = self.pipe.retries
+        pipe, most = self.pipe, self.pipe.config.retry_max_attempts
         for request_id in self.asked:
-            assert retries.attempts(request_id) <= retries.max_attempts, (
-                f"{request_id} retried {retries.attempts(request_id)} times"
+            assert pipe.retry_attempts(request_id) <= most, (
+                f"{request_id} retried {pipe.retry_attempts(request_id)} times (at most {most})"
             )
-        assert retries.pending_count() <= len(self.asked)
 
     @spec_invariant
     def dedup_waiters(self) -> None:
         pipe = self.pipe
-        for sibling in pipe.dedup.waited_on():
-            record = pipe.records.get(sibling)
-            assert record is not None and record.state in self.groups["owning"], (
-                f"requests wait on {sibling}, which owns no span"
-            )
+        for request_id in self.asked:
+            sibling = pipe.waiting_on(request_id)
+            if sibling is not None:
+                record = pipe.live_records.get(sibling)
+                assert record is not None and record.state in self.groups["owning"], (
+                    f"{request_id} waits on {sibling}, which owns no span"
+                )
 
 
 def configured(

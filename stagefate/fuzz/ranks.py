@@ -199,7 +199,7 @@ class RankFuzzer(RuleBasedStateMachine):
 
     def _live(self, group: str) -> list[str]:
         states = self.lead.spec.group(group)
-        return sorted(r for r, rec in self.lead.records.items() if rec.state in states)
+        return sorted(r for r, rec in self.lead.live_records.items() if rec.state in states)
 
     def _poll(self, late: int | None = None) -> None:
         for rank, pipe, _producer in self.local:
@@ -249,10 +249,10 @@ class RankFuzzer(RuleBasedStateMachine):
             if kv_tokens:
                 pipe.init_load_back(request_id, prefix.device_indices)
 
-    @precondition(lambda self: bool(self.lead.records))
+    @precondition(lambda self: bool(self.lead.live_records))
     @rule(which=st.integers(0, 7))
     def abort(self, which: int) -> None:
-        live = sorted(self.lead.records)
+        live = sorted(self.lead.live_records)
         request_id = live[which % len(live)]
         self._each(lambda pipe: pipe.release_aborted_request(request_id))
 
@@ -333,13 +333,13 @@ class RankFuzzer(RuleBasedStateMachine):
 
     def teardown(self) -> None:
         """Every request ends and every operation lands: each rank is quiescent, in lockstep."""
-        for request_id in sorted(self.lead.records):
+        for request_id in sorted(self.lead.live_records):
             for _rank, pipe, _producer in self.local:
                 pipe.release_aborted_request(request_id)
         for _ in range(3):
             self._poll()
         for rank, pipe, _producer in self.local:
-            assert pipe.is_idle(), f"rank {rank}: {list(pipe.records)} live"
+            assert pipe.is_idle(), f"rank {rank}: {list(pipe.live_records)} live"
             assert pipe.pinned_tokens == 0 and pipe.tree.protected_size == 0
 
     # ------------------------------------------------------------------ invariants
@@ -354,7 +354,7 @@ class RankFuzzer(RuleBasedStateMachine):
     def _view(self, rank: int, pipe: BufferPipeline) -> tuple[object, ...]:
         records = {
             r: (rec.state, rec.matched_len, rec.span_end, rec.read_tokens, rec.plan_tokens)
-            for r, rec in pipe.records.items()
+            for r, rec in pipe.live_records.items()
         }
         stats = pipe.stats.model_dump()
         stats.pop("stale_completions")  # each rank's own timing

@@ -10,6 +10,7 @@ import torch
 
 from ..runtime import ManualIO, TokenKey
 from ..runtime.prefix_tree import PrefixMatch
+from ..statemachine.books import replay_counters
 from ..statemachine.pipeline import BufferPipeline
 from .on_pipeline import OnPipeline
 from .policy import EMPTY, MakeRoom
@@ -30,7 +31,7 @@ class LivePolicy(OnPipeline):
         self.pipe.prefetch_from_storage(request_id, key, matched_len)
 
     def op_tokens(self, op_id: int) -> int:
-        for record in self.pipe.records.values():
+        for record in self.pipe.live_records.values():
             if record.op_id == op_id:
                 return record.spliced_tokens if record.state in self.spliced else record.read_tokens
         return 0
@@ -48,7 +49,7 @@ class LivePolicy(OnPipeline):
         pipe = self.pipe
         if pipe.state(request_id) not in self.holds:
             return EMPTY
-        record = pipe.records[request_id]  # once consumed it leaves the records: kept here
+        record = pipe.live_records[request_id]  # once consumed it leaves the records: kept here
         kv_tokens, _swa = pipe.plan_staged_splice(request_id, prefix.length)
         if not kv_tokens:
             return EMPTY  # released at the plan: shrunk or device_covered
@@ -72,7 +73,7 @@ class LivePolicy(OnPipeline):
     def counters(self) -> dict[str, int]:
         stats = self.pipe.stats
         return {
-            **self.pipe.books.replay_counters(),
+            **replay_counters(self.pipe.stats.model_dump()),
             "declined_anchor_lost": stats.declined_anchor_lost,
             "declined_device_covered": stats.declined_device_covered,
         }

@@ -180,7 +180,7 @@ class SchedulerSide:
         kv, _ = self.pipeline.plan_staged_splice(rid, local)
         slots = None
         if kv == num_external_tokens == offered:
-            record = self.pipeline.records[rid]
+            record = self.pipeline.live_records[rid]
             first_page = (local - record.matched_len) // size
             keys = list(record.span_keys[first_page : first_page + len(tail_ids)])
             self.granted.grant(block_slots(tail_ids, size))

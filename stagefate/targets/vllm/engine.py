@@ -129,7 +129,7 @@ def books(llm: Any) -> dict[str, Any]:
     pool = side.cache.pool
     llm.reset_prefix_cache()
     return {
-        "live_records": len(pipe.records),
+        "live_records": len(pipe.live_records),
         "io_pending": pipe.io.pending(),
         "pins": len(side.cache.pinned_blocks()),
         "host_free": pipe.host_pool.available(),
@@ -257,7 +257,7 @@ def abort(_: dict[str, Any]) -> dict[str, Any]:
     deadline = time.monotonic() + 30  # the L3 read runs on the IO threads meanwhile
     while time.monotonic() < deadline:  # vLLM suffixes the id it is given: its own is "doomed-…"
         engine.step()
-        ours = [rid for rid in side.pipeline.records if rid.startswith("doomed")]
+        ours = [rid for rid in side.pipeline.live_records if rid.startswith("doomed")]
         seen.append(side.pipeline.state(ours[0]) if ours else None)
         if seen[-1] in spliced:  # the copy is the worker's, the ack not yet fired
             break
@@ -401,7 +401,7 @@ def computed_meanwhile(_: dict[str, Any]) -> dict[str, Any]:
         for out in engine.step():
             if out.finished:
                 outputs[out.request_id.split("-")[0]] = list(out.outputs[0].token_ids)
-        loader = [rid for rid in side.pipeline.records if rid.startswith("loader")]
+        loader = [rid for rid in side.pipeline.live_records if rid.startswith("loader")]
         states.append(side.pipeline.state(loader[0]) if loader else None)
         if states[-1] in reading and not reading.intersection(states[:-1]):
             computed = SamplingParams(**options, skip_reading_prefix_cache=True)
