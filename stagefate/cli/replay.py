@@ -7,7 +7,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from ..registry import TREES, policy_factories
+from ..registry import policy_factories
 from ..sim.costs import DEFAULT_PRESET, PRESETS
 from ..sim.instances import ROUTERS
 from ..sim.replay import DEFAULT_SPEED, ReplayOptions, replay_config
@@ -15,13 +15,14 @@ from ..sim.trace import TraceRequest
 from .common import (
     add_sglang_env,
     console,
-    count,
     output_file,
     parse_sglang_env,
     positive,
     positive_int,
 )
+from .model_options import add_field_flag
 from .replay_modes import (
+    FIELD_FLAGS,
     Report,
     behind_the_router,
     one_run,
@@ -75,39 +76,8 @@ def add_parser(sub: Any) -> None:
     )
     replay.add_argument("--model", choices=sorted(PRESETS), default=DEFAULT_PRESET)
     replay.add_argument("--costs", help="YAML/JSON file of cost-model fields to override")
-    replay.add_argument(
-        "--device-tokens",
-        type=positive_int("device KV pool in tokens"),
-        help="device KV pool (default: what the GPU holds)",
-    )
-    replay.add_argument(
-        "--host-tokens",
-        type=positive_int("host bounce buffer in tokens"),
-        default=256 * 1024,
-        help="bounce buffer",
-    )
-    replay.add_argument(
-        "--page-size", type=positive_int("tokens per page"), default=64, help="tokens per page"
-    )
-    replay.add_argument(
-        "--prefetch-policy",
-        choices=["timeout", "best_effort", "wait_complete"],
-        default="timeout",
-        help="when admission stops waiting for a prefetch (SGLang's default: timeout)",
-    )
-    replay.add_argument("--schedule", choices=["fcfs", "lpm"], default="fcfs")
-    replay.add_argument(
-        "--max-prefill-tokens", type=positive_int("prefill tokens per step"), default=16384
-    )
-    replay.add_argument(
-        "--chunked-prefill-size", type=positive_int("tokens per prefill chunk"), default=8192
-    )
-    replay.add_argument(
-        "--seed",
-        type=count("the IO-time jitter's seed"),
-        default=0,
-        help="seeds the IO-time jitter",
-    )
+    for field_flag in FIELD_FLAGS.values():
+        add_field_flag(replay, field_flag)
     replay.add_argument(
         "--seeds",
         help="replay each policy once per IO-jitter seed and report median [min–max]: a count N "
@@ -117,11 +87,6 @@ def add_parser(sub: Any) -> None:
         "--jobs",
         type=positive_int("processes for --seeds and --sweep"),
         help="processes --seeds and --sweep run their replays in (default: the cores)",
-    )
-    replay.add_argument(
-        "--storage",
-        default="memory",
-        help="L3: memory (default), file:PATH or mooncake://HOST:PORT[?metrics_port=Q]",
     )
     replay.add_argument(
         "--no-dedup", action="store_true", help="live: read spans a sibling is already reading"
@@ -147,14 +112,6 @@ def add_parser(sub: Any) -> None:
         "docs/replay.md)",
     )
     replay.add_argument(
-        "--tp",
-        type=positive_int("tensor-parallel ranks"),
-        default=1,
-        help="replay the live pipeline as N tensor-parallel ranks in lockstep, each its own "
-        "engine over its KV shard; the cost model's tensor_parallel becomes N (default 1: one "
-        "pipeline, the preset's GPUs in the time model only)",
-    )
-    replay.add_argument(
         "--json", type=output_file("the JSON"), help="write {policy: metrics} to this file"
     )
     replay.add_argument(
@@ -163,12 +120,6 @@ def add_parser(sub: Any) -> None:
         help="write the live run's transition log (JSON lines) here; with --tp N one per rank, "
         "PATH's name with .rank0 … before its suffix; each SGLang policy's, in its design's "
         "words, beside it (live.sglang.jsonl, live.sglang-0.5.19.jsonl)",
-    )
-    replay.add_argument(
-        "--tree",
-        default="stagefate",
-        help=f"the radix tree the policies run on: {', '.join(TREES)} (SGLang's take a "
-        "release, e.g. sglang-rust==0.5.21; without one, the newest installed)",
     )
     replay.add_argument(
         "--plot",

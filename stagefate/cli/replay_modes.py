@@ -13,15 +13,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..registry import policy_factories
+from ..registry import TREES, policy_factories
 from ..sim.bound import TraceBound
 from ..sim.costs import load_costs
+from ..sim.engine import EngineOptions
 from ..sim.policy import Policy
 from ..sim.replay import ReplayMetrics, ReplayOptions
 from ..sim.trace import TraceRequest
 from ..spec.load import DEFAULT_SPEC_PATH
 from ..transition_log import TransitionLog
 from .common import console, spec_source
+from .model_options import FieldFlag, field_values
 
 if TYPE_CHECKING:
     from ..sim.report_json import RunDescription
@@ -30,30 +32,96 @@ DEFAULT_ROUTER = "cache_aware"
 """--instances' router: SGLang's."""
 
 
-def replay_options(args: argparse.Namespace, speed: float) -> ReplayOptions:
-    from ..sim.engine import EngineOptions
-
-    engine = EngineOptions(
-        schedule=args.schedule,
-        prefetch_policy=args.prefetch_policy,
-        max_prefill_tokens=args.max_prefill_tokens,
-        chunked_prefill_size=args.chunked_prefill_size,
+FIELD_FLAGS = {
+    flag.dest: flag
+    for flag in (
+        FieldFlag(
+            ReplayOptions,
+            "device_tokens",
+            "--device-tokens",
+            "device KV pool in tokens",
+            "device KV pool (default: what the GPU holds)",
+        ),
+        FieldFlag(
+            ReplayOptions,
+            "host_tokens",
+            "--host-tokens",
+            "host bounce buffer in tokens",
+            "bounce buffer in tokens",
+        ),
+        FieldFlag(ReplayOptions, "page_size", "--page-size", "tokens per page"),
+        FieldFlag(
+            ReplayOptions,
+            "prefetch_threshold",
+            "--prefetch-threshold",
+            "tokens below which a span is not fetched",
+        ),
+        FieldFlag(
+            EngineOptions,
+            "prefetch_policy",
+            "--prefetch-policy",
+            "stop policy",
+            "when admission stops waiting for a prefetch (SGLang's default: timeout)",
+        ),
+        FieldFlag(
+            EngineOptions,
+            "schedule",
+            "--schedule",
+            "admission order",
+            "admission order: first come first served, or longest prefix match first",
+        ),
+        FieldFlag(
+            EngineOptions, "max_prefill_tokens", "--max-prefill-tokens", "prefill tokens per step"
+        ),
+        FieldFlag(
+            EngineOptions,
+            "chunked_prefill_size",
+            "--chunked-prefill-size",
+            "tokens per prefill chunk",
+        ),
+        FieldFlag(
+            ReplayOptions, "seed", "--seed", "the IO-time jitter's seed", "seeds the IO-time jitter"
+        ),
+        FieldFlag(
+            ReplayOptions,
+            "storage",
+            "--storage",
+            "the L3",
+            "L3: memory, file:PATH or mooncake://HOST:PORT[?metrics_port=Q]",
+        ),
+        FieldFlag(
+            ReplayOptions,
+            "tp_size",
+            "--tp",
+            "tensor-parallel ranks",
+            "replay the live pipeline as N tensor-parallel ranks in lockstep, each its "
+            "own engine over its KV shard; the cost model's tensor_parallel becomes N "
+            "(1: one pipeline, the preset's GPUs in the time model only)",
+        ),
+        FieldFlag(
+            ReplayOptions,
+            "tree",
+            "--tree",
+            "the radix tree",
+            f"the radix tree the policies run on: {', '.join(TREES)} (SGLang's take a "
+            "release, e.g. sglang-rust==0.5.21; without one, the newest installed)",
+        ),
     )
+}
+"""The flags that set a field of the option models, each read from its field."""
+
+
+def replay_options(args: argparse.Namespace, speed: float) -> ReplayOptions:
+    engine = EngineOptions(**field_values(args, FIELD_FLAGS, EngineOptions))
     costs = load_costs(args.model, args.costs)
     if args.tp > 1 and costs.tensor_parallel != args.tp:
         one_gpu = re.sub(r"^\d+x |\s*\(TP \d+\)$", "", costs.gpu)  # "4x H200 SXM (TP 4)"
         gpus = f"{args.tp}x {one_gpu} (TP {args.tp})"
         costs = costs.model_copy(update={"tensor_parallel": args.tp, "gpu": gpus})
     return ReplayOptions(
-        page_size=args.page_size,
-        device_tokens=args.device_tokens,
-        host_tokens=args.host_tokens,
+        **field_values(args, FIELD_FLAGS, ReplayOptions),
         speed=speed,
-        seed=args.seed,
         dedup_inflight=not args.no_dedup,
-        storage=args.storage,
-        tree=args.tree,
-        tp_size=args.tp,
         arrivals=args.arrivals or "open",
         costs=costs,
         engine=engine,

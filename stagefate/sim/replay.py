@@ -64,7 +64,7 @@ class ReplayOptions(BaseModel):
     """Spans shorter than this are not fetched (SGLang's default ``prefetch_threshold``)."""
     speed: float = Field(DEFAULT_SPEED, gt=0)
     """Arrival timestamps are divided by this: 2 replays the trace twice as fast."""
-    seed: int = 0
+    seed: int = Field(0, ge=0)
     storage: str = "memory"
     """The L3: ``memory``, ``file:PATH`` or ``mooncake://HOST:PORT``."""
     dedup_inflight: bool = True
