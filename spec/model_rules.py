@@ -119,6 +119,14 @@ def _pin_if_possible(mc: ModelChecker, d: _Draft, i: int, r: Rec, a: Args) -> Re
     return r._replace(pin=r.matched, pin_charge=r.matched)
 
 
+def _pin_if_attached(mc: ModelChecker, d: _Draft, i: int, r: Rec, a: Args) -> Rec:
+    """blind: the anchor stored at issue, pinned if still in the tree (no re-match), charged
+    to no cap (blind has none)."""
+    if r.matched == 0 or d.device < r.matched:
+        return r
+    return r._replace(pin=r.matched, pin_charge=0)
+
+
 def _trim_head(mc: ModelChecker, d: _Draft, i: int, r: Rec, a: Args) -> Rec:
     """The read starts at the live anchor: a sibling published the head before the commit."""
     anchor, end = _live_anchor(d, r), _hit_end(r)
@@ -217,6 +225,9 @@ EFFECTS: dict[str, Effect] = {
     "trim_head": _trim_head,
     "pin_live_anchor": _pin_live_anchor,
     "defer_admission": lambda mc, d, i, r, a: r,  # the hold stays for a later pass
+    # blind (spec/designs/blind.yaml): the issue step submits the query (op "exists")
+    "launch_query": lambda mc, d, i, r, a: r,
+    "pin_if_attached": _pin_if_attached,
 }
 
 

@@ -284,9 +284,13 @@ class LifecycleSpec(_Frozen):
                 names.update(dict.fromkeys(branch.count))
         return tuple(names)
 
-    def group(self, name: str) -> frozenset[str]:
-        """The states of group ``name``; a spec without it cannot drive this code."""
+    def group(self, name: str, required: bool = True) -> frozenset[str]:
+        """The states of group ``name``; a spec without it cannot drive this code, unless the
+        group is not ``required`` (a design with no such states: the model checker's
+        ``owning`` for one that dedups nothing)."""
         found = self.groups.get(name)
+        if found is None and not required:
+            return frozenset()
         if found is None:
             raise KeyError(
                 f"the spec declares no state group {name!r} (it has {', '.join(self.groups)}); "

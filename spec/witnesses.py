@@ -87,7 +87,7 @@ class ApiModelChecker(ModelChecker):
         }
         """The next branch's guard after each guarded branch, where :func:`overlaps` pairs them."""
         self.effects = {**EFFECTS, "enqueue_parked": _enqueue_parked}
-        self.lockable = spec.group("lockable")
+        self.lockable = spec.group("lockable", required=False)
 
     def _request_steps(self, i: int, slot: Slot, below_want: bool) -> tuple[Step, ...]:
         steps = super()._request_steps(i, slot, below_want)

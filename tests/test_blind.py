@@ -1,5 +1,5 @@
 """``blind``'s paced retry and ownership pre-check (SGLang PRs #36227 and #35769), step by step:
-after every step the whole of blind's state is asserted (each fetch's stage, the pending retry,
+after every step the whole of blind's state is asserted (each fetch's state, the pending retry,
 the attempts used, what is queued on its IO)."""
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ def _blind() -> tuple[BlindPolicy, Pair]:
 def _state(blind: BlindPolicy, rid: str) -> dict[str, object]:
     fetch = blind._fetches.get(rid)
     return {
-        "stage": None if fetch is None else fetch.stage,
+        "state": None if fetch is None else fetch.state,
         "in_flight": blind.fetch_in_flight(rid),
         "retry_pending": blind.retries.pending(rid),
         "attempts": blind.retries.attempts(rid),
@@ -50,36 +50,37 @@ def test_a_miss_is_retried_after_the_interval_even_at_the_queue_head() -> None:
     key = TokenKey.of(tokens)
     blind.issue("r", key, 0)
     assert _state(blind, "r") == dict(
-        stage="exists", in_flight=True, retry_pending=False, attempts=0, queued=1
+        state="querying", in_flight=True, retry_pending=False, attempts=0, queued=1
     )
     blind.io.complete_all()
     blind.poll()  # L3 has nothing yet: revoked, and the paced retry armed
     assert _state(blind, "r") == dict(
-        stage="ended", in_flight=False, retry_pending=True, attempts=0, queued=0
+        state=None, in_flight=False, retry_pending=True, attempts=0, queued=0
     )
     assert blind.retries_armed == 1 and blind.ended_unread == {"revoked": 1}
+    assert set(blind.ended_unread) <= set(blind.spec.reasons)  # its reasons are its spec's
     # #36227's sweep paces the head like the rest (live's RetryBook lets the head go at once)
     assert _sweeps_until_due(blind, ["r"]) == INTERVAL + 1
     assert _state(blind, "r") == dict(
-        stage="ended", in_flight=False, retry_pending=False, attempts=1, queued=0
+        state=None, in_flight=False, retry_pending=False, attempts=1, queued=0
     )
     pair.publish(tokens, mark=9)  # the producer's write lands meanwhile
     blind.issue("r", key, 0)  # the engine re-matches and issues again
     blind.io.complete_all()
     blind.poll()  # the existence query finds all four pages: the read launches
     assert _state(blind, "r") == dict(
-        stage="reading", in_flight=True, retry_pending=False, attempts=1, queued=1
+        state="reading", in_flight=True, retry_pending=False, attempts=1, queued=1
     )
     blind.io.complete_all()
     blind.poll()
     assert _state(blind, "r") == dict(
-        stage="staged", in_flight=True, retry_pending=False, attempts=1, queued=0
+        state="staged", in_flight=True, retry_pending=False, attempts=1, queued=0
     )
     prefix = blind.pipe.tree.match_prefix(tokens)
     spliced = blind.admit("r", prefix, lambda tokens, keep: True)
     assert spliced.numel() == len(tokens)
     assert _state(blind, "r") == dict(
-        stage=None, in_flight=False, retry_pending=False, attempts=0, queued=0
+        state=None, in_flight=False, retry_pending=False, attempts=0, queued=0
     )
     assert blind.books.replay_counters()["l3_reads"] == 1
     assert blind.pipe.host_pool.available() == blind.pipe.host_pool.capacity
@@ -93,7 +94,7 @@ def test_the_ownership_pre_check_refuses_a_second_fetch_while_one_is_in_flight()
     blind.issue("r", key, 0)
     blind.issue("r", key, 0)  # e.g. a retry racing the first fetch: no second bounce
     assert _state(blind, "r") == dict(
-        stage="exists", in_flight=True, retry_pending=False, attempts=0, queued=1
+        state="querying", in_flight=True, retry_pending=False, attempts=0, queued=1
     )
     blind.io.complete_all()
     blind.poll()
@@ -101,7 +102,7 @@ def test_the_ownership_pre_check_refuses_a_second_fetch_while_one_is_in_flight()
     blind.poll()
     blind.issue("r", key, 0)  # staged and unconsumed: still owned
     assert _state(blind, "r") == dict(
-        stage="staged", in_flight=True, retry_pending=False, attempts=0, queued=0
+        state="staged", in_flight=True, retry_pending=False, attempts=0, queued=0
     )
     held = blind.pipe.host_pool.capacity - blind.pipe.host_pool.available()
     assert held == len(tokens)
@@ -124,14 +125,34 @@ def test_retries_stop_after_max_attempts_and_a_short_span_arms_one() -> None:
     blind.io.complete_all()
     blind.poll()
     assert _state(blind, "r") == dict(
-        stage="ended", in_flight=False, retry_pending=False, attempts=ATTEMPTS, queued=0
+        state=None, in_flight=False, retry_pending=False, attempts=ATTEMPTS, queued=0
     )
     assert blind.retries_armed == ATTEMPTS
     # a prompt the device already covers arms the retry at issue, with no IO: its device
     # prefix can be evicted while it waits
     blind.issue("s", key, len(key))
     assert _state(blind, "s") == dict(
-        stage=None, in_flight=False, retry_pending=True, attempts=0, queued=0
+        state=None, in_flight=False, retry_pending=True, attempts=0, queued=0
     )
     blind.admit("s", blind.pipe.tree.match_prefix(key), _never_make_room)  # scheduled: moot
     assert _state(blind, "s")["retry_pending"] is False
+
+
+def test_blind_runs_its_spec_through_the_compiled_machine() -> None:
+    blind, _pair = _blind()
+    spec = blind.spec
+    assert spec.design is not None and spec.design.name.startswith("blind")
+    assert (set(spec.guards), set(spec.effects)) == (blind.GUARDS, blind.EFFECTS)
+    key = TokenKey.of(seq_of(3, PAGE))
+    blind.issue("r", key, 0)
+    assert blind.machine.legal_events(_state_name(blind, "r")) == ["hit", "abort"]
+    blind.terminate("r")  # admitted without it: the query in flight ends it
+    blind.io.complete_all()
+    blind.poll()
+    assert blind.ended_unread == {"aborted": 1} and not blind.fetch_in_flight("r")
+
+
+def _state_name(blind: BlindPolicy, rid: str) -> str:
+    state = _state(blind, rid)["state"]
+    assert isinstance(state, str)
+    return state

@@ -37,18 +37,22 @@ STATE_COUNT_QUOTES = (
 """Where the docs quote the model checker's count at the CI bounds (``stagefate check``)."""
 
 
-@pytest.mark.slow
-def test_the_model_checkers_state_count_quoted_is_todays() -> None:
-    from stagefate.spec.model_world import NOT_MODELLED_GUARDS, Bounds
+def _model_checked(spec_path: Path) -> tuple[int, int]:
+    """``(states, modelled edges)`` of a clean ``stagefate check`` at the CI bounds."""
+    from stagefate.spec.model_world import NOT_MODELLED_GUARDS
     from stagefate.spec.modelcheck import ModelChecker
 
-    spec = load_spec(DEFAULT_SPEC_PATH)
-    checker = ModelChecker(spec, Bounds())
+    checker = ModelChecker(load_spec(spec_path))
     result = checker.run()
-    edges = len([e for e in checker.all_edges() if e[2] not in NOT_MODELLED_GUARDS])
     assert result.violation is None and not result.unreached_edges
+    return result.states, len([e for e in checker.all_edges() if e[2] not in NOT_MODELLED_GUARDS])
+
+
+@pytest.mark.slow
+def test_the_model_checkers_state_count_quoted_is_todays() -> None:
+    states, edges = _model_checked(DEFAULT_SPEC_PATH)
     for name, quote in STATE_COUNT_QUOTES:
-        expected = quote.format(states=f"{result.states:,}", edges=edges)
+        expected = quote.format(states=f"{states:,}", edges=edges)
         assert expected in _doc(name), f"docs/{name} should quote {expected!r}"
 
 
@@ -63,3 +67,26 @@ def test_the_generated_tests_counts_quoted_are_the_committed_files() -> None:
     assert f"{met} of the {pairs} neighbouring guarded pairs are met" in doc
     assert f"the other {pairs - met} are pairs" in doc
     assert f"All {cases} cases ({cases - met} edges, {met} overlaps)" in doc
+
+
+DESIGN_ROWS = {
+    "sglang-0.5.19": "SGLang 0.5.19, lock off",
+    "sglang-0.5.19-anchor-lock": "SGLang 0.5.19, lock on",
+    "sglang-0.5.23": "SGLang 0.5.23",
+    "blind": "blind (the replay's baseline, before #36834)",
+}
+"""docs/sglang.md's row label for each design in spec/designs/."""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(DESIGN_ROWS))
+def test_each_designs_state_count_quoted_is_todays(name: str) -> None:
+    states, edges = _model_checked(DEFAULT_SPEC_PATH.parent / "designs" / f"{name}.yaml")
+    label = re.escape(DESIGN_ROWS[name])
+    row = rf"\| {label} \| {states:,} \(\d+ s\) \| {edges} of {edges} \|"
+    assert re.search(row, _doc("sglang.md")), f"docs/sglang.md's row for {name} is stale"
+
+
+def test_every_design_has_a_row() -> None:
+    designs = {path.stem for path in (DEFAULT_SPEC_PATH.parent / "designs").glob("*.yaml")}
+    assert designs == set(DESIGN_ROWS)

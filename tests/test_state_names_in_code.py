@@ -5,12 +5,11 @@ regrouping a state in ``spec/lifecycle.yaml`` cannot leave a comparison behind.
 
 The scan reads every module of the package (the repo-root ``spec``, ``statemachine`` and
 ``runtime`` it links in included) and reports each comparison (``==``, ``!=``, ``in``,
-``not in``) with a string constant that names a state of the lifecycle. Two places speak
-another lifecycle's vocabulary and are left out, each for its own reason:
+``not in``) with a string constant that names a state of the lifecycle. One place speaks
+another lifecycle's vocabulary and is left out:
 ``targets/sglang/design_log`` writes the transitions of SGLang's designs (spec/designs/*.yaml,
-whose states share names with ours; every log is validated against its design's spec), and
-``sim/blind.py`` keeps blind's own stages (``exists``, ``reading``, ``staged``, ``ended``).
-:data:`OTHER_VOCABULARIES` holds both, with why.
+whose states share names with ours; every log is validated against its design's spec);
+:data:`OTHER_VOCABULARIES` holds it, with why.
 """
 
 from __future__ import annotations
@@ -24,7 +23,6 @@ from stagefate.spec import load_spec
 PACKAGE = Path(stagefate.__file__).resolve().parent
 OTHER_VOCABULARIES = {
     "targets/sglang/design_log": "the designs' transitions, validated against their specs",
-    "sim/blind.py": "blind's own stages, a policy outside the lifecycle",
 }
 
 

@@ -1,4 +1,4 @@
-"""``blind``: the behaviour before SGLang PR #36834, as its description states it.
+"""``blind``: the behaviour before SGLang PR #36834, run from its spec, ``spec/designs/blind.yaml``.
 
 The anchor is the node found at issue and carried (as its id was); at the IO commit it is pinned
 if it is still in the tree, and when it is not the pin is silently skipped and the read goes
@@ -17,6 +17,13 @@ ships the retry off (``hicache_storage_prefetch_retry_poll_interval`` 0); blind 
 live's pacing, so that what separates the two is #36834's decisions and not a default. A host
 pool too full for the read drops it without a retry, as SGLang's cache mode does.
 
+Every decision is a row of the spec, fired through the compiled machine like the pipeline's: the
+``_guard_*`` and ``_effect_*`` methods below are bound by name (the machine refuses to build
+unless they are exactly the spec's), and a fetch's end reason is one of the spec's ``reasons``;
+fetches that end before a read are counted under it in :attr:`BlindPolicy.ended_unread`, reads
+in the shared :class:`~stagefate.statemachine.books.ReadBooks`. The model checker explores the
+same spec (``stagefate check --spec spec/designs/blind.yaml``).
+
 It runs over the same runtime objects as ``live`` (a pipeline's tree, pools, copy engine and
 storage) and a :class:`~stagefate.runtime.ManualIO` of its own.
 """
@@ -26,6 +33,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 
@@ -33,35 +41,60 @@ from ..runtime import IOOp, IOResult, ManualIO, TokenKey, page_hashes
 from ..runtime.hashing import ROOT_NAMESPACE, storage_key
 from ..runtime.io import OpKind
 from ..runtime.prefix_tree import Node, PrefixMatch
+from ..spec.load import DEFAULT_SPEC_PATH, load_spec
 from ..statemachine.books import ReadBooks
+from ..statemachine.machine import CompiledMachine
 from ..statemachine.pipeline import BufferPipeline
 from ..statemachine.retry import RetryBook
 from .on_pipeline import OnPipeline
 from .policy import EMPTY, MakeRoom
 
+SPEC_PATH = DEFAULT_SPEC_PATH.parent / "designs" / "blind.yaml"
+
 
 @dataclass(eq=False)
 class _BlindFetch:
+    """One fetch: the machine's context (its ``state`` is the spec's) and what it holds."""
+
     request_id: str
     key: TokenKey
     matched_len: int
-    anchor: Node
-    keys: list[str]
-    stage: str = "exists"  # exists -> reading -> staged, or ended from any of them
+    state: str
+    anchor: Node | None = None
+    keys: tuple[str, ...] = ()
     op_id: int = 0
+    hit_tokens: int = 0
     pinned: bool = False
     host: torch.Tensor | None = None
     read_tokens: int = 0
-    abandoned: bool = False
+    # the arguments of the event being fired: the completion's tokens, the admission's prefix
+    arg_tokens: int = 0
+    arg_prefix: PrefixMatch | None = None
+    arg_make_room: MakeRoom | None = None
+    room_made: bool = False
+    slots: torch.Tensor | None = None
 
 
 class BlindPolicy(OnPipeline):
     name = "blind"
+    GUARDS: ClassVar[frozenset[str]]
+    EFFECTS: ClassVar[frozenset[str]]
 
     def __init__(self, pipe: BufferPipeline) -> None:
         super().__init__(pipe)
         self.io = ManualIO()
+        self.spec = spec = load_spec(SPEC_PATH)
+        self.machine: CompiledMachine[_BlindFetch] = CompiledMachine(
+            spec,
+            {name: getattr(self, f"_guard_{name}") for name in self.GUARDS},
+            {name: getattr(self, f"_effect_{name}") for name in self.EFFECTS},
+            exits={},
+            end=self._end,
+        )
+        self._pending = spec.group("pending")
+        self._hold = spec.group("hold")
         self._fetches: dict[str, _BlindFetch] = {}
+        """Request id -> its live fetch (a terminated one leaves at once; its IO ends it)."""
         self._ops: dict[int, _BlindFetch] = {}
         self._next_op = 0
         self.books = ReadBooks()
@@ -71,37 +104,18 @@ class BlindPolicy(OnPipeline):
         )
         self.retries_armed = 0
         self.ended_unread: Counter[str] = Counter()
-        """Fetches ended before a read (and spans too short to fetch), by reason."""
+        """Fetches ended before a read (and spans too short to fetch), by the spec's reason."""
         self._sweeps = 0  # scheduling passes the retry sweep has run
 
+    # ------------------------------------------------------------------ the policy's calls
+
     def issue(self, request_id: str, key: TokenKey, matched_len: int) -> None:
-        page = self.pipe.config.page_size
-        aligned = key.whole_pages(page)
-        span = len(aligned) - matched_len
         if self.fetch_in_flight(request_id):
             return  # the ownership pre-check
-        if span <= 0 or span < self.pipe.config.prefetch_threshold:
-            # a fully matched prompt can still need L3 if its device prefix is evicted while
-            # it waits
-            self.ended_unread["too_short"] += 1
-            self._arm_retry(request_id)
-            return
-        anchor = self.pipe.tree.match_prefix(aligned.prefix(matched_len)).last_node
-        digests = page_hashes(aligned, page, ROOT_NAMESPACE)[matched_len // page :]
-        fetch = _BlindFetch(
-            request_id, aligned, matched_len, anchor, [storage_key(d) for d in digests]
-        )
-        self._fetches[request_id] = fetch
-        storage, keys = self.pipe.storage, fetch.keys
-        self._submit(fetch, "exists", lambda _limit: IOResult(storage.batch_exists(keys) * page))
-
-    def _submit(
-        self, fetch: _BlindFetch, kind: OpKind, run: Callable[[int | None], IOResult]
-    ) -> None:
-        self._next_op += 1
-        fetch.op_id = self._next_op
-        self._ops[fetch.op_id] = fetch
-        self.io.submit(IOOp(fetch.op_id, kind, run))
+        aligned = key.whole_pages(self.pipe.config.page_size)
+        fetch = _BlindFetch(request_id, aligned, matched_len, self.spec.initial)
+        if not self.machine.fire(fetch, self.spec.issue_event).ended:
+            self._fetches[request_id] = fetch
 
     def op_tokens(self, op_id: int) -> int:
         fetch = self._ops.get(op_id)
@@ -110,111 +124,37 @@ class BlindPolicy(OnPipeline):
     def poll(self) -> None:
         for completion in self.io.drain():
             fetch = self._ops.pop(completion.op_id)
-            if completion.kind == "exists":
-                self._commit(fetch, completion.tokens)
-            else:
-                self._staged(fetch, completion.tokens)
-
-    def _commit(self, fetch: _BlindFetch, hit_tokens: int) -> None:
-        pipe = self.pipe
-        if fetch.abandoned or hit_tokens < max(1, pipe.config.prefetch_threshold):
-            self._drop(fetch, "revoked")
-            if not fetch.abandoned:
-                self._arm_retry(fetch.request_id)
-            return
-        if fetch.matched_len and fetch.anchor.attached:  # the stored id still resolves: pin
-            pipe.tree.inc_lock_ref(fetch.anchor)
-            fetch.pinned = True  # (a miss skips the pin silently and fetches anyway)
-        fetch.host = pipe.host_pool.alloc(hit_tokens)
-        if fetch.host is None:
-            self._drop(fetch, "host_capacity")
-            return
-        fetch.stage, fetch.read_tokens = "reading", hit_tokens
-        self.books.read(hit_tokens)
-        storage, copy, host_pool, host = pipe.storage, pipe.copy, pipe.host_pool, fetch.host
-        keys, page = fetch.keys[: hit_tokens // pipe.config.page_size], pipe.config.page_size
-
-        def run(_limit: int | None) -> IOResult:
-            return IOResult(copy.read_into_host(storage, keys, host_pool, host, page))
-
-        self._submit(fetch, "read", run)
-
-    def _staged(self, fetch: _BlindFetch, read: int) -> None:
-        assert fetch.host is not None
-        if read < fetch.host.numel():
-            self.pipe.host_pool.free(fetch.host[read:])
-            fetch.host = fetch.host[:read]
-        fetch.stage = "staged"
-        if fetch.abandoned:
-            self._drop(fetch, "aborted")
-        elif read == 0:
-            self._drop(fetch, "discarded")
-
-    def _drop(self, fetch: _BlindFetch, reason: str, spliced: int = 0) -> None:
-        """End a fetch: unpin, free its bounce, settle its read as spliced from or wasted
-        (under ``reason`` when nothing of it was spliced)."""
-        fetch.stage = "ended"
-        if fetch.pinned:
-            self.pipe.tree.dec_lock_ref(fetch.anchor)
-            fetch.pinned = False
-        if fetch.host is not None:
-            self.pipe.host_pool.free(fetch.host)
-            fetch.host = None
-        if not fetch.read_tokens:
-            self.ended_unread[reason] += 1
-        elif not spliced:
-            self.books.waste(reason, 1, fetch.read_tokens)
+            fetch.arg_tokens = completion.tokens
+            self.machine.fire(fetch, self.spec.completions[completion.kind])
+            if self.machine.allows(fetch.state, "commit"):  # in the hit's own pass
+                self.machine.fire(fetch, "commit")
 
     def pending(self, request_id: str) -> bool:
         fetch = self._fetches.get(request_id)
-        return fetch is not None and fetch.stage in ("exists", "reading")
+        return fetch is not None and fetch.state in self._pending
 
     def fetch_in_flight(self, request_id: str) -> bool:
         """The request owns a fetch that has not ended (in flight, or staged and unconsumed)."""
-        fetch = self._fetches.get(request_id)
-        return fetch is not None and fetch.stage != "ended"
-
-    def _arm_retry(self, request_id: str) -> None:
-        if self.retries.arm(request_id, self._sweeps):
-            self.retries_armed += 1
+        return request_id in self._fetches
 
     def terminate(self, request_id: str) -> None:
         fetch = self._fetches.pop(request_id, None)
         if fetch is not None:
-            fetch.abandoned = True  # its IO completion ends it
+            self.machine.fire(fetch, "abort")  # a query or read in flight: its completion ends it
 
     def admit(self, request_id: str, prefix: PrefixMatch, make_room: MakeRoom) -> torch.Tensor:
         self.retries.forget(request_id)  # scheduled: a pending retry is moot
         fetch = self._fetches.pop(request_id, None)
         if fetch is None:
             return EMPTY
-        if fetch.stage != "staged":
-            fetch.abandoned = True  # its IO completion ends it
+        if fetch.state not in self._hold:
+            self.machine.fire(fetch, "abort")  # still on its way: its completion ends it
             return EMPTY
-        assert fetch.host is not None
-        pipe, tokens = self.pipe, fetch.host.numel()
-        end = fetch.matched_len + tokens
-        # all-or-nothing: the splice base must be exactly where the span starts
-        if prefix.length != fetch.matched_len:
-            if prefix.length < fetch.matched_len:
-                reason = "shrunk"  # the base was evicted while the fetch was unpinned
-            elif prefix.length >= end:
-                reason = "device_covered"
-            else:
-                reason = "not_trimmed"  # a sibling published the head; the tail is unusable
-            self._drop(fetch, reason)
-            return EMPTY
-        slots = pipe.device_pool.alloc(tokens) if make_room(tokens, prefix.last_node) else None
-        if slots is None:
-            self._drop(fetch, "device_capacity")
-            return EMPTY
-        pipe.copy.h2d(pipe.host_pool, fetch.host, pipe.device_pool, slots).wait()
-        present = pipe.tree.insert(fetch.key.prefix(end), torch.cat([prefix.device_indices, slots]))
-        assert present == prefix.length, "the match and the insert run back to back"
-        self.books.spliced(tokens, 0)
-        self.last_splice = (request_id, fetch.keys[: tokens // pipe.config.page_size])
-        self._drop(fetch, "filled", spliced=tokens)
-        return slots
+        fetch.arg_prefix, fetch.arg_make_room = prefix, make_room
+        for event in ("plan", "make_room", "consume", "ack"):  # one admission, all of them
+            if self.machine.fire(fetch, event).ended:
+                break
+        return EMPTY if fetch.slots is None else fetch.slots
 
     def due_retries(self, waiting: Sequence[str]) -> list[str]:
         """The pass's sweep over the waiting queue: the requests whose retry is due."""
@@ -231,3 +171,159 @@ class BlindPolicy(OnPipeline):
 
     def declines(self) -> dict[str, int]:
         return dict(self.ended_unread)
+
+    # ------------------------------------------------------------------ the machine's hooks
+
+    def _end(self, fetch: _BlindFetch, reason: str) -> None:
+        """Settle the fetch's read as spliced from or wasted (under ``reason`` when nothing of
+        it was spliced); a fetch that read nothing counts under ``reason`` in ended_unread."""
+        if self._fetches.get(fetch.request_id) is fetch:
+            del self._fetches[fetch.request_id]
+        if not fetch.read_tokens:
+            self.ended_unread[reason] += 1
+        elif fetch.slots is None:
+            self.books.waste(reason, 1, fetch.read_tokens)
+
+    def _submit(
+        self, fetch: _BlindFetch, kind: OpKind, run: Callable[[int | None], IOResult]
+    ) -> None:
+        self._next_op += 1
+        fetch.op_id = self._next_op
+        self._ops[fetch.op_id] = fetch
+        self.io.submit(IOOp(fetch.op_id, kind, run))
+
+    # ------------------------------------------------------------------ guards (read only)
+
+    def _guard_below_threshold(self, fetch: _BlindFetch) -> bool:
+        # a fully matched prompt can still need L3 if its device prefix is evicted while it waits
+        span = len(fetch.key) - fetch.matched_len
+        return span <= 0 or span < self.pipe.config.prefetch_threshold
+
+    def _guard_hit_below_threshold(self, fetch: _BlindFetch) -> bool:
+        return fetch.arg_tokens < max(1, self.pipe.config.prefetch_threshold)
+
+    def _guard_host_short(self, fetch: _BlindFetch) -> bool:
+        return self.pipe.host_pool.available() < fetch.hit_tokens
+
+    def _guard_read_empty(self, fetch: _BlindFetch) -> bool:
+        return fetch.arg_tokens == 0
+
+    def _guard_prefix_shrank(self, fetch: _BlindFetch) -> bool:
+        return self._prefix(fetch).length < fetch.matched_len
+
+    def _guard_span_device_resident(self, fetch: _BlindFetch) -> bool:
+        return self._prefix(fetch).length >= fetch.matched_len + self._staged_tokens(fetch)
+
+    def _guard_trim_positive(self, fetch: _BlindFetch) -> bool:
+        return self._prefix(fetch).length != fetch.matched_len
+
+    def _guard_device_short(self, fetch: _BlindFetch) -> bool:
+        tokens = self._staged_tokens(fetch)
+        return not fetch.room_made or self.pipe.device_pool.available() < tokens
+
+    # ------------------------------------------------------------------ effects
+
+    def _effect_arm_retry(self, fetch: _BlindFetch) -> None:
+        if self.retries.arm(fetch.request_id, self._sweeps):
+            self.retries_armed += 1
+
+    def _effect_launch_query(self, fetch: _BlindFetch) -> None:
+        pipe, page = self.pipe, self.pipe.config.page_size
+        fetch.anchor = pipe.tree.match_prefix(fetch.key.prefix(fetch.matched_len)).last_node
+        digests = page_hashes(fetch.key, page, ROOT_NAMESPACE)[fetch.matched_len // page :]
+        fetch.keys = keys = tuple(storage_key(d) for d in digests)
+        storage = pipe.storage
+        self._submit(
+            fetch, "exists", lambda _limit: IOResult(storage.batch_exists(list(keys)) * page)
+        )
+
+    def _effect_record_hit(self, fetch: _BlindFetch) -> None:
+        fetch.hit_tokens = fetch.arg_tokens
+
+    def _effect_pin_if_attached(self, fetch: _BlindFetch) -> None:
+        anchor = fetch.anchor
+        if fetch.matched_len and anchor is not None and anchor.attached:  # the id resolves
+            self.pipe.tree.inc_lock_ref(anchor)
+            fetch.pinned = True  # (a miss skips the pin silently and fetches anyway)
+
+    def _effect_alloc_bounce(self, fetch: _BlindFetch) -> None:
+        fetch.host = self.pipe.host_pool.alloc(fetch.hit_tokens)
+        assert fetch.host is not None, "host_short was asked first"
+
+    def _effect_launch_read(self, fetch: _BlindFetch) -> None:
+        pipe, page = self.pipe, self.pipe.config.page_size
+        fetch.read_tokens = fetch.hit_tokens
+        self.books.read(fetch.hit_tokens)
+        storage, copy, host_pool, host = pipe.storage, pipe.copy, pipe.host_pool, fetch.host
+        keys = list(fetch.keys[: fetch.hit_tokens // page])
+        assert host is not None
+
+        def run(_limit: int | None) -> IOResult:
+            return IOResult(copy.read_into_host(storage, keys, host_pool, host, page))
+
+        self._submit(fetch, "read", run)
+
+    def _effect_stage_read(self, fetch: _BlindFetch) -> None:
+        assert fetch.host is not None
+        read = fetch.arg_tokens
+        if read < fetch.host.numel():
+            self.pipe.host_pool.free(fetch.host[read:])
+            fetch.host = fetch.host[:read]
+
+    def _effect_record_plan(self, fetch: _BlindFetch) -> None:
+        """Nothing to keep: blind splices at the prefix its admission saw, in the same call."""
+
+    def _effect_evict_for_splice(self, fetch: _BlindFetch) -> None:
+        assert fetch.arg_make_room is not None
+        fetch.room_made = fetch.arg_make_room(
+            self._staged_tokens(fetch), self._prefix(fetch).last_node
+        )
+
+    def _effect_alloc_device(self, fetch: _BlindFetch) -> None:
+        fetch.slots = self.pipe.device_pool.alloc(self._staged_tokens(fetch))
+        assert fetch.slots is not None, "device_short was asked first"
+
+    def _effect_queue_h2d(self, fetch: _BlindFetch) -> None:
+        pipe = self.pipe
+        assert fetch.host is not None and fetch.slots is not None
+        pipe.copy.h2d(pipe.host_pool, fetch.host, pipe.device_pool, fetch.slots).wait()
+
+    def _effect_insert_tail(self, fetch: _BlindFetch) -> None:
+        pipe, prefix, slots = self.pipe, self._prefix(fetch), fetch.slots
+        assert slots is not None
+        tokens = slots.numel()
+        end = fetch.matched_len + tokens
+        present = pipe.tree.insert(fetch.key.prefix(end), torch.cat([prefix.device_indices, slots]))
+        assert present == prefix.length, "the match and the insert run back to back"
+        self.books.spliced(tokens, 0)
+        self.last_splice = (fetch.request_id, list(fetch.keys[: tokens // pipe.config.page_size]))
+
+    def _effect_lock_request_prefix(self, fetch: _BlindFetch) -> None:
+        """The engine locks the request's prefix as it admits it, the span included; the
+        stored anchor's pin (an ancestor) is given up with the fetch's end (``unpin``)."""
+
+    def _effect_unpin(self, fetch: _BlindFetch) -> None:
+        if fetch.pinned and fetch.anchor is not None:
+            self.pipe.tree.dec_lock_ref(fetch.anchor)
+            fetch.pinned = False
+
+    def _effect_free_bounce(self, fetch: _BlindFetch) -> None:
+        if fetch.host is not None:
+            self.pipe.host_pool.free(fetch.host)
+            fetch.host = None
+
+    def _prefix(self, fetch: _BlindFetch) -> PrefixMatch:
+        assert fetch.arg_prefix is not None, "an admission's event"
+        return fetch.arg_prefix
+
+    def _staged_tokens(self, fetch: _BlindFetch) -> int:
+        assert fetch.host is not None
+        return int(fetch.host.numel())
+
+
+BlindPolicy.GUARDS = frozenset(
+    name.removeprefix("_guard_") for name in vars(BlindPolicy) if name.startswith("_guard_")
+)
+BlindPolicy.EFFECTS = frozenset(
+    name.removeprefix("_effect_") for name in vars(BlindPolicy) if name.startswith("_effect_")
+)
