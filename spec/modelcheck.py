@@ -130,6 +130,8 @@ class ModelChecker:
             for target in spec.states
         }
         self._wants = [self.bounds.want(i) for i in range(self.bounds.requests)]
+        self._call_of = {events[-1]: call for call, events in spec.calls.items()}
+        """The scheduler call each event is fired by (a call's last event names it)."""
         self._plan_then_consume = ("plan", "consume") in spec.atomic
         self._reads_others = frozenset({"commit"})
         """Steps that read other requests' records (in-flight dedup): memoised with them."""
@@ -303,19 +305,20 @@ class ModelChecker:
                 "evict": "world: evict one page",
                 "publish": "world: a sibling publishes the next page",
             }[what]
+        call = self._call_of  # the scheduler call the spec binds each step's event to
         text = {
             ("issue", "live"): "prefetch_from_storage",
             ("issue", "stale"): "prefetch_from_storage with a matched_len one page past the "
             "live prefix (stale)",
-            ("event", "lock"): "try_lock_anchor",
-            ("event", "commit"): "IO commit (poll)",
-            ("live", "plan"): "plan_staged_splice(live prefix)",
-            ("live", "consume"): "init_load_back(live prefix)",
-            ("live", "plan_consume"): "plan, then init_load_back in the same pass",
-            ("event", "release_hold"): "release_staged_hold",
-            ("event", "abort"): "release_aborted_request",
+            ("event", "commit"): f"IO commit ({call.get('commit', 'poll')})",
+            ("live", "plan"): f"{call.get('plan', 'plan')}(live prefix)",
+            ("live", "consume"): f"{call.get('consume', 'consume')}(live prefix)",
+            ("live", "plan_consume"): f"plan, then {call.get('consume', 'consume')} in the "
+            "same pass",
             ("load", "full"): "H2D copy acknowledged",
-        }.get((kind, what), f"{kind} completes {what}")  # an existence query or a read
+        }.get((kind, what))
+        if text is None:  # a call's event, or an existence query's or a read's completion
+            text = call.get(what, what) if kind == "event" else f"{kind} completes {what}"
         if what == "short":
             text += f" ({step.pages} page{'s' if step.pages > 1 else ''} found)"
         return f"r{step.request}: {text}"

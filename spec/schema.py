@@ -137,6 +137,29 @@ def _completions() -> dict[CompletionKind, str]:
     return {"exists": "hit", "read": "read_done", "load": "ack"}
 
 
+ApiCall = Literal[
+    "try_lock_anchor",
+    "poll",
+    "plan_staged_splice",
+    "init_load_back",
+    "release_staged_hold",
+    "release_aborted_request",
+]
+"""The scheduler's calls that fire events on a live record (``prefetch_from_storage`` fires
+``issue_event``; ``poll`` fires its completions' events, then its own)."""
+
+
+def _calls() -> dict[ApiCall, tuple[str, ...]]:
+    return {
+        "try_lock_anchor": ("lock",),
+        "poll": ("commit",),
+        "plan_staged_splice": ("plan",),
+        "init_load_back": ("make_room", "consume"),
+        "release_staged_hold": ("release_hold",),
+        "release_aborted_request": ("abort",),
+    }
+
+
 class LifecycleSpec(_Frozen):
     version: Literal[1]
     design: DesignSpec | None = None
@@ -150,6 +173,9 @@ class LifecycleSpec(_Frozen):
     completions: dict[CompletionKind, str] = Field(default_factory=_completions)
     """The event each kind of IO completion fires: the existence query's, the L3 read's, the
     H2D copy's."""
+    calls: dict[ApiCall, tuple[str, ...]] = Field(default_factory=_calls)
+    """The events each scheduler call fires on a record, in order (it stops at the first that
+    ends the record); a design names the calls it has (blind has no try_lock_anchor)."""
     atomic: tuple[tuple[str, str], ...] = ()
     """Pairs of events the scheduler runs back to back in one pass, nothing between them (the
     model checker then never runs a step between the two). Only ``(plan, consume)`` is
@@ -184,6 +210,13 @@ class LifecycleSpec(_Frozen):
                 problems.append(
                     f"completions: {kind!r} fires {event!r}, which is not declared under "
                     "'events'; declare it or name a declared event"
+                )
+        for call, fired in self.calls.items():
+            unknown = [event for event in fired if event not in self.events]
+            if unknown or not fired:
+                problems.append(
+                    f"calls: {call!r} fires {unknown or 'nothing'}; name events declared under "
+                    "'events', at least one"
                 )
         if set(self.completions) != set(COMPLETION_KINDS):
             problems.append("completions: name the event of each of exists, read and load")

@@ -45,7 +45,7 @@ import itertools
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
-from typing import TYPE_CHECKING, ClassVar, Literal, cast
+from typing import TYPE_CHECKING, ClassVar, Literal, cast, get_args
 
 import torch
 
@@ -73,10 +73,11 @@ from ..runtime.prefix_tree import Node, PrefixMatch, PrefixTree, TreeFactory, lo
 from ..runtime.storage import open_storage
 from ..spec import LifecycleSpec, load_spec
 from ..spec.names import LockableState, StateName
+from ..spec.schema import ApiCall
 from .books import ReadBooks
 from .config import PipelineConfig
 from .dedup import DedupBook
-from .errors import LifecycleError
+from .errors import IncompleteImplementation, LifecycleError
 from .group import Group
 from .io_ops import IOOperations, Run, span_digests
 from .lockstep import RankAgreement
@@ -171,6 +172,7 @@ class BufferPipeline:
             self.spec.group(name) if name in self.spec.groups else frozenset()
             for name in self.GROUPS
         )  # a missing group is named by the machine's completeness check just below
+        _check_calls(self.spec)
         guards = {name: getattr(self, f"_guard_{name}") for name in self.GUARDS}
         effects = {name: getattr(self, f"_effect_{name}") for name in self.EFFECTS}
         self.machine: CompiledMachine[Record] = CompiledMachine(
@@ -266,8 +268,8 @@ class BufferPipeline:
 
     def try_lock_anchor(self, req_id: str) -> LockOutcome:
         """Re-match the anchor on the live tree and pin it if allowed (idempotent when locked)."""
-        record = self._live(req_id, "lock")
-        state = self._fire(record, "lock").target
+        record = self._live(req_id, "try_lock_anchor")
+        state = self._call(record, "try_lock_anchor").target
         assert state in self._lockable_states, f"the spec's lock row left {state!r}, not lockable"
         return cast(LockOutcome, state)
 
@@ -295,7 +297,7 @@ class BufferPipeline:
             return 0
         record.arg_prefix_len = device_prefix_len
         self._new_lookups()  # a decision is a firing that changes nothing: its own lookups
-        outcome = self.machine.decide(record, "plan")
+        outcome = self.machine.decide(record, self.spec.calls["plan_staged_splice"][0])
         return 0 if outcome.ended else record.span_end - device_prefix_len
 
     def plan_staged_splice(self, req_id: str, device_prefix_len: int) -> tuple[int, int]:
@@ -305,7 +307,7 @@ class BufferPipeline:
         if record is None or record.state not in self._hold_states:
             return (0, 0)
         record.arg_prefix_len = device_prefix_len
-        if self._fire(record, "plan").ended:
+        if self._call(record, "plan_staged_splice").ended:
             return (0, 0)
         return (record.span_end - device_prefix_len, record.aux_tokens)
 
@@ -320,20 +322,19 @@ class BufferPipeline:
                 "prefix_indices must be the int64 device indices of the request's prefix "
                 "(MatchResult.device_indices)"
             )
-        record = self._live(req_id, "consume")
+        record = self._live(req_id, "init_load_back")
         if record.plan_prefix is None:
             raise LifecycleError(
                 req_id,
                 record.state,
-                "consume",
+                self.spec.calls["init_load_back"][-1],
                 self.machine.legal_events(record.state),
                 hint="no plan was made: call plan_staged_splice(req_id, device_prefix_len) first",
             )
         if prefix_indices.dim() != 1 or not prefix_indices.is_cpu:
             prefix_indices = prefix_indices.reshape(-1).cpu()
         record.arg_prefix_indices = prefix_indices
-        self._fire(record, "make_room")
-        if self._fire(record, "consume").ended:
+        if self._call(record, "init_load_back").ended:
             return _EMPTY
         assert record.device_indices is not None
         return record.device_indices
@@ -343,7 +344,7 @@ class BufferPipeline:
         record = self._records.get(req_id)
         if record is None or record.state not in self._hold_states:
             return False
-        self._fire(record, "release_hold")
+        self._call(record, "release_staged_hold")
         return True
 
     def release_aborted_request(self, req_id: str) -> None:
@@ -352,7 +353,7 @@ class BufferPipeline:
         self._dedup.stop_waiting(req_id)
         record = self._records.get(req_id)
         if record is not None:
-            self._fire(record, "abort")
+            self._call(record, "release_aborted_request")
 
     def due_retries(self, waiting_req_ids: Sequence[str]) -> list[str]:
         """Waiting requests whose paced retry is due now (the queue head never waits)."""
@@ -493,6 +494,15 @@ class BufferPipeline:
             instrument(TransitionEvent(record.request_id, outcome))
         return outcome
 
+    def _call(self, record: Record, call: ApiCall) -> Outcome:
+        """Fire the events the spec binds to the scheduler's ``call``, in order, until one ends
+        the record; the last outcome."""
+        for event in self.spec.calls[call]:
+            outcome = self._fire(record, event)
+            if outcome.ended:
+                break
+        return outcome
+
     def _new_lookups(self) -> None:
         """A new firing looks the tree up afresh (the module's essay: lookups last one firing)."""
         look = self._look
@@ -536,7 +546,9 @@ class BufferPipeline:
         if reason == "filled":
             self._retries.forget(request_id)
 
-    def _live(self, req_id: str, event: str) -> Record:
+    def _live(self, req_id: str, call: ApiCall) -> Record:
+        """The live record a call is for, if the call's event (its last) is legal now."""
+        event = self.spec.calls[call][-1]
         self._check_request_id(req_id)
         record = self._records.get(req_id)
         if record is None:
@@ -561,12 +573,12 @@ class BufferPipeline:
     def _run_commits(self) -> None:
         for request_id in list(self._parked) if self._parked else ():
             record = self._records[request_id]
-            self._fire(record, "commit")
+            self._call(record, "poll")
             if request_id in self._parked:
                 break  # FIFO: a hit still parked is not overtaken by later parked ones
         while self._hits:
             request_id, _ = self._hits.popitem(last=False)
-            self._fire(self._records[request_id], "commit")
+            self._call(self._records[request_id], "poll")
 
     def _submit(
         self,
@@ -879,6 +891,16 @@ BufferPipeline.EFFECTS = frozenset(
 BufferPipeline.EXITS = frozenset(
     name.removeprefix("_exit_") for name in vars(BufferPipeline) if name.startswith("_exit_")
 )
+
+
+def _check_calls(spec: LifecycleSpec) -> None:
+    """The pipeline makes every scheduler call: a spec must bind events to each."""
+    missing = [call for call in get_args(ApiCall) if call not in spec.calls]
+    if missing:
+        raise IncompleteImplementation(
+            f"the spec binds no events to the calls {', '.join(missing)}, which the pipeline "
+            "makes; name them under 'calls'"
+        )
 
 
 def _check_engine(

@@ -42,8 +42,9 @@ from ..runtime.hashing import ROOT_NAMESPACE, storage_key
 from ..runtime.io import OpKind
 from ..runtime.prefix_tree import Node, PrefixMatch
 from ..spec.load import DEFAULT_SPEC_PATH, load_spec
+from ..spec.schema import ApiCall
 from ..statemachine.books import ReadBooks
-from ..statemachine.machine import CompiledMachine
+from ..statemachine.machine import CompiledMachine, Outcome
 from ..statemachine.pipeline import BufferPipeline
 from ..statemachine.retry import RetryBook
 from .on_pipeline import OnPipeline
@@ -126,8 +127,8 @@ class BlindPolicy(OnPipeline):
             fetch = self._ops.pop(completion.op_id)
             fetch.arg_tokens = completion.tokens
             self.machine.fire(fetch, self.spec.completions[completion.kind])
-            if self.machine.allows(fetch.state, "commit"):  # in the hit's own pass
-                self.machine.fire(fetch, "commit")
+            if self.machine.allows(fetch.state, self.spec.calls["poll"][0]):
+                self._call(fetch, "poll")  # the commit follows a hit in its own pass
 
     def pending(self, request_id: str) -> bool:
         fetch = self._fetches.get(request_id)
@@ -139,21 +140,20 @@ class BlindPolicy(OnPipeline):
 
     def terminate(self, request_id: str) -> None:
         fetch = self._fetches.pop(request_id, None)
-        if fetch is not None:
-            self.machine.fire(fetch, "abort")  # a query or read in flight: its completion ends it
+        if fetch is not None:  # a query or read in flight: its completion ends it
+            self._call(fetch, "release_aborted_request")
 
     def admit(self, request_id: str, prefix: PrefixMatch, make_room: MakeRoom) -> torch.Tensor:
         self.retries.forget(request_id)  # scheduled: a pending retry is moot
         fetch = self._fetches.pop(request_id, None)
         if fetch is None:
             return EMPTY
-        if fetch.state not in self._hold:
-            self.machine.fire(fetch, "abort")  # still on its way: its completion ends it
+        if fetch.state not in self._hold:  # still on its way: its completion ends it
+            self._call(fetch, "release_aborted_request")
             return EMPTY
         fetch.arg_prefix, fetch.arg_make_room = prefix, make_room
-        for event in ("plan", "make_room", "consume", "ack"):  # one admission, all of them
-            if self.machine.fire(fetch, event).ended:
-                break
+        if not self._call(fetch, "plan_staged_splice").ended:  # one admission: plan, splice
+            self._call(fetch, "init_load_back")
         return EMPTY if fetch.slots is None else fetch.slots
 
     def due_retries(self, waiting: Sequence[str]) -> list[str]:
@@ -173,6 +173,14 @@ class BlindPolicy(OnPipeline):
         return dict(self.ended_unread)
 
     # ------------------------------------------------------------------ the machine's hooks
+
+    def _call(self, fetch: _BlindFetch, call: ApiCall) -> Outcome:
+        """Fire the events blind's spec binds to ``call``, in order, until one ends the fetch."""
+        for event in self.spec.calls[call]:
+            outcome = self.machine.fire(fetch, event)
+            if outcome.ended:
+                break
+        return outcome
 
     def _end(self, fetch: _BlindFetch, reason: str) -> None:
         """Settle the fetch's read as spliced from or wasted (under ``reason`` when nothing of
