@@ -72,7 +72,7 @@ from .model_world import (
     World,
     _Draft,
 )
-from .schema import SAME, BranchSpec, CompletionKind, LifecycleSpec
+from .schema import SAME, ApiCall, BranchSpec, CompletionKind, LifecycleSpec
 from .search import Search, StateT, StepT, attempts, breadth_first
 
 _EVICT = Step("world", -1, "evict")
@@ -91,6 +91,14 @@ class Result:
     truncated: bool = False
     unreached_edges: list[Edge] = field(default_factory=list)
     unreached_states: list[str] = field(default_factory=list)
+
+
+_LIVE_CALLS: dict[str, tuple[ApiCall, ...]] = {
+    "plan": ("plan_staged_splice",),
+    "consume": ("init_load_back",),
+    "plan_consume": ("plan_staged_splice", "init_load_back"),
+}
+"""The calls a step against the live prefix makes (``plan_consume``: both in one pass)."""
 
 
 class ModelChecker:
@@ -132,6 +140,8 @@ class ModelChecker:
         self._wants = [self.bounds.want(i) for i in range(self.bounds.requests)]
         self._call_of = {events[-1]: call for call, events in spec.calls.items()}
         """The scheduler call each event is fired by (a call's last event names it)."""
+        self._calls = spec.calls
+        """The events each scheduler call fires: the model steps on the spec's calls."""
         self._plan_then_consume = ("plan", "consume") in spec.atomic
         self._reads_others = frozenset({"commit"})
         """Steps that read other requests' records (in-flight dedup): memoised with them."""
@@ -273,14 +283,16 @@ class ModelChecker:
             return (live, Step("issue", i, "stale")) if below_want else (live,)
         out: list[Step] = []
         state = record.state
-        if (state, "lock") in self._rows:
-            out.append(Step("event", i, "lock"))
+        lock = self._first_event("try_lock_anchor")
+        if (state, lock) in self._rows:
+            out.append(Step("event", i, lock))
+        commit = self._first_event("poll")
         if (
-            (state, "commit") in self._rows
+            (state, commit) in self._rows
             and not record.op
             and (record.hit >= 0 or state in self.waiting_for_room)
         ):
-            out.append(Step("event", i, "commit"))
+            out.append(Step("event", i, commit))
         if state in self.holds:
             out.append(Step("live", i, "plan"))
             if self._plan_then_consume:  # one pass plans and consumes back to back, or plans
@@ -288,7 +300,10 @@ class ModelChecker:
             elif record.plan >= 0:
                 out.append(Step("live", i, "consume"))
         # (a design may have no call for these in some states: blind never releases a hold)
-        out += [Step("event", i, e) for e in ("release_hold", "abort") if (state, e) in self._rows]
+        for call in ("release_staged_hold", "release_aborted_request"):
+            event = self._first_event(call)
+            if (state, event) in self._rows:
+                out.append(Step("event", i, event))
         if record.op == "load":
             out.append(Step("load", i, "full"))
         elif record.op:  # L3 may have lost any tail of what is asked: every prefix is an outcome
@@ -387,19 +402,19 @@ class ModelChecker:
             self._fire(draft, i, what, Args(host_slack=step.slack), edges)
         elif kind == "live":
             args = Args(prefix=draft.device)
-            if what == "plan_consume":
-                self._fire(draft, i, "plan", args, edges)
+            for call in _LIVE_CALLS[what]:  # each call's events in order, until one ends it
+                for event in self._calls[call]:
+                    if self._fire(draft, i, event, args, edges) is not None:
+                        return
                 record = draft.records[i]
                 if record is None or record.state not in self.holds:
-                    return  # the plan released the hold: nothing to consume
-                what = "consume"
-            record = draft.records[i]
-            has_room_row = record is not None and (record.state, "make_room") in self._rows
-            if what == "consume" and has_room_row:  # init_load_back: make room, then consume
-                self._fire(draft, i, "make_room", args, edges)
-            self._fire(draft, i, what, args, edges)
+                    return  # the plan released the hold, or the splice moved it on
         else:
             self._complete(draft, i, step, edges)
+
+    def _first_event(self, call: ApiCall) -> str:
+        """The first event the spec binds to ``call`` ("" for a call the design lacks)."""
+        return self._calls.get(call, ("",))[0]
 
     def _issue(self, draft: _Draft, index: int, stale: bool, edges: set[Edge]) -> None:
         """Issue as a scheduler does, with the live match or one measured before an eviction."""

@@ -91,7 +91,8 @@ class ApiModelChecker(ModelChecker):
 
     def _request_steps(self, i: int, slot: Slot, below_want: bool) -> tuple[Step, ...]:
         steps = super()._request_steps(i, slot, below_want)
-        return tuple(step for step in steps if (step.kind, step.what) != ("event", "commit"))
+        commit = ("event", self._first_event("poll"))  # poll commits, never a step of its own
+        return tuple(step for step in steps if (step.kind, step.what) != commit)
 
     def _note_choice(
         self,
@@ -143,15 +144,15 @@ class ApiModelChecker(ModelChecker):
 
     def _run_commits(self, draft: _Draft, edges: set[Edge]) -> None:
         """A pass's commits: the parked FIFO from its head, then the new hits."""
-        records = draft.records
+        records, commit = draft.records, self._first_event("poll")
         fifo = sorted((r.queued, j) for j, r in enumerate(records) if _parked(r, self))
         for _, j in fifo:
-            self._fire(draft, j, "commit", Args(), edges)
+            self._fire(draft, j, commit, Args(), edges)
             if _parked(records[j], self):
                 break
         for j, record in enumerate(records):
             if record and record.hit >= 0 and not record.op and record.state in self.lockable:
-                self._fire(draft, j, "commit", Args(), edges)
+                self._fire(draft, j, commit, Args(), edges)
 
     def _encode(self, draft: _Draft) -> State:
         slots = [
