@@ -114,3 +114,6 @@ def test_what_a_record_holds_is_checked_against_its_states_holds() -> None:
     assert holds_problems(spec, record) == ["r0 is no_anchor yet holds a bounce"]
     record.state = "staged"  # pin: maybe, bounce: always
     assert holds_problems(spec, record) == []
+    record.state = "consumed"  # each invariant asks of its own resource
+    assert holds_problems(spec, record, ("pin",)) == ["r0 is consumed without its pin"]
+    assert holds_problems(spec, record, ("bounce",)) == []

@@ -96,12 +96,16 @@ def held(record: Record) -> dict[str, bool]:
     return {"pin": pinned, "bounce": record.host_indices is not None}
 
 
-def holds_problems(spec: LifecycleSpec, record: Record) -> list[str]:
-    """Where ``record`` holds other than its state's ``holds`` says: a resource it must hold
-    (``always``) and lacks, or one its state never holds and it has."""
+def holds_problems(
+    spec: LifecycleSpec, record: Record, resources: tuple[str, ...] = ("pin", "bounce")
+) -> list[str]:
+    """Where ``record`` holds other than its state's ``holds`` says, of ``resources``: one it
+    must hold (``always``) and lacks, or one its state never holds and it has."""
     state = spec.states[record.state]
     problems = []
     for resource, has in held(record).items():
+        if resource not in resources:
+            continue
         level = state.level(resource)
         if level is Level.ALWAYS and not has:
             problems.append(f"{record.request_id} is {record.state} without its {resource}")

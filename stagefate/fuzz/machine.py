@@ -454,8 +454,8 @@ class PipelineFuzzer(RuleBasedStateMachine):
             if record.pinned_node is not None:
                 assert record.pinned_node.attached, f"{record.request_id}'s pinned node evicted"
                 assert record.pinned_node.lock_ref > 0
-            problems = holds_problems(pipe.spec, record)
-            assert not problems, "; ".join(problems)  # pins and bounces, as the spec's holds say
+            problems = holds_problems(pipe.spec, record, ("pin",))
+            assert not problems, "; ".join(problems)  # pins as the spec's holds say
 
     @spec_invariant
     def pin_balance(self) -> None:
@@ -478,6 +478,9 @@ class PipelineFuzzer(RuleBasedStateMachine):
         assert pipe.host_pool.available() + bounce_owned(pipe) == pipe.host_pool.capacity, (
             "bounce leaked"
         )
+        for record in pipe.live_records.values():
+            problems = holds_problems(pipe.spec, record, ("bounce",))
+            assert not problems, "; ".join(problems)  # bounces as the spec's holds say
         if pipe.host_aux_pool is not None:
             host_aux = sum(
                 len(r.host_aux_indices)

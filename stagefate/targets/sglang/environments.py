@@ -87,7 +87,7 @@ def installed() -> dict[str, Installed]:
     for version in RELEASES:
         if version == here:
             found[version] = Installed(version, Path(sys.executable), True)
-        elif (environment(version) / READY).is_file():
+        elif _ready(environment(version)):
             found[version] = Installed(version, _python(environment(version)), False)
     return found
 
@@ -154,6 +154,28 @@ def _own_requirements(extra: str | None) -> list[Requirement]:
     return requirements
 
 
+def worker_requirements() -> list[str]:
+    """What stagefate needs in a release's environment: its dependencies and the ``tools``
+    extra (a worker runs the fuzzer's strategies), torch and Graphviz aside. Written without
+    the extra's marker: pip evaluates ``extra == "tools"`` false outside an extra's install and
+    would skip them."""
+    return [
+        f"{r.name}{r.specifier}"
+        for r in _own_requirements(None) + _own_requirements("tools")
+        if _canonical(r.name) not in _NOT_FOR_WORKERS and _canonical(r.name) != "torch"
+    ]
+
+
+def _ready(path: Path) -> bool:
+    """The environment at ``path`` was built whole, with what stagefate needs there today (one
+    built before a requirement changed is rebuilt by the next install)."""
+    try:
+        ready = json.loads((path / READY).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(ready, dict) and ready.get("stagefate") == worker_requirements()
+
+
 def _pinned(
     names: list[str], own: dict[str, Requirement], wheel: dict[str, Requirement]
 ) -> list[str]:
@@ -218,15 +240,12 @@ def _build(version: str, partial: Path, say: Callable[[str], None]) -> None:
     imported = [r.name for r in extra.values()] + list(_IMPORTED)
     step("what its tree and pipeline import", [*pip, *_pinned(imported, extra, wheel)])
     step("their import-only packages", [*pip, "--no-deps", *_pinned(list(_NO_DEPS), {}, wheel)])
-    own = [
-        str(r)
-        for r in _own_requirements(None) + _own_requirements("tools")
-        if _canonical(r.name) not in _NOT_FOR_WORKERS and _canonical(r.name) != "torch"
-    ]
+    own = worker_requirements()
     step("what stagefate needs there", [*pip, *own])
     step(
         "one prefetch through its pipeline, in the worker",
         [str(python), "-m", "stagefate.targets.sglang.worker", "--check", version],
         env=worker_environment(python),
     )
-    (partial / READY).write_text(json.dumps({"version": version, "torch": TORCH}) + "\n")
+    ready = {"version": version, "torch": TORCH, "stagefate": own}
+    (partial / READY).write_text(json.dumps(ready) + "\n")
