@@ -69,6 +69,17 @@ class Outcome:
         return self.reason is not None
 
 
+def named_methods(cls: type, prefix: str) -> frozenset[str]:
+    """The spec names ``cls`` implements as ``{prefix}{name}`` methods (``_guard_zero_pages``
+    is ``zero_pages``): what binding by name finds, for the completeness check."""
+    return frozenset(name.removeprefix(prefix) for name in vars(cls) if name.startswith(prefix))
+
+
+def bind(owner: object, prefix: str, names: Collection[str]) -> dict[str, Any]:
+    """``{name: owner.<prefix><name>}``: the bound methods a machine is built from."""
+    return {name: getattr(owner, f"{prefix}{name}") for name in names}
+
+
 def require_complete(
     spec: LifecycleSpec,
     guards: Mapping[str, object],

@@ -81,7 +81,7 @@ from .errors import IncompleteImplementation, LifecycleError
 from .group import Group
 from .io_ops import IOOperations, Run, span_digests
 from .lockstep import RankAgreement
-from .machine import CompiledMachine, Outcome
+from .machine import CompiledMachine, Outcome, bind, named_methods
 from .record import Instrument, Lookups, Record, TransitionEvent
 from .retry import RetryBook
 from .stats import Stats
@@ -173,14 +173,14 @@ class BufferPipeline:
             for name in self.GROUPS
         )  # a missing group is named by the machine's completeness check just below
         _check_calls(self.spec)
-        guards = {name: getattr(self, f"_guard_{name}") for name in self.GUARDS}
-        effects = {name: getattr(self, f"_effect_{name}") for name in self.EFFECTS}
+        guards = bind(self, "_guard_", self.GUARDS)
+        effects = bind(self, "_effect_", self.EFFECTS)
         self.machine: CompiledMachine[Record] = CompiledMachine(
             self.spec,
             guards,
             effects,
             counts=self._counts,
-            exits={name: getattr(self, f"_exit_{name}") for name in self.EXITS},
+            exits=bind(self, "_exit_", self.EXITS),
             end=self._end,
             groups=self.GROUPS,
         )
@@ -194,6 +194,7 @@ class BufferPipeline:
         self.cap = cfg.anchor_lock_cap
         self.pinned_tokens = 0
         self._records: dict[str, Record] = {}
+        self._live_view = MappingProxyType(self._records)  # a view: it follows the dict
         self._look = Lookups()
         self._ops: dict[int, Record] = {}
         """Operation id -> the live record it is the current operation of (ends pop theirs)."""
@@ -406,7 +407,7 @@ class BufferPipeline:
     def live_records(self) -> Mapping[str, Record]:
         """The live records by request id, as a read-only view (for checkers, metrics and
         tests: a record belongs to the lifecycle, so read it and never write it)."""
-        return MappingProxyType(self._records)
+        return self._live_view
 
     def retry_pending(self, req_id: str) -> bool:
         """A paced retry is armed for the request: :meth:`due_retries` names it when it is due."""
@@ -882,15 +883,9 @@ class BufferPipeline:
             )
 
 
-BufferPipeline.GUARDS = frozenset(
-    name.removeprefix("_guard_") for name in vars(BufferPipeline) if name.startswith("_guard_")
-)
-BufferPipeline.EFFECTS = frozenset(
-    name.removeprefix("_effect_") for name in vars(BufferPipeline) if name.startswith("_effect_")
-)
-BufferPipeline.EXITS = frozenset(
-    name.removeprefix("_exit_") for name in vars(BufferPipeline) if name.startswith("_exit_")
-)
+BufferPipeline.GUARDS = named_methods(BufferPipeline, "_guard_")
+BufferPipeline.EFFECTS = named_methods(BufferPipeline, "_effect_")
+BufferPipeline.EXITS = named_methods(BufferPipeline, "_exit_")
 
 
 def _check_calls(spec: LifecycleSpec) -> None:

@@ -7,11 +7,14 @@ import contextlib
 import os
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import torch
+import yaml
 from hypothesis import HealthCheck, Phase, settings
 
 from stagefate import BufferPipeline, MemoryStorage, PipelineConfig
+from stagefate.spec.load import DEFAULT_SPEC_PATH
 from stagefate.testing import Pair, assert_quiescent, kv_marks, make_pair, settle
 
 __all__ = [
@@ -117,3 +120,9 @@ def staged_with_threaded_io(tokens: int) -> tuple[BufferPipeline, list[int]]:
         time.sleep(0.001)
     assert consumer.state("r") == "staged"
     return consumer, seq
+
+
+def spec_document() -> dict[str, Any]:
+    """The shipped ``lifecycle.yaml`` as a fresh dict, for a test to edit into another spec."""
+    loaded: dict[str, Any] = yaml.safe_load(DEFAULT_SPEC_PATH.read_text(encoding="utf-8"))
+    return loaded

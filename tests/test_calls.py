@@ -4,34 +4,24 @@ the generated programs' world (``LineWorld``, one method per event the model ste
 
 from __future__ import annotations
 
-import copy
-from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from stagefate import BufferPipeline, PipelineConfig
 from stagefate.spec import SpecError, load_spec, parse_spec
-from stagefate.spec.load import DEFAULT_SPEC_PATH
 from stagefate.spec.model_world import Bounds, Step
 from stagefate.spec.modelcheck import ModelChecker
 from stagefate.statemachine.errors import IncompleteImplementation
 from stagefate.testing import LineWorld, make_pair, settle
-from tests.harness import config, seq_of
-
-DOCUMENT: dict[str, Any] = yaml.safe_load(Path(DEFAULT_SPEC_PATH).read_text(encoding="utf-8"))
-
-
-def _document() -> dict[str, Any]:
-    return copy.deepcopy(DOCUMENT)
+from tests.harness import config, seq_of, spec_document
 
 
 def test_the_lifecycle_binds_each_call_and_an_unknown_event_is_refused() -> None:
     calls = load_spec().calls
     assert calls["init_load_back"] == ("make_room", "consume")
     assert calls["release_aborted_request"] == ("abort",)
-    doc = _document()
+    doc = spec_document()
     doc["calls"]["release_staged_hold"] = ["release"]
     with pytest.raises(SpecError, match="'release_staged_hold' fires \\['release'\\]"):
         parse_spec(doc)
@@ -39,7 +29,7 @@ def test_the_lifecycle_binds_each_call_and_an_unknown_event_is_refused() -> None
 
 def test_the_pipeline_fires_what_the_spec_binds() -> None:
     """Bound to ``abort``, releasing a hold ends it ``aborted``, not ``released``."""
-    doc = _document()
+    doc = spec_document()
     doc["calls"]["release_staged_hold"] = ["abort"]
     cfg = config(page_size=4)
     pair = make_pair(cfg)
@@ -53,7 +43,7 @@ def test_the_pipeline_fires_what_the_spec_binds() -> None:
 
 
 def test_a_spec_without_a_call_the_pipeline_makes_is_refused() -> None:
-    doc = _document()
+    doc = spec_document()
     del doc["calls"]["try_lock_anchor"]
     with pytest.raises(IncompleteImplementation, match="binds no events to the calls try_lock"):
         BufferPipeline(PipelineConfig(), spec=parse_spec(doc))

@@ -3,12 +3,10 @@ has teeth."""
 
 from __future__ import annotations
 
-import copy
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from stagefate.spec import SpecError, load_spec, parse_spec, run_static_checks
 from stagefate.spec.checks import (
@@ -25,6 +23,7 @@ from stagefate.spec.checks import (
 from stagefate.spec.diagram import drawn_phases, overview_edges, phase_edges
 from stagefate.spec.load import DEFAULT_SPEC_PATH
 from stagefate.statemachine.bindings import implemented_names
+from tests.harness import spec_document
 
 SECTION_3_STATES = {
     "issued",
@@ -40,11 +39,6 @@ SECTION_3_STATES = {
     "consumed",
     "released",
 }
-
-
-def document() -> dict[str, Any]:
-    loaded: dict[str, Any] = yaml.safe_load(DEFAULT_SPEC_PATH.read_text())
-    return copy.deepcopy(loaded)
 
 
 def row(doc: dict[str, Any], source: str, event: str) -> dict[str, Any]:
@@ -66,7 +60,7 @@ def test_shipped_spec_passes_every_static_check_with_the_pipeline_bound() -> Non
 
 
 def test_unknown_name_is_rejected_with_field_path_and_fix() -> None:
-    doc = document()
+    doc = spec_document()
     row(doc, "reading", "read_done")["branches"][0]["guard"] = "read_emptyy"
     with pytest.raises(SpecError) as info:
         parse_spec(doc, "broken.yaml")
@@ -75,7 +69,7 @@ def test_unknown_name_is_rejected_with_field_path_and_fix() -> None:
 
 
 def test_malformed_field_names_its_path() -> None:
-    doc = document()
+    doc = spec_document()
     doc["states"]["locked"]["holds"] = {"pin": "sometimes"}
     with pytest.raises(SpecError, match=r"states\.locked\.holds\.pin"):
         parse_spec(doc)
@@ -138,18 +132,18 @@ def test_implementations_check_runs_both_ways_over_counters_and_groups() -> None
     ids=["unknown-state", "terminal-state", "empty", "no-doc"],
 )
 def test_a_broken_group_is_rejected_with_the_fix(edit: Any, expected: str) -> None:
-    doc = document()
+    doc = spec_document()
     edit(doc)
     with pytest.raises(SpecError, match=expected):
         parse_spec(doc)
 
 
 def test_an_undeclared_or_clashing_counter_is_rejected() -> None:
-    doc = document()
+    doc = spec_document()
     row(doc, "reading", "read_done")["branches"][1]["count"] = ["stagedd"]
     with pytest.raises(SpecError, match="unknown counter 'stagedd'; declare it under 'counters'"):
         parse_spec(doc)
-    doc = document()
+    doc = spec_document()
     doc["counters"]["filled"] = "counted twice"
     with pytest.raises(SpecError, match="counter 'filled' is also a reason"):
         parse_spec(doc)
@@ -160,7 +154,7 @@ def test_the_code_reads_groups_from_the_spec_and_refuses_a_spec_without_one() ->
     assert spec.group("hold") == {"staged", "trimmed"}
     with pytest.raises(KeyError, match="add it under 'groups'"):
         spec.group("resting")
-    doc = document()
+    doc = spec_document()
     del doc["groups"]["pending"]
     from stagefate import BufferPipeline, PipelineConfig
     from stagefate.statemachine.errors import IncompleteImplementation
@@ -175,11 +169,11 @@ def test_an_exit_names_a_declared_group_and_runs_on_moves_out_of_it() -> None:
     assert spec.exits_on("consumed", "released") == ("disown_span",)
     assert spec.exits_on("parked", "parked") == ()
     assert spec.exits_on("parked", "released") == ("leave_parked_fifo",)
-    doc = document()
+    doc = spec_document()
     del doc["groups"]["owning"]
     with pytest.raises(SpecError, match="exit 'disown_span' leaves 'owning', which is neither"):
         parse_spec(doc)
-    doc = document()
+    doc = spec_document()
     del doc["exits"]["disown_span"]
     from stagefate import BufferPipeline, PipelineConfig
     from stagefate.statemachine.errors import IncompleteImplementation
@@ -189,18 +183,18 @@ def test_an_exit_names_a_declared_group_and_runs_on_moves_out_of_it() -> None:
 
 
 def test_pure_revoke_check_finds_a_bounce_before_the_commit() -> None:
-    doc = document()
+    doc = spec_document()
     doc["states"]["parked"]["holds"]["bounce"] = "maybe"
     findings = check_pure_revoke(parse_spec(doc))
     assert any("pre-commit state 'parked' may hold the bounce" in f.message for f in findings)
-    doc = document()
+    doc = spec_document()
     row(doc, "locked", "hit")["branches"][0]["effects"] = ["unpin", "alloc_bounce", "free_bounce"]
     findings = check_pure_revoke(parse_spec(doc))
     assert any("a revoke must allocate nothing" in f.message for f in findings)
 
 
 def test_reachability_check_finds_an_orphan_state() -> None:
-    doc = document()
+    doc = spec_document()
     doc["states"]["orphan"] = {"doc": "nothing leads here"}
     doc["transitions"].append(
         {
@@ -214,7 +208,7 @@ def test_reachability_check_finds_an_orphan_state() -> None:
 
 
 def test_termination_check_finds_a_trap() -> None:
-    doc = document()
+    doc = spec_document()
     doc["states"]["trap"] = {"doc": "no way out"}
     doc["transitions"].append({"from": ["trap"], "event": "abort", "branches": [{"to": "same"}]})
     row(doc, "reading", "abort")["branches"][0]["to"] = "trap"
@@ -224,13 +218,13 @@ def test_termination_check_finds_a_trap() -> None:
 
 
 def test_determinism_check_finds_missing_fallback_and_shadowed_branch() -> None:
-    doc = document()
+    doc = spec_document()
     branches = row(doc, "staged", "plan")["branches"]
     branches[-1]["guard"] = "trim_positive"  # duplicate guard, and no fallback
     findings = [f.message for f in check_determinism(parse_spec(doc))]
     assert any("no transition; add an unguarded fallback" in m for m in findings)
     assert any("guard 'trim_positive' is tried twice" in m for m in findings)
-    doc = document()
+    doc = spec_document()
     branches = row(doc, "reading", "read_done")["branches"]
     branches[0]["guard"] = None
     findings = [f.message for f in check_determinism(parse_spec(doc))]
@@ -238,7 +232,7 @@ def test_determinism_check_finds_missing_fallback_and_shadowed_branch() -> None:
 
 
 def test_resource_balance_check_finds_a_leaked_bounce() -> None:
-    doc = document()
+    doc = spec_document()
     row(doc, "staged", "release_hold")["branches"][0]["effects"] = ["unpin"]
     findings = [f.message for f in check_resource_balance(parse_spec(doc))]
     assert findings == [
@@ -250,14 +244,14 @@ def test_resource_balance_check_finds_a_leaked_bounce() -> None:
 
 
 def test_resource_balance_check_finds_a_double_acquire() -> None:
-    doc = document()
+    doc = spec_document()
     row(doc, "locked", "lock")["branches"][0]["effects"] = ["pin_anchor"]
     findings = [f.message for f in check_resource_balance(parse_spec(doc))]
     assert len(findings) == 1 and "double acquire" in findings[0]
 
 
 def test_resource_balance_check_finds_a_missing_acquire() -> None:
-    doc = document()
+    doc = spec_document()
     commit = row(doc, "locked", "commit")["branches"][-1]
     commit["effects"] = ["pin_if_possible", "launch_read"]  # no alloc_bounce
     findings = [f.message for f in check_resource_balance(parse_spec(doc))]
@@ -265,7 +259,7 @@ def test_resource_balance_check_finds_a_missing_acquire() -> None:
 
 
 def test_terminal_check_finds_holdings_and_exits() -> None:
-    doc = document()
+    doc = spec_document()
     doc["states"]["released"]["holds"] = {"pin": "maybe"}
     doc["transitions"].append(
         {"from": ["released"], "event": "abort", "branches": [{"to": "same"}]}
@@ -276,14 +270,14 @@ def test_terminal_check_finds_holdings_and_exits() -> None:
 
 
 def test_unused_check_finds_dead_declarations() -> None:
-    doc = document()
+    doc = spec_document()
     doc["guards"]["never_used"] = "declared for nothing"
     findings = [f.message for f in check_unused(parse_spec(doc))]
     assert findings == ["guard 'never_used' is declared but no transition uses it"]
 
 
 def test_diagram_check_finds_a_state_without_phase_and_a_reason_in_two_families() -> None:
-    doc = document()
+    doc = spec_document()
     doc["diagram"]["phases"][1]["states"] = []  # parked has no phase now
     doc["diagram"]["phases"][1]["states"].append("parkd")
     doc["diagram"]["families"][0]["reasons"].append("aborted")

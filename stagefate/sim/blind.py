@@ -30,6 +30,7 @@ storage) and a :class:`~stagefate.runtime.ManualIO` of its own.
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -41,16 +42,24 @@ from ..runtime import IOOp, IOResult, ManualIO, TokenKey, page_hashes
 from ..runtime.hashing import ROOT_NAMESPACE, storage_key
 from ..runtime.io import OpKind
 from ..runtime.prefix_tree import Node, PrefixMatch
+from ..spec import LifecycleSpec
 from ..spec.load import DEFAULT_SPEC_PATH, load_spec
 from ..spec.schema import ApiCall
 from ..statemachine.books import ReadBooks
-from ..statemachine.machine import CompiledMachine, Outcome
+from ..statemachine.machine import CompiledMachine, Outcome, bind, named_methods
 from ..statemachine.pipeline import BufferPipeline
 from ..statemachine.retry import RetryBook
 from .on_pipeline import OnPipeline
 from .policy import EMPTY, MakeRoom
 
 SPEC_PATH = DEFAULT_SPEC_PATH.parent / "designs" / "blind.yaml"
+
+
+@functools.cache
+def blind_spec() -> LifecycleSpec:
+    """blind's spec, read once a process: one spec object, so its rows compile once (the
+    machine caches them per spec object) however many replays build a policy."""
+    return load_spec(SPEC_PATH)
 
 
 @dataclass(eq=False)
@@ -84,11 +93,11 @@ class BlindPolicy(OnPipeline):
     def __init__(self, pipe: BufferPipeline) -> None:
         super().__init__(pipe)
         self.io = ManualIO()
-        self.spec = spec = load_spec(SPEC_PATH)
+        self.spec = spec = blind_spec()
         self.machine: CompiledMachine[_BlindFetch] = CompiledMachine(
             spec,
-            {name: getattr(self, f"_guard_{name}") for name in self.GUARDS},
-            {name: getattr(self, f"_effect_{name}") for name in self.EFFECTS},
+            bind(self, "_guard_", self.GUARDS),
+            bind(self, "_effect_", self.EFFECTS),
             exits={},
             end=self._end,
         )
@@ -329,9 +338,5 @@ class BlindPolicy(OnPipeline):
         return int(fetch.host.numel())
 
 
-BlindPolicy.GUARDS = frozenset(
-    name.removeprefix("_guard_") for name in vars(BlindPolicy) if name.startswith("_guard_")
-)
-BlindPolicy.EFFECTS = frozenset(
-    name.removeprefix("_effect_") for name in vars(BlindPolicy) if name.startswith("_effect_")
-)
+BlindPolicy.GUARDS = named_methods(BlindPolicy, "_guard_")
+BlindPolicy.EFFECTS = named_methods(BlindPolicy, "_effect_")
