@@ -10,7 +10,7 @@ import pytest
 from stagefate.cli import main
 from stagefate.registry import make_replay
 from stagefate.sim.conversations import infer_turns
-from stagefate.sim.trace import TraceRequest
+from stagefate.sim.trace import TraceRequest, load_trace
 
 from .test_replay import SMALL
 
@@ -134,6 +134,16 @@ def test_open_arrivals_are_the_default_and_unchanged_where_there_are_no_turns() 
         figures.pop("wall_seconds")
         figures["arrivals"].pop("mode")
     assert one == other
+
+
+def test_the_bench_replays_the_arrivals_the_cli_would() -> None:
+    from stagefate.bench.replay import bench_options
+
+    conversation = _conversation()
+    assert bench_options(conversation)[0].arrivals == "causal"
+    assert bench_options(conversation[:2])[0].arrivals == "open"
+    slice_options, slice_turns = bench_options(load_trace(None))
+    assert (slice_options.arrivals, len(slice_turns.predecessor)) == ("causal", 109)
 
 
 def test_the_cli_picks_causal_where_the_trace_has_turns(

@@ -165,7 +165,7 @@ def _choose_arrivals(args: argparse.Namespace, trace: list[TraceRequest]) -> Non
 
     turns = infer_turns(trace)
     if args.arrivals is None:
-        args.arrivals = "causal" if turns.predecessor else "open"
+        args.arrivals = turns.default_arrivals
     if turns.predecessor or turns.shared_prefixes:
         console.print(
             f"arrivals {args.arrivals}: {len(turns.predecessor):,} turns of "

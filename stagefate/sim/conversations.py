@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Literal
 
 from .trace import BLOCK_TOKENS, TraceRequest
 
@@ -55,6 +56,12 @@ class Turns:
     def whole_prompt(self) -> int:
         """Turns that extend their predecessor's whole prompt."""
         return len(self.predecessor) - len(self.less_partial_block)
+
+    @property
+    def default_arrivals(self) -> Literal["open", "causal"]:
+        """What a replay honours unless told: the turns where the trace has any (a turn that
+        arrives before the one it follows finds nothing to reuse), the trace's times else."""
+        return "causal" if self.predecessor else "open"
 
 
 def infer_turns(trace: list[TraceRequest]) -> Turns:
