@@ -420,3 +420,85 @@ def test_a_recorded_program_replays_in_a_release_process_as_it_does_here() -> No
     programs = pickle.loads(pickle.dumps([(FuzzConfig(), calls)]))
     ((waste, skipped),) = replayed_in_this_release(programs, (None,), "python", ())
     assert skipped == 0 and waste.read >= waste.spliced > 0
+
+
+# ---------------------------------------------------------------------- SGLang's hit metrics
+
+
+def _metered(driver: Any) -> Any:
+    """``driver``'s consumer with SGLang's storage metrics on, exported into a stand-in."""
+    from stagefate.targets.sglang.hit_accounting import HitMetrics
+
+    metrics = HitMetrics()
+    driver.consumer.cache.enable_storage_metrics = True
+    driver.consumer.cache.storage_metrics_collector = metrics
+    return metrics
+
+
+@pytest.mark.usefixtures("sglang")
+def test_sglang_exports_each_hit_token_once_loaded_unfulfilled_or_left_out() -> None:
+    """r0 loads its whole hit; r1's hit is half on the device by its admission (a sibling
+    published r1's head: device_covered); r2 is aborted while staged, and r0 is retracted and
+    re-admitted (both left out of the metrics on purpose). At every point the exported hit
+    tokens less the unfulfilled equal the world's loads plus what was left out."""
+    from stagefate.targets.sglang.hit_accounting import keeps_hit_metrics
+    from stagefate.targets.sglang.machine import SEQUENCES, fuzz_world
+
+    driver = fuzz_world(FuzzConfig(), namespaces=(None,))
+    try:
+        if not keeps_hit_metrics(driver.consumer.cache):
+            pytest.skip("this release exports no per-request hit metrics (0.5.19)")
+        metrics, world = _metered(driver), driver.world_loads
+        driver.issue("r0", SEQUENCES[0], None)
+        driver.settle()
+        assert driver.admit("r0") == len(SEQUENCES[0])
+        driver.settle()
+        whole = len(SEQUENCES[0])
+        assert (metrics.hit, world.loaded, metrics.problem(world)) == (whole, whole, None)
+
+        driver.issue("r1", SEQUENCES[2], None)
+        driver.settle()
+        driver.publish(SEQUENCES[2][: 4 * PAGE], None)  # a sibling computed r1's head
+        loaded = driver.admit("r1")
+        driver.settle()
+        assert metrics.unfulfilled["device_covered"] == 2 * PAGE
+        assert world.loaded == whole + loaded and metrics.problem(world) is None
+
+        driver.issue("r2", SEQUENCES[1], None)
+        driver.settle()
+        driver.abort("r2")
+        driver.stop_decoding("r0")
+        driver.issue("r0", SEQUENCES[0], None, fresh=True, retracted=True)
+        driver.settle()
+        driver.admit("r0")
+        driver.settle()
+        assert world.left_out > 0 and metrics.problem(world) is None
+    finally:
+        driver.close()
+
+
+@pytest.mark.usefixtures("sglang")
+def test_hit_tokens_resolved_without_a_reason_are_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A planted bug: admission forgets the tokens the device covered, so the ack resolves
+    them silently (fulfilled without a reason) and they are exported as neither."""
+    from stagefate.targets.sglang.hit_accounting import keeps_hit_metrics
+    from stagefate.targets.sglang.machine import SEQUENCES, fuzz_world
+
+    driver = fuzz_world(FuzzConfig(), namespaces=(None,))
+    try:
+        cache = driver.consumer.cache
+        if not keeps_hit_metrics(cache):
+            pytest.skip("this release exports no per-request hit metrics (0.5.19)")
+        monkeypatch.setattr(type(cache), "_settle_storage_prefetch_hit", lambda *args, **kw: None)
+        metrics = _metered(driver)
+        driver.issue("r1", SEQUENCES[2], None)
+        driver.settle()
+        driver.publish(SEQUENCES[2][: 4 * PAGE], None)
+        loaded = driver.admit("r1")
+        driver.settle()
+        problem = metrics.problem(driver.world_loads)
+        assert problem is not None
+        assert f"the world's admissions loaded {loaded}" in problem
+        assert f"{len(SEQUENCES[2]) - loaded:+d} tokens unaccounted for" in problem
+    finally:
+        driver.close()

@@ -26,7 +26,10 @@ implementation keeps, read from SGLang's own state:
 * at quiescence (everything aborted or admitted, the pipeline settled): no anchor lock, no
   prefetch in flight, no staged hold, the host pool back at its baseline, every device slot
   either free or in the tree, ``is_idle``, no structure of SGLang's naming a request, and
-  SGLang's own count of prefetches issued equal to the existence queries the world was given;
+  SGLang's own count of prefetches issued equal to the existence queries the world was given,
+  and (0.5.20 on) the storage-hit tokens it exports, less those it exports as unfulfilled,
+  equal to what the world's admissions loaded plus what aborts and retractions left out of its
+  metrics (:mod:`.hit_accounting`);
 * SGLang's run follows its own design: the transition log its decisions write
   (:mod:`.design_log`) is valid against the design its release and knobs follow
   (``spec/designs/``) and every record in it ended (``fuzz --target sglang --log FILE`` keeps
@@ -67,6 +70,7 @@ from . import require
 from .design_log import design_path, load_design, watch_design
 from .fuzz_config import PAGE, FuzzConfig, configurations
 from .generations import stepped_sglang
+from .hit_accounting import HitMetrics, keeps_hit_metrics
 from .pipeline import SteppedSGLang
 from .request_books import per_request_books
 from .waste import (
@@ -127,17 +131,6 @@ class KeepL3:
         return (zlib.crc32(name.encode()) + self.seed) % 8 != 0
 
 
-class _DropReasons:
-    """Stands in for SGLang's storage metrics collector: counts the tokens of storage hits that
-    were not delivered, by SGLang's reason; every other metric call is ignored."""
-
-    def log_storage_prefetch_unfulfilled_tokens(self, tokens: int, reason: str) -> None:
-        OUTCOMES[f"unfulfilled tokens: {reason}"] += tokens
-
-    def __getattr__(self, name: str) -> Any:
-        return lambda *args, **kwargs: None
-
-
 class SGLangPipelineFuzzer(RuleBasedStateMachine):
     core = "python"
     sanity_check = True
@@ -177,7 +170,8 @@ class SGLangPipelineFuzzer(RuleBasedStateMachine):
         self._count_lock_outcomes()
         cache = driver.consumer.cache
         cache.enable_storage_metrics = True  # SGLang's own hit accounting runs, reasons counted
-        cache.storage_metrics_collector = self.metrics = ReadTokens(passed_on=_DropReasons())
+        self.hit_metrics = HitMetrics()
+        cache.storage_metrics_collector = self.metrics = ReadTokens(passed_on=self.hit_metrics)
         self.design_log = io.StringIO()
         watch_design(driver, TransitionLog(self.design_log))
         self.queries_queued = 0
@@ -234,7 +228,7 @@ class SGLangPipelineFuzzer(RuleBasedStateMachine):
     def _retract(self, rid: str) -> None:
         self.driver.stop_decoding(rid)
         request = self.driver.requests[rid]
-        self.driver.issue(rid, request.tokens, request.namespace, fresh=True)
+        self.driver.issue(rid, request.tokens, request.namespace, fresh=True, retracted=True)
 
     @precondition(lambda self: bool(self._retractable()))
     @rule(data=st.data(), pages=st.sampled_from((1, 16, 64)))
@@ -452,6 +446,11 @@ class SGLangPipelineFuzzer(RuleBasedStateMachine):
                 f"SGLang counts {int(stats['issued'])} prefetches issued, but the world was "
                 f"given {self.queries_queued} existence queries to answer"
             )
+            for reason, tokens in self.hit_metrics.unfulfilled.items():
+                OUTCOMES[f"unfulfilled tokens: {reason}"] += tokens
+            if keeps_hit_metrics(cache):
+                problem = self.hit_metrics.problem(self.driver.world_loads)
+                assert problem is None, problem
             pipeline = self.pipeline
             assert not self._in("waiting"), f"requests never ended: {self._in('waiting')}"
             assert not pipeline.anchor_locks, f"anchor locks left: {pipeline.anchor_locks}"

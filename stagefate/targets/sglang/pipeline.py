@@ -61,6 +61,7 @@ from .cache import (
     tiny_kv_pool,
     unified_cache,
 )
+from .hit_accounting import WorldLoads
 from .slot_owners import slot_problems
 
 
@@ -114,6 +115,9 @@ class Request:
     state: Literal["waiting", "admitted", "aborted"] = "waiting"
     """Where the scheduler has it: in the waiting queue (its prefetch in flight, staged, or
     ended with nothing to load), admitted, or aborted."""
+    retracted: bool = False
+    """Re-queued by a retraction (SGLang's ``retracted_stain``): its admission leaves its
+    storage hit out of the metrics."""
 
 
 @dataclass
@@ -177,6 +181,9 @@ class SteppedSGLang(ABC):
     """A ``torch.distributed`` process group of the tensor-parallel ranks (one process each;
     gloo on a CPU): SGLang's cache agrees its hit counts and acks over it. None: one rank."""
     tp_rank: int = 0
+    world_loads: WorldLoads = field(default_factory=WorldLoads)
+    """What admissions loaded and what aborts and retractions left out, in the terms of
+    SGLang's storage-hit metrics (:mod:`.hit_accounting`)."""
 
     def __post_init__(self) -> None:
         require()
@@ -480,6 +487,7 @@ class SteppedSGLang(ABC):
         stale: bool = False,
         storage_hit_end: int | None = None,
         fresh: bool = False,
+        retracted: bool = False,
     ) -> Request:
         """Re-anchor on the deepest device node and prefetch the rest (``stale``: as if the
         match were one page longer than the live one, the way a match made before an eviction
@@ -487,7 +495,7 @@ class SteppedSGLang(ABC):
         keeps it; ``storage_hit_end`` is what 0.5.20's retry book returned (0.5.19 has none).
         ``fresh``: a new request under a known rid, or one the scheduler re-queued (a new
         ``Req`` reusing an aborted one's id; a retracted ``Req``): the same key, and the
-        scheduler's retry fields start over."""
+        scheduler's retry fields start over; ``retracted`` says which of the two)."""
         cache = self.consumer.cache
         match = self._match(self.consumer, tokens, namespace)
         matched = min(device_prefix_len(match) + (self.page_size if stale else 0), len(tokens))
@@ -496,7 +504,7 @@ class SteppedSGLang(ABC):
             anchor = cache.root_node_handle(namespace)
         request = self.requests.get(rid)
         if request is None or fresh:
-            request = Request(self.request_key(rid), tokens, namespace)
+            request = Request(self.request_key(rid), tokens, namespace, retracted=retracted)
             self.requests[rid] = request
             self.forget_retries(rid)
         elif request.state != "waiting":
@@ -573,11 +581,20 @@ class SteppedSGLang(ABC):
     def _admitted(self, request: Request) -> None:
         """What the adder does once a request is admitted, loaded or not: 0.5.20 and later close
         its storage wait (``finish_storage_prefetch_admission``, from
-        ``_account_prefill_cache_admission``)."""
+        ``_account_prefill_cache_admission``), and leave a retracted request's storage hit out
+        of the metrics (``discard_storage_prefetch_accounting``)."""
         request.state = "admitted"
-        finish = getattr(self.consumer.cache, "finish_storage_prefetch_admission", None)
-        if finish is not None:
-            finish(request.handle, fulfilled_tokens=request.loaded_tokens, reason=None)
+        cache = self.consumer.cache
+        finish = getattr(cache, "finish_storage_prefetch_admission", None)
+        if finish is None:
+            return
+        if request.retracted:
+            self.world_loads.leave_out(cache, request.handle)
+            cache.discard_storage_prefetch_accounting(request.handle)
+            finish(request.handle, fulfilled_tokens=0, reason=None)
+            return
+        self.world_loads.loaded += request.loaded_tokens
+        finish(request.handle, fulfilled_tokens=request.loaded_tokens, reason=None)
 
     def _load(self, rid: str, request: Request, make_room: Callable[[int], object] | None) -> None:
         """The staged span's plan and load back, as the adder makes them."""
@@ -640,7 +657,13 @@ class SteppedSGLang(ABC):
             cache.dec_lock_ref(node, receipt.to_dec_params())
 
     def abort(self, rid: str) -> None:
+        """The scheduler aborts ``rid``: SGLang lets go of its prefetch, staged hold or load
+        back, and leaves what it had not resolved of its storage hit out of the metrics (a
+        load back in flight then counts for nothing there)."""
         request = self.requests[rid]
+        if request.state == "admitted" and not request.retracted and self.loading(rid):
+            self.world_loads.loaded -= request.loaded_tokens
+        self.world_loads.leave_out(self.consumer.cache, request.handle)
         self.consumer.cache.release_aborted_request(request.handle)
         request.state = "aborted"
         self.forget_retries(rid)
