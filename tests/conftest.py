@@ -27,3 +27,16 @@ def device(request: pytest.FixtureRequest) -> Iterator[str]:
 def on_each_device(device: str) -> str:
     """For ``pytestmark = pytest.mark.usefixtures("on_each_device")``: a whole module per device."""
     return device
+
+
+@pytest.fixture
+def sglang() -> None:
+    """For ``pytest.mark.usefixtures("sglang")``: skips, naming the install, where SGLang is not
+    installed (``make sglang``)."""
+    from stagefate.targets import TargetUnavailable
+    from stagefate.targets.sglang import require
+
+    try:
+        require()
+    except TargetUnavailable as missing:
+        pytest.skip(str(missing))

@@ -427,9 +427,13 @@ def test_plots_start_counts_at_zero_and_keep_equal_lines_visible() -> None:
 @pytest.mark.parametrize(
     "policy", ["live", "blind", pytest.param("sglang", marks=pytest.mark.slow)]
 )
-def test_each_policy_says_why_it_read_what_it_read(policy: str) -> None:
+def test_each_policy_says_why_it_read_what_it_read(
+    policy: str, request: pytest.FixtureRequest
+) -> None:
     """The ``prefetches`` block (issue 41): one issue per request at arrival, the policy's own
     retries, admissions that spliced, waits let go, and what it declined and why."""
+    if policy == "sglang":
+        request.getfixturevalue("sglang")  # skips where SGLang is not installed
     trace = load_trace(Path(__file__).parent / "data" / "multiturn_40.jsonl")
     # a device pool of two long conversations: turns come back to find their prefix in L3
     options = ReplayOptions(device_tokens=80 * 1024, speed=4.0, prefetch_threshold=1024)
