@@ -67,3 +67,22 @@ def test_every_finding_names_known_releases_in_order() -> None:
         else:
             assert finding.fixed_in in RELEASES
             assert _key(finding.found_in) < _key(finding.fixed_in)
+
+
+@pytest.mark.slow
+def test_the_command_line_runs_a_campaign_in_a_releases_own_environment(
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    """``fuzz --target sglang==V`` re-runs the command in V's environment, which has every tool
+    the command line needs but pygraphviz (it draws nothing there): the command must start
+    (until 2026-12-04 it stopped at once, asking for pygraphviz)."""
+    from stagefate.cli import main
+
+    ready = installed()
+    if not ready:
+        pytest.skip(f"no SGLang release is installed: {install_command('0.5.19')}")
+    version = min(ready, key=_key)
+    argv = ["fuzz", "--target", f"sglang=={version}", "--steps", "1", "--seed", "0"]
+    argv += ["--set-aside", "id_reuse", "--set-aside", "namespaces", "--set-aside", "sanity_check"]
+    assert main(argv) == 0
+    assert f"states checked in 1 programs over SGLang {version}'s" in capfd.readouterr().out

@@ -491,3 +491,39 @@ def test_hit_tokens_resolved_without_a_reason_are_caught(monkeypatch: pytest.Mon
         assert f"{len(SEQUENCES[2]) - loaded:+d} tokens unaccounted for" in problem
     finally:
         driver.close()
+
+
+@pytest.mark.usefixtures("sglang")
+@pytest.mark.parametrize("fixed", [False, True])
+def test_a_reused_ids_revoked_prefetch_leaves_its_hit_tokens_unresolved_unless_fixed(
+    fixed: bool,
+) -> None:
+    """docs/sglang-findings.md, "An aborted request's leftover revokes the next prefetch of its
+    id": the leftover answer is exported as the new request's hit and never resolved; with the
+    proposed fix the hit is loaded and the metrics balance."""
+    from contextlib import nullcontext
+
+    from stagefate.targets.sglang.findings import FINDINGS, proposed_fixes
+    from stagefate.targets.sglang.hit_accounting import keeps_hit_metrics
+    from stagefate.targets.sglang.machine import SEQUENCES, fuzz_world
+
+    finding = FINDINGS["aborted_query_revokes_its_ids_next_prefetch"]
+    driver = fuzz_world(finding.config)
+    try:
+        if not keeps_hit_metrics(driver.consumer.cache):
+            pytest.skip("this release exports no per-request hit metrics (0.5.19)")
+        (fix,) = proposed_fixes([finding.name])
+        with fix() if fixed else nullcontext():
+            metrics = _metered(driver)
+            finding.program(driver)
+            driver.settle()
+            driver.admit("r0")
+            driver.settle()
+        whole = len(SEQUENCES[0])
+        assert (metrics.hit, driver.world_loads.loaded) == (whole, whole if fixed else 0)
+        problem = metrics.problem(driver.world_loads)
+        assert (problem is None) == fixed
+        if not fixed:
+            assert problem is not None and f"+{whole} tokens unaccounted for" in problem
+    finally:
+        driver.close()

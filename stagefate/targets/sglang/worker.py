@@ -66,8 +66,15 @@ def call_in(
 def command_in(target: Installed, argv: list[str], sglang_env: Mapping[str, str]) -> int:
     """``stagefate ARGV`` run by ``target``'s interpreter, its output on this terminal; its
     exit status."""
+    # Past ``stagefate``'s entry check: a release's environment has every tool the command
+    # line needs but pygraphviz, which no command run there draws with (environments).
     done = subprocess.run(
-        [str(target.python), "-m", "stagefate", *argv],
+        [
+            str(target.python),
+            "-c",
+            "import sys; from stagefate.cli import main; sys.exit(main())",
+            *argv,
+        ],
         env=worker_environment(target.python, dict(sglang_env)),
         check=False,
     )
