@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .fuzz_config import PAGE, FuzzConfig
+from .hit_accounting import HitMetrics, keeps_hit_metrics
 from .machine import SEQUENCES, fuzz_world
 from .pipeline import SteppedSGLang
 from .request_books import per_request_books
@@ -171,6 +172,55 @@ def _id_reused_while_its_read_lands_crashes_the_pass(driver: SteppedSGLang) -> s
     )
 
 
+def _unusable_fetch_leaves_its_trimmed_head_unexported(driver: SteppedSGLang) -> str | None:
+    """issue r0 (sequence 0); a sibling publishes r0's first page; pump (the IO commit trims
+    that page off the read); every L3 object dropped; settle (the read lands nothing); admit
+    r0: SGLang's storage-hit metrics must balance (docs/sglang.md, "SGLang's own counters")."""
+    cache = driver.consumer.cache
+    if not keeps_hit_metrics(cache):
+        return None  # 0.5.19 exports no per-request hit metrics
+    metrics = HitMetrics()
+    cache.enable_storage_metrics = True
+    cache.storage_metrics_collector = metrics
+    tokens = SEQUENCES[0]
+    driver.issue("r0", tokens, None)
+    driver.publish(tokens[:PAGE], None)
+    driver.settle(rounds=1)
+    driver.drop_l3(lambda name: False)
+    driver.settle()
+    driver.admit("r0")
+    driver.settle()
+    return metrics.problem(driver.world_loads)
+
+
+@contextmanager
+def _unusable_fetch_resolves_what_is_left() -> Iterator[None]:
+    """The proposed fix, as a patch: when a fetch lands nothing usable, what is left of its hit
+    (the head the IO commit trimmed because the device held it, which every other path labels
+    at admission) is exported as ``device_covered`` instead of discarded."""
+    from sglang.srt.mem_cache.buffer_mode.pipeline import BufferModePipeline
+
+    stage = BufferModePipeline.stage_completed_prefetch
+
+    def stage_and_resolve(self: Any, request: Any, *args: Any, **kwargs: Any) -> Any:
+        cache = self._cache
+
+        def resolve(handle: Any) -> None:
+            cache._finish_storage_prefetch(handle, fulfilled_tokens=0, reason="device_covered")
+
+        cache.discard_storage_prefetch_accounting = resolve  # the one discard staging makes
+        try:
+            return stage(self, request, *args, **kwargs)
+        finally:
+            del cache.discard_storage_prefetch_accounting
+
+    BufferModePipeline.stage_completed_prefetch = stage_and_resolve
+    try:
+        yield
+    finally:
+        BufferModePipeline.stage_completed_prefetch = stage
+
+
 def _handle_of(operation: Any) -> Any:
     """What an operation's request is keyed by: its handle (0.5.20 on) or its rid (0.5.19)."""
     return getattr(operation, "handle", operation.request_id)
@@ -262,6 +312,15 @@ FINDINGS = {
             _NOT_FIXED,
             _aborted_query_revokes_its_ids_next_prefetch,
             proposed_fix=_aborted_operation_names_no_request,
+        ),
+        Finding(
+            "unusable_fetch_leaves_its_trimmed_head_unexported",
+            "0.5.22",
+            None,
+            "SGLang's storage-hit metrics: hit - unfulfilled = loaded + left out",
+            _NOT_FIXED,
+            _unusable_fetch_leaves_its_trimmed_head_unexported,
+            proposed_fix=_unusable_fetch_resolves_what_is_left,
         ),
         Finding(
             "aborted_parked_hit_revokes_its_ids_next_prefetch",
