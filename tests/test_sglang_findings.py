@@ -86,3 +86,12 @@ def test_the_command_line_runs_a_campaign_in_a_releases_own_environment(
     argv += ["--set-aside", "id_reuse", "--set-aside", "namespaces", "--set-aside", "sanity_check"]
     assert main(argv) == 0
     assert f"states checked in 1 programs over SGLang {version}'s" in capfd.readouterr().out
+
+
+def test_every_set_aside_of_a_finding_is_a_choice_of_the_command_line() -> None:
+    from stagefate.cli.fuzz import SET_ASIDE
+
+    named = {finding.set_aside for finding in FINDINGS.values() if finding.set_aside}
+    assert set(SET_ASIDE) == {"sanity_check", "namespaces", *named}
+    for finding in FINDINGS.values():
+        assert finding.set_aside is None or finding.proposed_fix is not None, finding.name

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterator, Mapping
+from contextlib import ExitStack
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -30,7 +31,7 @@ except TargetUnavailable as missing:
 from sglang.srt.mem_cache.buffer_mode.pipeline import BufferModePipeline
 from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
 
-from stagefate.targets.sglang.findings import FINDINGS
+from stagefate.targets.sglang.findings import proposed_fixes, set_aside
 from stagefate.targets.sglang.generations import stepped_sglang
 from stagefate.targets.sglang.machine import (
     OUTCOMES,
@@ -134,8 +135,8 @@ def test_abort_while_reading_keeps_the_bounce_until_the_read_lands(
     assert not driver.live("r0")
 
 
-LOOK_PAST = ["--set-aside", "id_reuse"]
-"""The finding still in 0.5.23 (docs/sglang-findings.md), set aside with its proposed fix."""
+LOOK_PAST = ["--set-aside", "id_reuse", "--set-aside", "unusable_fetch"]
+"""The findings still in 0.5.23 (docs/sglang-findings.md), set aside with their proposed fixes."""
 CAMPAIGN_PROGRAMS = 200
 """The CI budget: the clean code passes it, and each planted bug is caught within it."""
 
@@ -145,7 +146,9 @@ def _campaign(steps: int, examples: int, pins: Mapping[str, Any] | None = None) 
     looking past the finding still in 0.5.23 with its proposed fix applied (:data:`LOOK_PAST`);
     ``pins``: the deployment fields it fixes (``fuzz --config``), the rest drawn."""
     machine = type("Pinned", (SGLangPipelineFuzzer,), {"pins": dict(pins or {})})
-    with FINDINGS["aborted_query_revokes_its_ids_next_prefetch"].proposed_fix():  # type: ignore[misc]
+    with ExitStack() as fixes:
+        for fix in proposed_fixes(set_aside(LOOK_PAST[1::2])):
+            fixes.enter_context(fix())
         run_state_machine_as_test(machine, settings=fuzz_settings(examples, steps))
 
 

@@ -26,6 +26,10 @@ from .common import (
 if TYPE_CHECKING:
     from ..targets.sglang.waste import Comparison
 
+SET_ASIDE = ["sanity_check", "namespaces", "id_reuse", "unusable_fetch"]
+"""``--set-aside`` choices: two switches of the world, then each finding's ``set_aside`` name
+(``targets/sglang/findings.py``; a test holds them equal)."""
+
 
 def add_parser(sub: Any) -> None:
     fuzz = sub.add_parser("fuzz", help="stateful fuzz campaign over the real pipeline")
@@ -67,13 +71,15 @@ def add_parser(sub: Any) -> None:
         "--set-aside",
         action="append",
         default=[],
-        choices=["sanity_check", "namespaces", "id_reuse"],
+        choices=SET_ASIDE,
         help="--target sglang (repeatable), to look past a release's known finding "
         "(docs/sglang-findings.md): sanity_check: do not call SGLang's own sanity_check "
         "(0.5.19, 0.5.20); namespaces: issue and publish every request in the root namespace "
         "(0.5.19's L3 keys ignore it); id_reuse: run with the fix proposed for an aborted "
         "request's query or parked hit revoking the next prefetch of its id (0.5.19 to "
-        "0.5.23); every other invariant still runs",
+        "0.5.23); unusable_fetch: with the fix proposed for a fetch that lands nothing usable "
+        "leaving its trimmed head out of SGLang's hit metrics (0.5.22, 0.5.23); every other "
+        "invariant still runs",
     )
     fuzz.add_argument(
         "--tp",
@@ -308,7 +314,7 @@ def _fuzz_sglang(args: argparse.Namespace, database: Path) -> int:
             found, ["fuzz", *args.argv, "--target", f"sglang=={found.version}"], {**sglang_env}
         )
     from ..fuzz.world import NAMESPACES
-    from ..targets.sglang.findings import proposed_fixes
+    from ..targets.sglang.findings import proposed_fixes, set_aside
     from ..targets.sglang.fuzz_config import parse_pins
     from ..targets.sglang.machine import run_target_campaign
     from ..targets.sglang.twins import compare_with_release
@@ -329,7 +335,7 @@ def _fuzz_sglang(args: argparse.Namespace, database: Path) -> int:
                 "--waste-fails fails a program while it runs, but --compare release=V replays "
                 "the programs after the campaign: compare a setting (KEY=VALUE) to shrink one"
             )
-    fixed = ("aborted_query_revokes_its_ids_next_prefetch",) if "id_reuse" in args.set_aside else ()
+    fixed = set_aside(args.set_aside)
 
     core = split(args.tree, TREES, "tree")[0].removeprefix("sglang-")
     with environment_set(sglang_env):

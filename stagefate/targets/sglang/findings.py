@@ -40,6 +40,9 @@ class Finding:
     proposed_fix: Callable[[], AbstractContextManager[None]] | None = None
     """For a finding not fixed upstream: the fix docs/sglang-findings.md proposes, applied to
     the release in this process while the context is open."""
+    set_aside: str | None = None
+    """The ``fuzz --set-aside`` name that runs a campaign with :attr:`proposed_fix` applied, to
+    look past the finding."""
 
 
 def _l3_keys_ignore_the_namespace(driver: SteppedSGLang) -> str | None:
@@ -312,6 +315,7 @@ FINDINGS = {
             _NOT_FIXED,
             _aborted_query_revokes_its_ids_next_prefetch,
             proposed_fix=_aborted_operation_names_no_request,
+            set_aside="id_reuse",
         ),
         Finding(
             "unusable_fetch_leaves_its_trimmed_head_unexported",
@@ -321,6 +325,7 @@ FINDINGS = {
             _NOT_FIXED,
             _unusable_fetch_leaves_its_trimmed_head_unexported,
             proposed_fix=_unusable_fetch_resolves_what_is_left,
+            set_aside="unusable_fetch",
         ),
         Finding(
             "aborted_parked_hit_revokes_its_ids_next_prefetch",
@@ -331,15 +336,23 @@ FINDINGS = {
             _aborted_parked_hit_revokes_its_ids_next_prefetch,
             FuzzConfig(host_tokens=16),
             _aborted_operation_names_no_request,
+            "id_reuse",
         ),
     )
 }
 
 
 def proposed_fixes(names: Iterable[str]) -> list[Callable[[], AbstractContextManager[None]]]:
-    """The proposed fixes of the findings ``names`` (those that have one), to apply as patches
-    (``fuzz --set-aside``; a twin release applies the same)."""
-    return [fix for name in names if (fix := FINDINGS[name].proposed_fix) is not None]
+    """The proposed fixes of the findings ``names`` (those that have one), each once, to apply
+    as patches (``fuzz --set-aside``; a twin release applies the same)."""
+    fixes = (FINDINGS[name].proposed_fix for name in names)
+    return list(dict.fromkeys(fix for fix in fixes if fix is not None))
+
+
+def set_aside(names: Iterable[str]) -> tuple[str, ...]:
+    """The findings whose proposed fix ``fuzz --set-aside`` ``names`` applies."""
+    chosen = set(names)
+    return tuple(name for name, finding in FINDINGS.items() if finding.set_aside in chosen)
 
 
 def reproduce(name: str, with_proposed_fix: bool = False) -> str | None:
