@@ -495,7 +495,7 @@ class SteppedSGLang(ABC):
         keeps it; ``storage_hit_end`` is what 0.5.20's retry book returned (0.5.19 has none).
         ``fresh``: a new request under a known rid, or one the scheduler re-queued (a new
         ``Req`` reusing an aborted one's id; a retracted ``Req``): the same key, and the
-        scheduler's retry fields start over; ``retracted`` says which of the two)."""
+        scheduler's retry fields start over; ``retracted``: the second of the two."""
         cache = self.consumer.cache
         match = self._match(self.consumer, tokens, namespace)
         matched = min(device_prefix_len(match) + (self.page_size if stale else 0), len(tokens))
