@@ -418,10 +418,7 @@ def _metered(driver: Any) -> Any:
     """``driver``'s consumer with SGLang's storage metrics on, exported into a stand-in."""
     from stagefate.targets.sglang.hit_accounting import HitMetrics
 
-    metrics = HitMetrics()
-    driver.consumer.cache.enable_storage_metrics = True
-    driver.consumer.cache.storage_metrics_collector = metrics
-    return metrics
+    return HitMetrics.on(driver.consumer.cache)
 
 
 @pytest.mark.usefixtures("sglang")

@@ -182,9 +182,7 @@ def _unusable_fetch_leaves_its_trimmed_head_unexported(driver: SteppedSGLang) ->
     cache = driver.consumer.cache
     if not keeps_hit_metrics(cache):
         return None  # 0.5.19 exports no per-request hit metrics
-    metrics = HitMetrics()
-    cache.enable_storage_metrics = True
-    cache.storage_metrics_collector = metrics
+    metrics = HitMetrics.on(cache)
     tokens = SEQUENCES[0]
     driver.issue("r0", tokens, None)
     driver.publish(tokens[:PAGE], None)

@@ -68,6 +68,14 @@ class HitMetrics:
     def __getattr__(self, name: str) -> Any:
         return lambda *args, **kwargs: None
 
+    @classmethod
+    def on(cls, cache: Any) -> HitMetrics:
+        """SGLang's storage metrics turned on in ``cache``, exported into a new stand-in."""
+        metrics = cls()
+        cache.enable_storage_metrics = True
+        cache.storage_metrics_collector = metrics
+        return metrics
+
     def problem(self, world: WorldLoads) -> str | None:
         """Why the exported figures disagree with ``world`` at quiescence (None: they agree)."""
         resolved = self.hit - sum(self.unfulfilled.values())
