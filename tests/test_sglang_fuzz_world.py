@@ -33,6 +33,7 @@ def test_pins_parse_each_field_and_default_means_the_releases_own() -> None:
             "anchor_cap=0.5",
             "host_tokens=16",
             "prefetch_threshold=12",
+            "swa_window=off",
         ]
     )
     assert pins == {
@@ -43,7 +44,9 @@ def test_pins_parse_each_field_and_default_means_the_releases_own() -> None:
         "anchor_cap": 0.5,
         "host_tokens": 16,
         "prefetch_threshold": 12,
+        "swa_window": None,
     }
+    assert parse_pins(["swa_window=8"]) == {"swa_window": 8}
     assert FuzzConfig(**pins).driver_settings()["host_tokens"] == 16
     assert set(CHOICES) == set(pins)
 
@@ -60,6 +63,8 @@ def test_pins_parse_each_field_and_default_means_the_releases_own() -> None:
         (["retry_interval=-1"], "retry_interval is at least 0"),
         (["retry_interval=x"], "or another number (got 'x')"),
         (["host_tokens=8", "host_tokens=16"], "--config host_tokens is given twice"),
+        (["swa_window=0"], "swa_window is at least 1"),
+        (["swa_window=on"], "one of off, 4, 8, or another number (got 'on')"),
     ],
 )
 def test_a_bad_pin_is_refused_naming_the_key_and_the_choices(

@@ -107,16 +107,21 @@ def build_unified_cache(core: str, page_size: int, slots: int, allocator_class: 
     return cache, allocator
 
 
-def unified_cache(core: str, **params: Any) -> tuple[Any, Any]:
+def unified_cache(core: str, swa_window: int | None = None, **params: Any) -> tuple[Any, Any]:
     """``(cache, its CacheInitParams)``: a ``UnifiedRadixCache`` of the FULL component on the
-    tree core ``core``. 0.5.20 and later take the core as a ``CacheInitParams`` field; 0.5.19
-    reads ``SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND`` while it builds."""
+    tree core ``core``, and the SWA component beside it with a ``swa_window`` (a hybrid
+    model's, over :mod:`.hybrid`'s pools). 0.5.20 and later take the core as a
+    ``CacheInitParams`` field; 0.5.19 reads ``SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND`` while it
+    builds."""
     from sglang.srt.environ import envs
     from sglang.srt.mem_cache.cache_init_params import CacheInitParams
     from sglang.srt.mem_cache.unified_cache.components import ComponentType
     from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
 
     params["tree_components"] = (ComponentType.FULL,)
+    if swa_window is not None:
+        params["tree_components"] += (ComponentType.SWA,)
+        params["sliding_window_size"] = swa_window
     if "tree_core_backend" in {field.name for field in dataclasses.fields(CacheInitParams)}:
         init = CacheInitParams(**params, tree_core_backend=core)
         cache = UnifiedRadixCache(params=init)

@@ -49,6 +49,11 @@ class FuzzConfig:
     whole hit fits."""
     prefetch_threshold: int = 1
     """Spans shorter than this (tokens) are not fetched."""
+    swa_window: int | None = None
+    """A hybrid model's sliding window (tokens; :mod:`.hybrid`): SWA layers beside full
+    attention, with an SWA pool of their own; None: full attention only. A window SGLang
+    cannot stage in the host pool drawn (two windows) is a deployment it refuses: the program
+    is rejected, not failed."""
 
     def driver_settings(self) -> dict[str, Any]:
         """The fields of :class:`~.pipeline.SteppedSGLang` this configuration sets."""
@@ -63,6 +68,7 @@ CHOICES: Mapping[str, Sequence[Any]] = {
     "anchor_cap": (24 / DEVICE_TOKENS, 0.5),
     "host_tokens": (None, 2 * HIT_TOKENS, HIT_TOKENS // 2, 2 * PAGE),
     "prefetch_threshold": (1, 3 * PAGE, HIT_TOKENS + 1),
+    "swa_window": (None, PAGE, 2 * PAGE),
 }
 """What each field is drawn from, its default first (``HIT_TOKENS + 1``: nothing is fetched)."""
 assert set(CHOICES) == {field.name for field in dataclasses.fields(FuzzConfig)}
@@ -97,10 +103,14 @@ def parse_pins(texts: Sequence[str], flag: str = "--config") -> dict[str, Any]:
     return pins
 
 
+_NONE_WORDS = {"swa_window": "off"}
+"""How a field's None is written where it is not the release's default."""
+
+
 def _value(name: str, raw: str, flag: str) -> Any:
     choices = CHOICES[name]
-    fix = f"{flag} {name}=: one of {', '.join(_show(choice) for choice in choices)}"
-    if raw == "default" and None in choices:
+    fix = f"{flag} {name}=: one of {', '.join(_show(name, choice) for choice in choices)}"
+    if raw == _NONE_WORDS.get(name, "default") and None in choices:
         return None
     if name == "prefetch_policy":
         if raw not in choices:
@@ -114,16 +124,16 @@ def _value(name: str, raw: str, flag: str) -> Any:
         number = float(raw) if name == "anchor_cap" else int(raw)
     except ValueError:
         raise ValueError(f"{fix}, or another number (got {raw!r})") from None
-    least = 1 if name in ("host_tokens", "prefetch_threshold") else 0
+    least = 1 if name in ("host_tokens", "prefetch_threshold", "swa_window") else 0
     if not least <= number <= (1 if name == "anchor_cap" else float("inf")):
         bounds = "a share from 0 to 1" if name == "anchor_cap" else f"at least {least}"
         raise ValueError(f"{fix}; {name} is {bounds} (got {raw!r})")
     return number
 
 
-def _show(choice: Any) -> str:
+def _show(name: str, choice: Any) -> str:
     if choice is None:
-        return "default"
+        return _NONE_WORDS.get(name, "default")
     if isinstance(choice, bool):
         return "on" if choice else "off"
     return f"{choice:g}" if isinstance(choice, float) else str(choice)

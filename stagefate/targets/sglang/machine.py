@@ -53,8 +53,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from hypothesis import reject, target
 from hypothesis import strategies as st
-from hypothesis import target
 from hypothesis.stateful import (
     RuleBasedStateMachine,
     initialize,
@@ -71,7 +71,7 @@ from .design_log import design_path, load_design, watch_design
 from .fuzz_config import PAGE, FuzzConfig, configurations
 from .generations import stepped_sglang
 from .hit_accounting import HitMetrics, keeps_hit_metrics
-from .pipeline import SteppedSGLang
+from .pipeline import SteppedSGLang, Undeployable
 from .request_books import per_request_books
 from .waste import (
     RELEASE,
@@ -163,7 +163,10 @@ class SGLangPipelineFuzzer(RuleBasedStateMachine):
         """The program's deployment (:mod:`.fuzz_config`), then the world: every sequence in L3
         under both namespaces."""
         self.config = data.draw(configurations(self.pins), label="config")
-        driver = fuzz_world(self.config, self.namespaces, self.core)
+        try:
+            driver = fuzz_world(self.config, self.namespaces, self.core)
+        except Undeployable:
+            reject()  # SGLang would not start with this deployment: not a program of the world
         self.recorder = RecordingDriver(driver) if self.compare else None
         self.driver = driver if self.recorder is None else self.recorder  # type: ignore[assignment]
         self.pipeline = driver.consumer.cache.buffer_pipeline
@@ -463,10 +466,15 @@ class SGLangPipelineFuzzer(RuleBasedStateMachine):
             assert available == self.driver.baseline_host, (
                 f"host pool leaked: {available} free of {self.driver.baseline_host} at start"
             )
-            free, cached, size = self.driver.device_books()
-            assert free + cached == size, (
-                f"device slots leaked: {free} free + {cached} in the tree != {size}"
-            )
+            for pool, counts in (
+                ("device", self.driver.device_books()),
+                ("SWA device", self.driver.swa_books()),
+            ):
+                if counts is not None:
+                    free, cached, size = counts
+                    assert free + cached == size, (
+                        f"{pool} slots leaked: {free} free + {cached} in the tree != {size}"
+                    )
             requests = {*self.driver.requests, *(r.handle for r in self.driver.requests.values())}
             books = per_request_books({"cache": cache}, requests)
             assert not books, f"per-request state left at quiescence: {books}"

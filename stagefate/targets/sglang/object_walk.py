@@ -15,8 +15,9 @@ from collections import deque
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-MAX_DEPTH = 6
-"""Hops from a root: the cache's controller's book's entries' tensors are five."""
+MAX_DEPTH = 7
+"""Hops from a root: a hybrid's SWA staging slots in an operation queued for its ack are seven
+(``cache.cache_controller.ack_prefetch_queue[…].operation.pool_transfers[…].host_indices``)."""
 CONTAINERS = (dict, list, tuple, set, frozenset, deque, queue.Queue)
 _SCALARS = (int, float, str, bytes, bool, type(None))
 """Leaves no check looks at (a book's keys are read from the book): not walked."""

@@ -62,6 +62,7 @@ from .cache import (
     unified_cache,
 )
 from .hit_accounting import WorldLoads
+from .hybrid import SlidingWindow, allocate, device_pools, is_hybrid, kv_buffers, swa_peers, write
 from .slot_owners import slot_problems
 
 
@@ -74,6 +75,11 @@ def _mark(tokens: Sequence[int], namespace: str | None) -> torch.Tensor:
 SETTLE_ROUNDS = 200
 """The most scheduler rounds quiescence waits for the pipeline to idle: far beyond what a fuzz
 program's work needs (a hundred moves), so a pipeline still busy then is stuck."""
+
+
+class Undeployable(ValueError):
+    """SGLang refuses to start with these settings (its own validation, as at server start: a
+    combination a campaign draws, such as an SWA staging pool below two windows)."""
 
 
 class _SetWhenEmpty:
@@ -130,7 +136,8 @@ class Side:
 
     @property
     def kv(self) -> torch.Tensor:
-        return self.allocator.get_kvcache().k_buffer[0]  # type: ignore[no-any-return]
+        """Full attention's K of the one layer."""
+        return kv_buffers(self.allocator)[0]
 
 
 def _has_wait_book() -> bool:
@@ -181,13 +188,28 @@ class SteppedSGLang(ABC):
     """A ``torch.distributed`` process group of the tensor-parallel ranks (one process each;
     gloo on a CPU): SGLang's cache agrees its hit counts and acks over it. None: one rank."""
     tp_rank: int = 0
+    swa_window: int | None = None
+    """A hybrid model's sliding window (tokens): SWA layers beside full attention, with an SWA
+    device pool of a quarter of full attention's (:mod:`.hybrid`); None: full attention only."""
     world_loads: WorldLoads = field(default_factory=WorldLoads)
     """What admissions loaded and what aborts and retractions left out, in the terms of
     SGLang's storage-hit metrics (:mod:`.hit_accounting`)."""
 
     def __post_init__(self) -> None:
         require()
+        if self.swa_window is not None and self.device_pool is not None:
+            raise ValueError(
+                "a hybrid model (swa_window) is built on SGLang's own pools: leave device_pool "
+                "unset, or drop swa_window to share a stagefate pool"
+            )
         shim.patch_for_cpu()
+        try:
+            self._build_sides()
+        except Undeployable:
+            shutil.rmtree(self.storage_dir, ignore_errors=True)
+            raise
+
+    def _build_sides(self) -> None:
         # The producer only fills L3 for the world, on the Python core: 0.5.22's Rust core
         # lacks the write-through call the driver makes of it (``request_buffer_backup``).
         self.producer = self._build("python") if self.device_pool is None else None
@@ -198,7 +220,6 @@ class SteppedSGLang(ABC):
 
     def _build(self, core: str, device_pool: SlotPool | None = None) -> Side:
         from sglang.srt.environ import envs
-        from sglang.srt.mem_cache.allocator import PagedTokenToKVPoolAllocator
         from sglang.srt.mem_cache.memory_pool import ReqToTokenPool
         from sglang.srt.runtime_context import get_parallel
         from sglang.srt.server_args import ServerArgs, set_global_server_args_for_scheduler
@@ -224,12 +245,10 @@ class SteppedSGLang(ABC):
         )
         set_global_server_args_for_scheduler(server_args)
         size = self.device_tokens
-        kv = tiny_kv_pool(size, self.page_size)
         if device_pool is None:
-            allocator = PagedTokenToKVPoolAllocator(
-                size, self.page_size, torch.float16, "cpu", kv, False
-            )
+            _, allocator = device_pools(size, self.page_size, self.sliding_window)
         else:
+            kv = tiny_kv_pool(size, self.page_size)
             allocator = pool_bridge_class()(
                 size=size, dtype=torch.float16, device="cpu", kvcache=kv, need_sort=False
             )
@@ -243,6 +262,7 @@ class SteppedSGLang(ABC):
         tp_size = 1 if self.tp_group is None else self.tp_group.size()
         cache, params = unified_cache(
             core,
+            swa_window=self.swa_window,
             disable=False,
             req_to_token_pool=req_to_token_pool,
             token_to_kv_pool_allocator=allocator,
@@ -262,11 +282,22 @@ class SteppedSGLang(ABC):
             envs.SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR.override(str(self.storage_dir)),
             self._anchor_lock_environment(envs),
         ):
-            cache.init_hicache(server_args, params)
+            try:
+                cache.init_hicache(server_args, params)
+            except ValueError as refusal:
+                if not str(refusal).startswith("--"):  # SGLang's refusals name the flag
+                    raise
+                raise Undeployable(f"SGLang refuses this deployment: {refusal}") from refusal
         cache.cache_controller._stop_storage_threads()
         if self.prefetch_policy == "timeout":
             self.stop_wall_clock(cache)
         return Side(cache, allocator, req_to_token_pool)
+
+    @property
+    def sliding_window(self) -> SlidingWindow | None:
+        if self.swa_window is None:
+            return None
+        return SlidingWindow(self.swa_window, self.device_tokens // 4)
 
     def _retry_arguments(self) -> dict[str, int]:
         arguments = {
@@ -402,12 +433,26 @@ class SteppedSGLang(ABC):
         """Insert ``tokens`` with marked KV into ``side``; returns the node that ends there."""
         from sglang.srt.mem_cache.base_prefix_cache import InsertParams
 
-        slots = side.allocator.alloc(len(tokens))
+        self._reclaim_swa(side, len(tokens))
+        slots = allocate(side.allocator, len(tokens))
         if slots is None:
             return None
-        side.kv[slots] = _mark(tokens, namespace).reshape(-1, 1, 1)
+        write(side.allocator, slots, _mark(tokens, namespace))
         side.cache.insert(InsertParams(key=self._key(tokens, namespace), value=slots))
         return self._match(side, tokens, namespace).last_device_node
+
+    def _reclaim_swa(self, side: Side, tokens: int) -> None:
+        """A hybrid's SWA pool short of ``tokens``: evict SWA from the tree first (the SWA
+        side of full-attention nodes goes, leaving tombstones), as SGLang's allocator does
+        before it allocates (``reclaim_for_prealloc``): the scheduler prices only full
+        attention's pool in its budget."""
+        from sglang.srt.mem_cache.base_prefix_cache import EvictParams
+
+        if not is_hybrid(side.allocator):
+            return
+        short = tokens - int(side.allocator.swa_available_size())
+        if short > 0:
+            side.cache.evict(EvictParams(num_tokens=0, swa_num_tokens=short))
 
     # ------------------------------------------------------------------ the world
 
@@ -444,7 +489,8 @@ class SteppedSGLang(ABC):
         allocator = self.consumer.allocator
         if allocator.available_size() < tokens:
             self.evict(tokens - int(allocator.available_size()))
-        slots = allocator.alloc(tokens)  # None when the pool is still short
+        self._reclaim_swa(self.consumer, tokens)
+        slots = allocate(allocator, tokens)  # None when the pool is still short
         if slots is None:
             return False
         grown = self.decoding.get(rid)
@@ -709,14 +755,22 @@ class SteppedSGLang(ABC):
         return int(self.consumer.cache.cache_controller.mem_pool_host.available_size())
 
     def device_marks(self, tokens: Sequence[int], namespace: str | None) -> tuple[int, bool]:
-        """``(tokens on the device, whether their slots hold their marks)``."""
+        """``(tokens on the device, whether their slots hold their marks)``: full attention's
+        slots, and a hybrid's SWA slots the allocator maps them to (those in the window)."""
         match = self._match(self.consumer, tokens, namespace)
         length = device_prefix_len(match)
         if not length:
             return 0, True
         slots = device_prefix_indices(self.consumer.cache, match)
-        held = self.consumer.kv[slots].reshape(-1)
-        return length, bool(torch.equal(held, _mark(tokens[:length], namespace)))
+        expected = _mark(tokens[:length], namespace)
+        full, swa = kv_buffers(self.consumer.allocator)
+        if not torch.equal(full[slots].reshape(-1), expected):
+            return length, False
+        if swa is None:
+            return length, True
+        peers = swa_peers(self.consumer.allocator, slots)
+        windowed = peers > 0  # 0: no SWA peer (out of the window, or evicted)
+        return length, bool(torch.equal(swa[peers[windowed]].reshape(-1), expected[windowed]))
 
     def slot_problems(self) -> list[str]:
         """What breaks one owner per slot in the consumer's device pool and host bounce buffer
@@ -730,7 +784,20 @@ class SteppedSGLang(ABC):
         )
 
     def device_books(self) -> tuple[int, int, int]:
-        """``(free device slots, tokens in the consumer's tree, pool size)``."""
+        """``(free device slots, tokens in the consumer's tree, pool size)`` of full
+        attention's pool."""
         cache = self.consumer.cache
+        allocator = self.consumer.allocator
+        full = allocator.full_attn_allocator if is_hybrid(allocator) else allocator
         cached = int(cache.evictable_size()) + int(cache.protected_size())
-        return int(self.consumer.allocator.available_size()), cached, self.device_tokens
+        return int(full.available_size()), cached, self.device_tokens
+
+    def swa_books(self) -> tuple[int, int, int] | None:
+        """The same of a hybrid's SWA pool (tokens the tree's SWA component holds); None for
+        full attention only."""
+        allocator = self.consumer.allocator
+        if not is_hybrid(allocator):
+            return None
+        cache = self.consumer.cache
+        cached = int(cache.swa_evictable_size()) + int(cache.swa_protected_size())
+        return int(allocator.swa_available_size()), cached, int(allocator.size_swa)

@@ -7,8 +7,9 @@ objects show it, after every step:
 
 * **device slots**: each is either free in the allocator (its free and release pages), held by
   the tree (``all_values_flatten``) or by the running batch's decode (the scheduler's, which
-  the caller passes), never two of these, never twice, and together the whole pool; a load back
-  in flight writes only into slots the tree holds (its ``device_indices``).
+  the caller passes), never two of these, never twice, and together the whole pool; a copy in
+  flight uses only slots the tree holds (the ``device_indices`` a load back writes, or a
+  write-through's device-to-host copy reads until SGLang confirms it, ``finish_backup_ack``).
 * **host slots** (the bounce buffer): each is either free in the host pool (its free and release
   slots) or held by an operation or book of SGLang's, never both; free never twice; together the
   whole pool. The holders are found by walking (:mod:`.object_walk`): every tensor SGLang keeps
@@ -18,6 +19,13 @@ objects show it, after every step:
   operation and its prefetch record share one tensor) is one owner. The owners whose slots are
   read directly (the tree, the allocator, the pools) are not walked: a check after every step
   must not cost the campaign half its speed.
+* **a hybrid model's SWA pools** (:mod:`.hybrid`) are checked the same way, each on its own:
+  SWA device slots are free in the SWA allocator, or held by the tree's SWA component, by a
+  decode (its full slots' SWA peers) or by a load back until its copy completes
+  (``aux_device_releases``); SWA host slots are free in the SWA host pool or held by a
+  transfer of that pool. A transfer (``PoolTransfer``) names its pool, so its slots are
+  counted there, as are the slots queued for release by pool (``extra_host_mem_release_queues``);
+  every other ``host_indices`` is the bounce buffer's.
 """
 
 from __future__ import annotations
@@ -27,60 +35,129 @@ from typing import Any
 
 import torch
 
+from .hybrid import is_hybrid, swa_peers
 from .object_walk import walk
 
+FULL = "kv"
+"""SGLang's name (``PoolName.KV``) for full attention's pools; a transfer names its own."""
 _HOST_HOLDERS = (".host_indices", ".host_mem_release_queue[…]")
-"""Path endings under which SGLang keeps bounce slots in use."""
-_DEVICE_WRITERS = (".device_indices",)
-"""Path endings under which an operation in flight names the device slots it writes."""
+"""Path endings under which SGLang keeps host slots in use."""
+_DEVICE_COPIES = (".device_indices",)
+"""Path endings under which a copy in flight names the device slots it writes (a load back) or
+reads (a write-through's device-to-host copy)."""
+_CONFIRMED_COPIES = ".ongoing_backup["
+"""A write-through past its device-to-host copy (SGLang's ``finish_backup_ack``: "device
+eviction may proceed"): the device slots its transfers still name are history."""
+_DEVICE_RELEASES = ".aux_device_releases"
+"""A load back's ``(pool, device slots)`` it frees once its copy completes (0.5.23)."""
+_HOST_RELEASES = ".extra_host_mem_release_queues"
+"""Host slots of the other pools (a hybrid's SWA), queued for release, by pool (0.5.23)."""
+
+
+class _Holdings:
+    """The slots SGLang's operations and books hold, by pool, found by walking the cache."""
+
+    def __init__(self, cache: Any, skip: Iterable[object]) -> None:
+        self.host: dict[str, list[torch.Tensor]] = {}
+        self.copies: dict[str, list[torch.Tensor]] = {}
+        self.releases: dict[str, list[torch.Tensor]] = {}
+        pool_of: dict[int, str] = {}
+        found: list[tuple[str, torch.Tensor]] = []
+        for path, obj in walk({"cache": cache}, skip=skip):
+            if _is_transfer(obj):
+                for tensor in (obj.host_indices, obj.device_indices):  # type: ignore[attr-defined]
+                    if tensor is not None:
+                        pool_of[id(tensor)] = str(obj.name.value)  # type: ignore[attr-defined]
+            elif path.endswith(_DEVICE_RELEASES) and isinstance(obj, list):
+                for pool, slots in obj:
+                    self.releases.setdefault(str(pool.value), []).append(_flat(slots))
+            elif path.endswith(_HOST_RELEASES) and isinstance(obj, dict):
+                for pool, queued in obj.items():
+                    for slots in list(queued.queue):
+                        self.host.setdefault(str(pool.value), []).append(_flat(slots))
+            elif isinstance(obj, torch.Tensor):
+                found.append((path, obj))
+        for path, tensor in found:
+            book = self.host if path.endswith(_HOST_HOLDERS) else None
+            if path.endswith(_DEVICE_COPIES) and _CONFIRMED_COPIES not in path:
+                book = self.copies
+            if book is not None:
+                book.setdefault(pool_of.get(id(tensor), FULL), []).append(_flat(tensor))
+
+    @staticmethod
+    def of(book: dict[str, list[torch.Tensor]], pool: str) -> torch.Tensor:
+        slots = book.get(pool, [])
+        return torch.cat(slots) if slots else torch.empty(0, dtype=torch.int64)
 
 
 def slot_problems(cache: Any, allocator: Any, size: int, decoding: torch.Tensor) -> list[str]:
-    """What breaks one owner per slot in the device pool (of ``size`` tokens; ``decoding``:
-    the slots the running batch holds) and the host bounce buffer of ``cache`` (empty: none)."""
+    """What breaks one owner per slot in the device pools (full attention's of ``size``
+    tokens; ``decoding``: the full slots the running batch holds) and the host pools of
+    ``cache`` (empty: none)."""
+    host_pools = _host_pools(cache.cache_controller.mem_pool_host)
     read_directly = (
         cache.tree_core,
         allocator,
         cache.req_to_token_pool,
         cache.cache_controller.mem_pool_host,
-        _host_pool(cache.cache_controller.mem_pool_host),
+        *host_pools.values(),
     )
-    tensors = _tensors_under(cache, (*_HOST_HOLDERS, *_DEVICE_WRITERS), read_directly)
-    return [
-        *_device_problems(cache, allocator, size, decoding, _cat(tensors, _DEVICE_WRITERS)),
-        *_host_problems(cache.cache_controller.mem_pool_host, _cat(tensors, _HOST_HOLDERS)),
-    ]
+    held = _Holdings(cache, read_directly)
+    decoding = decoding.to(torch.int64)
+    full_allocator = allocator.full_attn_allocator if is_hybrid(allocator) else allocator
+    problems = _device_problems(
+        "device",
+        _free_device_slots(full_allocator),
+        torch.cat([cache.all_values_flatten().to(torch.int64), decoding]),
+        held.of(held.copies, FULL),
+        size,
+    )
+    if is_hybrid(allocator):
+        from sglang.srt.mem_cache.unified_cache.components import ComponentType
+
+        tree = cache.tree_core._all_component_values_flatten(ComponentType.SWA)
+        swa = "swa"
+        problems += _device_problems(
+            "SWA device",
+            _free_device_slots(allocator.swa_attn_allocator),
+            torch.cat([_flat(tree), swa_peers(allocator, decoding), held.of(held.releases, swa)]),
+            held.of(held.copies, swa),
+            int(allocator.size_swa),
+        )
+    for name, host_pool in host_pools.items():
+        problems += _host_problems(
+            host_pool, _distinct(held.of(held.host, name)), "host" if name == FULL else "SWA host"
+        )
+    return problems
 
 
 def _device_problems(
-    cache: Any, allocator: Any, size: int, decoding: torch.Tensor, writes: torch.Tensor
+    pool: str, free: torch.Tensor, held: torch.Tensor, copies: torch.Tensor, size: int
 ) -> list[str]:
-    free = _free_device_slots(allocator)
-    held = cache.all_values_flatten().to(torch.int64)
-    problems = _owned_once(
-        free, torch.cat([held, decoding.to(torch.int64)]), size, "device", "the tree or a decode"
-    )
-    if writes.numel():
-        stray = writes[~torch.isin(writes, held)]
+    problems = _owned_once(free, held, size, pool, "the tree or a decode")
+    if copies.numel():
+        stray = copies[~torch.isin(copies, held)]
         if stray.numel():
             problems.append(
-                f"a load back writes into {stray.numel()} device slots the tree does not hold "
+                f"a copy in flight (a load back, or a write-through's device-to-host copy) "
+                f"uses {stray.numel()} {pool} slots the tree does not hold "
                 f"(e.g. {stray[:4].tolist()})"
             )
     return problems
 
 
-def _host_pool(controllers: Any) -> Any:
-    """The bounce buffer of the controller's host pool: 0.5.23 keeps a group of pools, of which
-    full attention's is the anchor."""
-    anchor = getattr(controllers, "anchor_entry", None)
-    return controllers if anchor is None else anchor.host_pool
+def _host_pools(controllers: Any) -> dict[str, Any]:
+    """The controller's host pools by name: 0.5.23 keeps a group (full attention's bounce
+    buffer, a hybrid's SWA staging pool beside it); earlier releases one pool."""
+    entries = getattr(controllers, "entries", None)
+    if entries is None:
+        return {FULL: controllers}
+    return {str(entry.name.value): entry.host_pool for entry in entries}
 
 
-def _host_problems(controllers: Any, held: torch.Tensor) -> list[str]:
-    host_pool = _host_pool(controllers)
+def _host_problems(host_pool: Any, held: torch.Tensor, pool: str) -> list[str]:
     free = torch.cat([host_pool.free_slots.to(torch.int64), *_released(host_pool)])
-    return _owned_once(free, _distinct(held), int(host_pool.size), "host", "an operation or book")
+    return _owned_once(free, held, int(host_pool.size), pool, "an operation or book")
 
 
 def _owned_once(
@@ -129,21 +206,9 @@ def _released(host_pool: Any) -> list[torch.Tensor]:
     return [slots.to(torch.int64) for slots in getattr(host_pool, "release_slots", [])]
 
 
-def _tensors_under(
-    cache: Any, endings: tuple[str, ...], skip: Iterable[object]
-) -> list[tuple[str, torch.Tensor]]:
-    """Every tensor reachable from ``cache`` but through ``skip`` at a path with one of
-    ``endings`` (each tensor object once), with its path."""
-    return [
-        (path, obj)
-        for path, obj in walk({"cache": cache}, skip=skip)
-        if isinstance(obj, torch.Tensor) and path.endswith(endings)
-    ]
+def _is_transfer(obj: object) -> bool:
+    return type(obj).__name__ == "PoolTransfer"
 
 
-def _cat(tensors: list[tuple[str, torch.Tensor]], endings: tuple[str, ...]) -> torch.Tensor:
-    """The slots of those of ``tensors`` whose path has one of ``endings``."""
-    found = [
-        tensor.reshape(-1).to(torch.int64) for path, tensor in tensors if path.endswith(endings)
-    ]
-    return torch.cat(found) if found else torch.empty(0, dtype=torch.int64)
+def _flat(slots: torch.Tensor) -> torch.Tensor:
+    return slots.reshape(-1).to(torch.int64)

@@ -34,6 +34,7 @@ READ_ONLY = frozenset(
         "slot_problems",
         "device_marks",
         "device_books",
+        "swa_books",
         "loading",
         "live",
         "abandoned",

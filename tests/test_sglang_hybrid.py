@@ -1,0 +1,107 @@
+"""A hybrid model in SGLang's fuzz world (issue 40, item 3): the SWA component beside full
+attention, each pool's slots with one owner and its marks, and what SGLang refuses to deploy."""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from stagefate.targets.sglang.fuzz_config import FuzzConfig, parse_pins
+
+WINDOW = 8
+"""Two pages: shorter than every hit of the world (a whole sequence is 32 tokens)."""
+
+
+def test_a_hybrid_is_a_drawn_dimension_off_by_default() -> None:
+    assert FuzzConfig().swa_window is None
+    assert parse_pins([f"swa_window={WINDOW}"]) == {"swa_window": WINDOW}
+    assert FuzzConfig(swa_window=WINDOW).driver_settings()["swa_window"] == WINDOW
+
+
+@pytest.fixture
+def hybrid() -> Iterator[Any]:
+    """SGLang deployed with an SWA window, r0's whole sequence loaded from L3 and admitted."""
+    from stagefate.targets.sglang.machine import SEQUENCES, fuzz_world
+
+    driver = fuzz_world(FuzzConfig(swa_window=WINDOW), namespaces=(None,))
+    try:
+        driver.issue("r0", SEQUENCES[0], None)
+        driver.settle()
+        assert driver.admit("r0") == len(SEQUENCES[0])
+        driver.settle()
+        yield driver
+    finally:
+        driver.close()
+
+
+def _window_peers(driver: Any) -> Any:
+    """The SWA slots the tree maps r0's sequence to (0: none), in token order."""
+    from stagefate.targets.sglang.cache import device_prefix_indices
+    from stagefate.targets.sglang.hybrid import swa_peers
+
+    request = driver.requests["r0"]
+    match = driver._match(driver.consumer, request.tokens, request.namespace)
+    slots = device_prefix_indices(driver.consumer.cache, match)
+    return swa_peers(driver.consumer.allocator, slots)
+
+
+@pytest.mark.usefixtures("sglang")
+def test_a_hybrid_loads_a_hit_with_its_window_and_every_pool_balances(hybrid: Any) -> None:
+    from stagefate.targets.sglang.machine import SEQUENCES
+
+    assert hybrid.consumer.cache.supports_swa()
+    assert hybrid.device_marks(SEQUENCES[0], None) == (len(SEQUENCES[0]), True)
+    peers = _window_peers(hybrid)
+    assert bool((peers[-WINDOW:] > 0).all()), "the load brought the window's SWA KV"
+    assert hybrid.slot_problems() == []
+    for books in (hybrid.device_books(), hybrid.swa_books()):
+        free, cached, size = books
+        assert free + cached == size
+
+
+@pytest.mark.usefixtures("sglang")
+def test_an_swa_slot_freed_while_the_tree_holds_it_is_caught(hybrid: Any) -> None:
+    held = _window_peers(hybrid)[-4:]
+    hybrid.consumer.allocator.swa_attn_allocator.free(held)
+    assert hybrid.slot_problems() == [
+        "4 SWA device slots are free and held by the tree or a decode at once "
+        f"(e.g. {held.tolist()})"
+    ]
+
+
+@pytest.mark.usefixtures("sglang")
+def test_an_swa_slot_holding_another_tokens_kv_is_caught(hybrid: Any) -> None:
+    from stagefate.targets.sglang.hybrid import kv_buffers
+    from stagefate.targets.sglang.machine import SEQUENCES
+
+    swa = kv_buffers(hybrid.consumer.allocator)[1]
+    assert swa is not None
+    swa[_window_peers(hybrid)[-1]] += 1  # full attention's KV is untouched
+    assert hybrid.device_marks(SEQUENCES[0], None) == (len(SEQUENCES[0]), False)
+
+
+@pytest.mark.usefixtures("sglang")
+def test_a_decode_holds_the_swa_peers_of_its_slots_until_it_stops(hybrid: Any) -> None:
+    assert hybrid.decode("r0", 4 * WINDOW)
+    assert hybrid.slot_problems() == []
+    hybrid.stop_decoding("r0")
+    assert hybrid.slot_problems() == []
+    free, cached, size = hybrid.swa_books()
+    assert free + cached == size
+
+
+@pytest.mark.usefixtures("sglang")
+def test_a_hybrid_sglang_cannot_stage_is_refused_and_leaves_nothing() -> None:
+    """A host pool of 8 tokens gives the SWA staging pool fewer than two windows: SGLang
+    refuses to start, as its server would; a campaign rejects such a draw."""
+    from stagefate.targets.sglang.machine import fuzz_world
+    from stagefate.targets.sglang.pipeline import Undeployable
+
+    before = set(Path(tempfile.gettempdir()).glob("sgl-l3-*"))
+    with pytest.raises(Undeployable, match="two minimum Full/SWA transfers"):
+        fuzz_world(FuzzConfig(swa_window=WINDOW, host_tokens=8), namespaces=(None,))
+    assert set(Path(tempfile.gettempdir()).glob("sgl-l3-*")) <= before
