@@ -101,7 +101,7 @@ def add_parser(sub: Any) -> None:
         metavar="KEY=VALUE",
         help="--target sglang (repeatable): pin one setting every program draws (prefetch_policy, "
         "retry_interval, retry_max_attempts, anchor_lock, anchor_cap, host_tokens, "
-        "prefetch_threshold; docs/sglang.md), e.g. --config prefetch_policy=timeout",
+        "prefetch_threshold, swa_window; docs/sglang.md), e.g. --config prefetch_policy=timeout",
     )
     fuzz.add_argument(
         "--compare",

@@ -23,7 +23,7 @@ Each stand-in says what it replaces and why; none of them decides anything SGLan
 * Classes of either stand-in accept any arguments (0.5.19's fp8 kernel module builds
   ``triton.Config({...}, num_warps=...)`` at import) and keep none.
 
-Three patches let the buffer-mode pipeline run on a CPU (:func:`patch_for_cpu`, applied by the
+Four patches let the buffer-mode pipeline run on a CPU (:func:`patch_for_cpu`, applied by the
 pipeline driver only):
 
 * ``host_memory_budget_bytes`` refuses a host pool larger than the machine's free memory (less
@@ -38,6 +38,10 @@ pipeline driver only):
 * The ``direct`` IO backend with the ``layer_first`` layout copies rows with sgl_kernel's
   ``transfer_kv_direct``, which has no CPU build: an indexed row copy per layer in torch does
   the same (``dst[dst_indices] = src[src_indices]``). SGLang still decides which rows move.
+* A paged allocator's ``alloc_extend`` (a hybrid model's only way to allocate, :mod:`.hybrid`)
+  launches the triton kernel ``alloc_extend_kernel`` unconditionally up to 0.5.21; 0.5.22 and
+  later run SGLang's own torch twin of it, ``alloc_extend_naive`` (same module, in every
+  release), where the platform has no triton. Up to 0.5.21 the kernel's launch runs that twin.
 """
 
 from __future__ import annotations
@@ -200,8 +204,30 @@ def _simulated_host_budget(*args: Any, **kwargs: Any) -> int:
     return SIMULATED_HOST_BUDGET
 
 
+class _NaiveAllocExtend:
+    """``alloc_extend_kernel[grid](...)`` run as SGLang's ``alloc_extend_naive`` (the torch
+    version of the same kernel; the kernel's extra argument is its block size)."""
+
+    def __init__(self, naive: Callable[..., None]) -> None:
+        self.naive = naive
+
+    def __getitem__(self, grid: Any) -> Callable[..., None]:
+        def launch(
+            prefix_lens: Any,
+            seq_lens: Any,
+            last_loc: Any,
+            free_pages: Any,
+            out_indices: Any,
+            block_size: int,
+            page_size: int,
+        ) -> None:
+            self.naive(prefix_lens, seq_lens, last_loc, free_pages, out_indices, page_size, "cpu")
+
+        return launch
+
+
 def patch_for_cpu() -> None:
-    """Apply the three buffer-mode patches of the module docstring (once)."""
+    """Apply the four buffer-mode patches of the module docstring (once)."""
     global _patched
     if _patched:
         return
@@ -223,4 +249,8 @@ def patch_for_cpu() -> None:
         unpinned(*bound.args, **bound.kwargs)
 
     base.HostKVCache.__init__ = init
+    from sglang.srt.mem_cache.allocator import paged
+
+    if "use_triton_kernels" not in inspect.getsource(paged.PagedTokenToKVPoolAllocator):
+        paged.alloc_extend_kernel = _NaiveAllocExtend(paged.alloc_extend_naive)
     _patched = True

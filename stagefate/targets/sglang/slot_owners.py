@@ -146,13 +146,10 @@ def _device_problems(
     return problems
 
 
-def _host_pools(controllers: Any) -> dict[str, Any]:
-    """The controller's host pools by name: 0.5.23 keeps a group (full attention's bounce
-    buffer, a hybrid's SWA staging pool beside it); earlier releases one pool."""
-    entries = getattr(controllers, "entries", None)
-    if entries is None:
-        return {FULL: controllers}
-    return {str(entry.name.value): entry.host_pool for entry in entries}
+def _host_pools(group: Any) -> dict[str, Any]:
+    """The controller's host pools by name: every release from 0.5.19 keeps a group (full
+    attention's bounce buffer, and a hybrid's SWA staging pool beside it)."""
+    return {str(entry.name.value): entry.host_pool for entry in group.entries}
 
 
 def _host_problems(host_pool: Any, held: torch.Tensor, pool: str) -> list[str]:
