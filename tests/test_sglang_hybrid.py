@@ -105,3 +105,64 @@ def test_a_hybrid_sglang_cannot_stage_is_refused_and_leaves_nothing() -> None:
     with pytest.raises(Undeployable, match="two minimum Full/SWA transfers"):
         fuzz_world(FuzzConfig(swa_window=WINDOW, host_tokens=8), namespaces=(None,))
     assert set(Path(tempfile.gettempdir()).glob("sgl-l3-*")) <= before
+
+
+@pytest.mark.usefixtures("sglang")
+def test_a_load_that_brings_the_window_is_credited_with_the_full_kv_it_unlocks() -> None:
+    """r0 loads the whole sequence; one page evicted takes the window's SWA with it, so the
+    joint match serves nothing though full attention's KV of 28 tokens is still resident. r1's
+    staged hit then loads 8 tokens and the window, unlocking the 24 resident ones: SGLang
+    counts all 32 as storage's ("resident FULL the aux tail unlocks"), and so does the world."""
+    from stagefate.targets.sglang.hit_accounting import HitMetrics, keeps_hit_metrics
+    from stagefate.targets.sglang.machine import SEQUENCES, fuzz_world
+
+    driver = fuzz_world(FuzzConfig(swa_window=WINDOW), namespaces=(None,))
+    try:
+        if not keeps_hit_metrics(driver.consumer.cache):
+            pytest.skip("this release exports no per-request hit metrics (0.5.19)")
+        metrics, whole = HitMetrics.on(driver.consumer.cache), len(SEQUENCES[0])
+        driver.issue("r0", SEQUENCES[0], None)
+        driver.issue("r1", SEQUENCES[0], None)
+        driver.settle()
+        assert driver.admit("r0") == whole
+        driver.settle()
+        driver.evict(4)
+        assert driver.device_marks(SEQUENCES[0], None) == (0, True)
+        assert driver.admit("r1") == WINDOW
+        r1 = driver.requests["r1"]
+        assert (r1.unlocked_tokens, r1.credited_tokens) == (whole - WINDOW, whole)
+        driver.settle()
+        assert driver.device_marks(SEQUENCES[0], None) == (whole, True)
+        assert (metrics.hit, driver.world_loads.loaded) == (2 * whole, 2 * whole)
+        assert metrics.problem(driver.world_loads) is None
+    finally:
+        driver.close()
+
+
+@pytest.mark.usefixtures("sglang")
+def test_a_hybrid_read_missing_its_window_is_discarded_whole_and_logged_so() -> None:
+    """The SWA objects of r0's hit are gone from L3, its full-attention pages are not: the
+    read lands without the window, and SGLang drops the whole fetch at the ack (all or
+    nothing, before anything is staged). The design log says read_done [read_empty]."""
+    import io
+
+    from stagefate.targets.sglang.design_log import watch_design
+    from stagefate.targets.sglang.machine import SEQUENCES, fuzz_world
+    from stagefate.transition_log import TransitionLog
+
+    driver = fuzz_world(FuzzConfig(swa_window=WINDOW), namespaces=(None,))
+    try:
+        log = io.StringIO()
+        watch_design(driver, TransitionLog(log))
+        driver.issue("r0", SEQUENCES[0], None)
+        driver.run_existence_queries()
+        driver.tick()  # the commit: the read is queued
+        assert driver.drop_l3(lambda name: ".swa" not in name) > 0
+        driver.settle()
+        assert not driver.live("r0")
+        assert driver.admit("r0") == 0
+        last = log.getvalue().splitlines()[-1]
+        assert '"event": "read_done", "guard": "read_empty", "target": "released"' in last
+        assert driver.slot_problems() == []
+    finally:
+        driver.close()

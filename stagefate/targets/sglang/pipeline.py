@@ -118,12 +118,22 @@ class Request:
     """Tokens its admission loaded onto the device."""
     lacking_tokens: int = 0
     """Tokens of its staged span the device lacked at admission: the most a load may bring."""
+    unlocked_tokens: int = 0
+    """A hybrid's: tokens of the staged span whose full-attention KV the device held at
+    admission but could not serve without the SWA window the load brings (the joint match
+    stops short of them). SGLang's metrics count them as storage's, and so does the world."""
     state: Literal["waiting", "admitted", "aborted"] = "waiting"
     """Where the scheduler has it: in the waiting queue (its prefetch in flight, staged, or
     ended with nothing to load), admitted, or aborted."""
     retracted: bool = False
     """Re-queued by a retraction (SGLang's ``retracted_stain``): its admission leaves its
     storage hit out of the metrics."""
+
+    @property
+    def credited_tokens(self) -> int:
+        """What its admission's load made usable: the tokens loaded and, when it loaded, those
+        it unlocked."""
+        return self.loaded_tokens + (self.unlocked_tokens if self.loaded_tokens else 0)
 
 
 @dataclass
@@ -603,7 +613,7 @@ class SteppedSGLang(ABC):
         if not cache.check_prefetch_progress(request.handle):
             return 0  # still waiting: the adder skips it this pass
         self._pop_loaded(request)
-        request.loaded_tokens = 0
+        request.loaded_tokens = request.unlocked_tokens = 0
         pipeline = cache.buffer_pipeline
         if pipeline.has_staged(request.handle):
             self._load(rid, request, make_room)
@@ -639,7 +649,7 @@ class SteppedSGLang(ABC):
             cache.discard_storage_prefetch_accounting(request.handle)
             finish(request.handle, fulfilled_tokens=0, reason=None)
             return
-        self.world_loads.loaded += request.loaded_tokens
+        self.world_loads.loaded += request.credited_tokens
         finish(request.handle, fulfilled_tokens=request.loaded_tokens, reason=None)
 
     def _load(self, rid: str, request: Request, make_room: Callable[[int], object] | None) -> None:
@@ -665,6 +675,7 @@ class SteppedSGLang(ABC):
             req.last_node = match.last_device_node
             span_end = staged.matched_len + staged.num_tokens
             request.lacking_tokens = max(0, span_end - device_prefix_len(match))
+            request.unlocked_tokens = self._unlocked_by_window(request, match, span_end)
             if not self.plan_load(req, request, match):
                 return
             if make_room is not None and req.host_hit_length:
@@ -679,6 +690,15 @@ class SteppedSGLang(ABC):
         finally:
             self.consumer.req_to_token_pool.free(req)
         request.loaded_tokens = self.loaded_tokens(loaded)
+
+    def _unlocked_by_window(self, request: Request, match: Any, span_end: int) -> int:
+        """See :attr:`Request.unlocked_tokens` (0 for full attention only)."""
+        if self.swa_window is None:
+            return 0
+        resident, _, _ = self.consumer.cache.tree_core.match_full_device_prefix(
+            self._key(request.tokens, request.namespace)
+        )
+        return max(0, min(int(resident), span_end) - device_prefix_len(match))
 
     def loaded_tokens(self, result: Any) -> int:
         """Tokens an ``init_load_back`` result loaded: up to 0.5.21 it returns ``(device
@@ -708,7 +728,7 @@ class SteppedSGLang(ABC):
         load back in flight then counts for nothing there)."""
         request = self.requests[rid]
         if request.state == "admitted" and not request.retracted and self.loading(rid):
-            self.world_loads.loaded -= request.loaded_tokens
+            self.world_loads.loaded -= request.credited_tokens
         self.world_loads.leave_out(self.consumer.cache, request.handle)
         self.consumer.cache.release_aborted_request(request.handle)
         request.state = "aborted"

@@ -82,6 +82,7 @@ class DesignObserver(ABC):
         self.wrap(pipeline, "try_lock_anchor", self._lock)
         self.wrap(pipeline, "staged_span_covered", self._covered)
         self.wrap(pipeline, "stage_completed_prefetch", self._staged)
+        self.wrap(cache, "_check_hybrid_prefetch_result", self._hybrid_checked)
         self.wrap(pipeline, "init_load_back", self._consume)
         self.wrap(pipeline, "try_finish_load_back", self._ack)
         self.wrap(pipeline, "release_staged_hold", self._release)
@@ -271,6 +272,15 @@ class DesignObserver(ABC):
             else:
                 self.write(rid, "read_done", "read_empty", "released", "discarded")
         return result
+
+    def _hybrid_checked(self, original: Callable[..., Any], request: Any, *args: Any) -> Any:
+        """A hybrid's read is all or nothing: when a pool's pages did not all land (its SWA
+        window, say), SGLang discards the fetch at the ack, before anything is staged."""
+        usable = original(request, *args)
+        rid = rid_of(request)
+        if not usable and self.states.get(rid) == "reading":
+            self.write(rid, "read_done", "read_empty", "released", "discarded")
+        return usable
 
     def _reads_ran(self, original: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         try:
