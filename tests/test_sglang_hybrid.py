@@ -166,3 +166,19 @@ def test_a_hybrid_read_missing_its_window_is_discarded_whole_and_logged_so() -> 
         assert driver.slot_problems() == []
     finally:
         driver.close()
+
+
+@pytest.mark.slow  # an interpreter per release imports SGLang: half a minute each
+def test_a_hybrid_prefetch_runs_on_every_installed_release() -> None:
+    """The same hybrid prefetch on each release in its own process: up to 0.5.21 its paged
+    allocation runs through the CPU shim's stand-in for a triton kernel (SGLang's own torch
+    twin of it)."""
+    from stagefate.targets.sglang.environments import installed
+    from stagefate.targets.sglang.worker import call_in, one_prefetch
+
+    ready = installed()
+    if not ready:
+        pytest.skip("no SGLang release is installed: make sglang")
+    for version, target in ready.items():
+        driver = "PlanDriver" if version == "0.5.19" else "PrepareDriver"
+        assert call_in(target, one_prefetch, WINDOW) == (driver, 24, True, 0), version

@@ -61,7 +61,7 @@ from .cache import (
     tiny_kv_pool,
     unified_cache,
 )
-from .hit_accounting import WorldLoads
+from .hit_accounting import WorldLoads, keeps_hit_metrics
 from .hybrid import SlidingWindow, allocate, device_pools, is_hybrid, kv_buffers, swa_peers, write
 from .slot_owners import slot_problems
 
@@ -692,8 +692,9 @@ class SteppedSGLang(ABC):
         request.loaded_tokens = self.loaded_tokens(loaded)
 
     def _unlocked_by_window(self, request: Request, match: Any, span_end: int) -> int:
-        """See :attr:`Request.unlocked_tokens` (0 for full attention only)."""
-        if self.swa_window is None:
+        """See :attr:`Request.unlocked_tokens` (0 for full attention only, and where the release
+        keeps no hit metrics to credit them in: 0.5.19)."""
+        if self.swa_window is None or not keeps_hit_metrics(self.consumer.cache):
             return 0
         resident, _, _ = self.consumer.cache.tree_core.match_full_device_prefix(
             self._key(request.tokens, request.namespace)

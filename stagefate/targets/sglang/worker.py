@@ -110,13 +110,14 @@ def build_native_hash() -> None:
     _load_native_hash_module()
 
 
-def one_prefetch() -> tuple[str, int, bool, int]:
+def one_prefetch(swa_window: int | None = None) -> tuple[str, int, bool, int]:
     """One prefetch through this interpreter's release, as the scheduler makes it: issue,
-    query, commit, read, ack, admission. ``(driver, tokens loaded, whether the loaded slots
-    hold the producer's KV, device slots neither free nor in the tree)``."""
+    query, commit, read, ack, admission (``swa_window``: of a hybrid model). ``(driver, tokens
+    loaded, whether the loaded slots hold the producer's KV, in every pool, device slots neither
+    free nor in the tree, in every pool)``."""
     from .generations import stepped_sglang
 
-    driver = stepped_sglang(page_size=4)
+    driver = stepped_sglang(page_size=4, swa_window=swa_window)
     try:
         tokens = list(range(1, 33))
         driver.produce(tokens, None)
@@ -128,9 +129,10 @@ def one_prefetch() -> tuple[str, int, bool, int]:
         driver.tick()
         loaded = driver.admit("r0")
         driver.settle()
-        free, cached, size = driver.device_books()
         held = driver.device_marks(tokens, None)[1]
-        return type(driver).__name__, loaded, held, size - free - cached
+        books = [driver.device_books(), driver.swa_books()]
+        leaked = sum(size - free - cached for free, cached, size in filter(None, books))
+        return type(driver).__name__, loaded, held, leaked
     finally:
         driver.close()
 
