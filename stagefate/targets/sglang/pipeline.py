@@ -119,9 +119,11 @@ class Request:
     lacking_tokens: int = 0
     """Tokens of its staged span the device lacked at admission: the most a load may bring."""
     unlocked_tokens: int = 0
-    """A hybrid's: tokens of the staged span whose full-attention KV the device held at
-    admission but could not serve without the SWA window the load brings (the joint match
-    stops short of them). SGLang's metrics count them as storage's, and so does the world."""
+    """A hybrid's: tokens of the staged span its load made usable without loading them, their
+    full-attention KV on the device already but out of reach without the SWA window the load
+    brings (the joint match stops short of them). So a hybrid's load makes usable all it
+    lacked, from the joint match to the span's end; SGLang's metrics count that as storage's
+    ("resident FULL the aux tail unlocks"), and so does the world."""
     state: Literal["waiting", "admitted", "aborted"] = "waiting"
     """Where the scheduler has it: in the waiting queue (its prefetch in flight, staged, or
     ended with nothing to load), admitted, or aborted."""
@@ -675,7 +677,6 @@ class SteppedSGLang(ABC):
             req.last_node = match.last_device_node
             span_end = staged.matched_len + staged.num_tokens
             request.lacking_tokens = max(0, span_end - device_prefix_len(match))
-            request.unlocked_tokens = self._unlocked_by_window(request, match, span_end)
             if not self.plan_load(req, request, match):
                 return
             if make_room is not None and req.host_hit_length:
@@ -690,16 +691,14 @@ class SteppedSGLang(ABC):
         finally:
             self.consumer.req_to_token_pool.free(req)
         request.loaded_tokens = self.loaded_tokens(loaded)
+        request.unlocked_tokens = self._unlocked_by_window(request)
 
-    def _unlocked_by_window(self, request: Request, match: Any, span_end: int) -> int:
+    def _unlocked_by_window(self, request: Request) -> int:
         """See :attr:`Request.unlocked_tokens` (0 for full attention only, and where the release
         keeps no hit metrics to credit them in: 0.5.19)."""
         if self.swa_window is None or not keeps_hit_metrics(self.consumer.cache):
             return 0
-        resident, _, _ = self.consumer.cache.tree_core.match_full_device_prefix(
-            self._key(request.tokens, request.namespace)
-        )
-        return max(0, min(int(resident), span_end) - device_prefix_len(match))
+        return max(0, request.lacking_tokens - request.loaded_tokens)
 
     def loaded_tokens(self, result: Any) -> int:
         """Tokens an ``init_load_back`` result loaded: up to 0.5.21 it returns ``(device
