@@ -182,3 +182,35 @@ def test_a_hybrid_prefetch_runs_on_every_installed_release() -> None:
     for version, target in ready.items():
         driver = "PlanDriver" if version == "0.5.19" else "PrepareDriver"
         assert call_in(target, one_prefetch, WINDOW) == (driver, 24, True, 0), version
+
+
+@pytest.mark.usefixtures("sglang")
+def test_resident_kv_the_window_unlocks_ahead_of_the_staged_span_is_no_hit() -> None:
+    """r0's head page is on the device at its issue, so its L3 hit is the other 28 tokens; by
+    its admission the head's window is gone (SWA reclaimed), its full-attention KV is not. The
+    load makes all 32 usable, but only the staged 28 were a hit: SGLang credits 28, and so
+    must the world (the third hybrid campaign's stop credited 32)."""
+    from stagefate.targets.sglang.hit_accounting import HitMetrics, keeps_hit_metrics
+    from stagefate.targets.sglang.machine import SEQUENCES, fuzz_world
+
+    driver = fuzz_world(FuzzConfig(swa_window=WINDOW), namespaces=(None,))
+    try:
+        if not keeps_hit_metrics(driver.consumer.cache):
+            pytest.skip("this release exports no per-request hit metrics (0.5.19)")
+        from sglang.srt.mem_cache.base_prefix_cache import EvictParams
+
+        metrics, tokens = HitMetrics.on(driver.consumer.cache), SEQUENCES[0]
+        driver.publish(tokens[:4], None)
+        driver.issue("r0", tokens, None)
+        driver.settle()
+        driver.consumer.cache.evict(EvictParams(num_tokens=0, swa_num_tokens=4))
+        assert driver.device_marks(tokens, None) == (0, True)
+        assert driver.admit("r0") == len(tokens) - 4
+        r0 = driver.requests["r0"]
+        assert (r0.lacking_tokens, r0.credited_tokens) == (len(tokens), len(tokens) - 4)
+        driver.settle()
+        assert driver.device_marks(tokens, None) == (len(tokens), True)
+        assert metrics.hit == driver.world_loads.loaded == len(tokens) - 4
+        assert metrics.problem(driver.world_loads) is None
+    finally:
+        driver.close()

@@ -121,9 +121,10 @@ class Request:
     unlocked_tokens: int = 0
     """A hybrid's: tokens of the staged span its load made usable without loading them, their
     full-attention KV on the device already but out of reach without the SWA window the load
-    brings (the joint match stops short of them). So a hybrid's load makes usable all it
-    lacked, from the joint match to the span's end; SGLang's metrics count that as storage's
-    ("resident FULL the aux tail unlocks"), and so does the world."""
+    brings (the joint match stops short of them). So a hybrid's load makes usable all the
+    staged span it lacked, from the joint match (or the span's base) to the span's end;
+    SGLang's metrics count that as storage's ("resident FULL the aux tail unlocks"), and so
+    does the world."""
     state: Literal["waiting", "admitted", "aborted"] = "waiting"
     """Where the scheduler has it: in the waiting queue (its prefetch in flight, staged, or
     ended with nothing to load), admitted, or aborted."""
@@ -691,14 +692,16 @@ class SteppedSGLang(ABC):
         finally:
             self.consumer.req_to_token_pool.free(req)
         request.loaded_tokens = self.loaded_tokens(loaded)
-        request.unlocked_tokens = self._unlocked_by_window(request)
+        request.unlocked_tokens = self._unlocked_by_window(request, int(staged.num_tokens))
 
-    def _unlocked_by_window(self, request: Request) -> int:
+    def _unlocked_by_window(self, request: Request, span_tokens: int) -> int:
         """See :attr:`Request.unlocked_tokens` (0 for full attention only, and where the release
-        keeps no hit metrics to credit them in: 0.5.19)."""
+        keeps no hit metrics to credit them in: 0.5.19). Only the staged span is the L3 hit's:
+        resident KV the window unlocks ahead of it (the device lost the window at the span's
+        base since the issue) was no hit."""
         if self.swa_window is None or not keeps_hit_metrics(self.consumer.cache):
             return 0
-        return max(0, request.lacking_tokens - request.loaded_tokens)
+        return max(0, min(request.lacking_tokens, span_tokens) - request.loaded_tokens)
 
     def loaded_tokens(self, result: Any) -> int:
         """Tokens an ``init_load_back`` result loaded: up to 0.5.21 it returns ``(device
