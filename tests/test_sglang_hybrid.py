@@ -214,3 +214,35 @@ def test_resident_kv_the_window_unlocks_ahead_of_the_staged_span_is_no_hit() -> 
         assert metrics.problem(driver.world_loads) is None
     finally:
         driver.close()
+
+
+@pytest.mark.usefixtures("sglang")
+def test_a_head_trimmed_off_the_read_and_unlocked_by_the_window_is_the_hits() -> None:
+    """The converse: r0's hit is all 32 tokens, and a sibling publishes its head page before
+    the IO commit, which trims that page off the read (staged: 28). By admission the head's
+    window is gone, its full-attention KV is not: the load brings 28 and the window, and all 32
+    of the hit are storage's (the fourth hybrid campaign's stop credited 28)."""
+    from stagefate.targets.sglang.hit_accounting import HitMetrics, keeps_hit_metrics
+    from stagefate.targets.sglang.machine import SEQUENCES, fuzz_world
+
+    driver = fuzz_world(FuzzConfig(swa_window=WINDOW), namespaces=(None,))
+    try:
+        if not keeps_hit_metrics(driver.consumer.cache):
+            pytest.skip("this release exports no per-request hit metrics (0.5.19)")
+        from sglang.srt.mem_cache.base_prefix_cache import EvictParams
+
+        metrics, tokens = HitMetrics.on(driver.consumer.cache), SEQUENCES[0]
+        driver.issue("r0", tokens, None)
+        driver.run_existence_queries()
+        driver.publish(tokens[:4], None)
+        driver.settle()
+        staged = driver.consumer.cache.buffer_pipeline.staged_prefetches
+        assert staged[driver.requests["r0"].handle].num_tokens == len(tokens) - 4
+        driver.consumer.cache.evict(EvictParams(num_tokens=0, swa_num_tokens=4))
+        assert driver.admit("r0") == len(tokens) - 4
+        assert driver.requests["r0"].credited_tokens == len(tokens)
+        driver.settle()
+        assert metrics.hit == driver.world_loads.loaded == len(tokens)
+        assert metrics.problem(driver.world_loads) is None
+    finally:
+        driver.close()

@@ -118,13 +118,15 @@ class Request:
     """Tokens its admission loaded onto the device."""
     lacking_tokens: int = 0
     """Tokens of its staged span the device lacked at admission: the most a load may bring."""
+    hit_base: int = 0
+    """Where its last issue's L3 hit begins: the device prefix that issue matched."""
     unlocked_tokens: int = 0
     """A hybrid's: tokens of the staged span its load made usable without loading them, their
     full-attention KV on the device already but out of reach without the SWA window the load
-    brings (the joint match stops short of them). So a hybrid's load makes usable all the
-    staged span it lacked, from the joint match (or the span's base) to the span's end;
-    SGLang's metrics count that as storage's ("resident FULL the aux tail unlocks"), and so
-    does the world."""
+    brings (the joint match stops short of them). So a hybrid's load makes usable all of its
+    hit it lacked, from the joint match (or the hit's base) to the staged span's end, a head
+    the IO commit trimmed off the read included; SGLang's metrics count that as storage's
+    ("resident FULL the aux tail unlocks"), and so does the world."""
     state: Literal["waiting", "admitted", "aborted"] = "waiting"
     """Where the scheduler has it: in the waiting queue (its prefetch in flight, staged, or
     ended with nothing to load), admitted, or aborted."""
@@ -571,6 +573,7 @@ class SteppedSGLang(ABC):
                 f"{rid} is {request.state}: a retry re-issues a waiting request; pass fresh=True "
                 "for a retracted request or a new one reusing the id"
             )
+        request.hit_base = matched
         cache.prefetch_from_storage(
             request.handle,
             anchor,
@@ -692,16 +695,15 @@ class SteppedSGLang(ABC):
         finally:
             self.consumer.req_to_token_pool.free(req)
         request.loaded_tokens = self.loaded_tokens(loaded)
-        request.unlocked_tokens = self._unlocked_by_window(request, int(staged.num_tokens))
+        request.unlocked_tokens = self._unlocked_by_window(request, span_end - request.hit_base)
 
-    def _unlocked_by_window(self, request: Request, span_tokens: int) -> int:
+    def _unlocked_by_window(self, request: Request, hit_tokens: int) -> int:
         """See :attr:`Request.unlocked_tokens` (0 for full attention only, and where the release
-        keeps no hit metrics to credit them in: 0.5.19). Only the staged span is the L3 hit's:
-        resident KV the window unlocks ahead of it (the device lost the window at the span's
-        base since the issue) was no hit."""
+        keeps no hit metrics to credit them in: 0.5.19). Resident KV the window unlocks ahead
+        of the hit's base (the device lost its window there since the issue) was no hit."""
         if self.swa_window is None or not keeps_hit_metrics(self.consumer.cache):
             return 0
-        return max(0, min(request.lacking_tokens, span_tokens) - request.loaded_tokens)
+        return max(0, min(request.lacking_tokens, hit_tokens) - request.loaded_tokens)
 
     def loaded_tokens(self, result: Any) -> int:
         """Tokens an ``init_load_back`` result loaded: up to 0.5.21 it returns ``(device
