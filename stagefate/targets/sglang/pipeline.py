@@ -136,9 +136,9 @@ class Request:
 
     @property
     def credited_tokens(self) -> int:
-        """What its admission's load made usable: the tokens loaded and, when it loaded, those
-        it unlocked."""
-        return self.loaded_tokens + (self.unlocked_tokens if self.loaded_tokens else 0)
+        """What its admission's load made usable: the tokens loaded and those it unlocked (a
+        hybrid's load may bring the window alone)."""
+        return self.loaded_tokens + self.unlocked_tokens
 
 
 @dataclass
@@ -695,7 +695,8 @@ class SteppedSGLang(ABC):
         finally:
             self.consumer.req_to_token_pool.free(req)
         request.loaded_tokens = self.loaded_tokens(loaded)
-        request.unlocked_tokens = self._unlocked_by_window(request, span_end - request.hit_base)
+        if not pipeline.has_staged(request.handle):  # loaded: the window at least
+            request.unlocked_tokens = self._unlocked_by_window(request, span_end - request.hit_base)
 
     def _unlocked_by_window(self, request: Request, hit_tokens: int) -> int:
         """See :attr:`Request.unlocked_tokens` (0 for full attention only, and where the release
