@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import tempfile
 from collections.abc import Iterator
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -246,3 +247,45 @@ def test_a_head_trimmed_off_the_read_and_unlocked_by_the_window_is_the_hits() ->
         assert metrics.problem(driver.world_loads) is None
     finally:
         driver.close()
+
+
+class _Drawn:
+    """What a fuzzer rule draws, given in order (a program of the campaign, replayed)."""
+
+    def __init__(self, *values: Any) -> None:
+        self.values = list(values)
+
+    def draw(self, strategy: Any, label: str | None = None) -> Any:
+        return self.values.pop(0)
+
+
+@pytest.mark.usefixtures("sglang")
+def test_a_load_of_the_window_alone_is_credited_with_what_it_unlocked() -> None:
+    """The fifth hybrid campaign's stop, shrunk to five moves: r1's admission loads no
+    full-attention row, only the window, and so makes its resident KV usable; SGLang resolves
+    its hit as fulfilled at the ack, and the world credited nothing (it credited a hybrid's
+    unlocked KV only when rows loaded: +16 tokens unaccounted for)."""
+    from stagefate.targets.sglang.findings import proposed_fixes, set_aside
+    from stagefate.targets.sglang.machine import SGLangPipelineFuzzer
+
+    with ExitStack() as fixes:  # the campaign looked past the id-reuse finding with its fix
+        for fix in proposed_fixes(set_aside(["id_reuse"])):
+            fixes.enter_context(fix())
+        machine = SGLangPipelineFuzzer()
+        machine.configure(_Drawn(FuzzConfig(prefetch_policy="timeout", swa_window=WINDOW)))
+        moves = [
+            lambda: machine.issue(sequence=0, namespace=None, stale=True),
+            lambda: machine.abort(_Drawn("r0")),
+            lambda: machine.reuse_id(_Drawn("r0"), sequence=1, namespace="tenant-b"),
+            lambda: machine.drop_l3(seed=6),
+            lambda: machine.issue(sequence=0, namespace="tenant-b", stale=False),
+        ]
+        for move in moves:
+            move()
+            machine.device_slots_hold_their_marks()
+            machine.every_slot_has_one_owner()
+            machine.sglang_sanity_check()
+        requests = machine.driver.requests
+        machine.teardown()  # the metrics balance at quiescence
+    window_only = [r for r in requests.values() if r.loaded_tokens == 0 and r.unlocked_tokens]
+    assert window_only, "the program no longer loads a window alone: re-shrink it"
