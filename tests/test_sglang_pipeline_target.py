@@ -320,11 +320,12 @@ def test_an_unknown_target_is_refused(capsys: pytest.CaptureFixture[str]) -> Non
 def test_fuzz_target_sglang_logs_and_checks_its_design(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Every program's design log is checked at teardown; --log keeps the last one's."""
+    """Every program's design log is checked at teardown; --log keeps the last one's. The stop
+    policy is pinned to the one the designs describe: with every field drawn, the first twenty
+    programs of seed 0 may take no edge under it (so CI found once it wrote no log at all)."""
     log = tmp_path / "sglang.jsonl"
-    assert (
-        main(["fuzz", "--target", "sglang", "--steps", "2000", "--log", str(log), *LOOK_PAST]) == 0
-    )
+    argv = ["fuzz", "--target", "sglang", "--steps", "2000", "--log", str(log), *LOOK_PAST]
+    assert main([*argv, "--config", "prefetch_policy=wait_complete"]) == 0
     assert "every program's run followed SGLang's own design" in capsys.readouterr().out
     design = str(DEFAULT_SPEC_PATH.parent / "designs" / "sglang-0.5.23.yaml")
     assert main(["validate", "--spec", design, str(log)]) == 0
