@@ -34,16 +34,17 @@ class SlidingWindow:
     """The SWA device pool (tokens), smaller than full attention's as in SGLang's sizing."""
 
 
-def device_pools(size: int, page_size: int, hybrid: SlidingWindow | None) -> tuple[Any, Any]:
-    """``(KV pool, allocator)`` of ``size`` full-attention slots, one layer of each kind, as
-    SGLang's model runner builds them (a paged allocator; a hybrid's has SWA beside)."""
+def device_allocator(size: int, page_size: int, hybrid: SlidingWindow | None) -> Any:
+    """The allocator of ``size`` full-attention slots over a KV pool of one layer of each kind
+    (``get_kvcache()``), as SGLang's model runner builds them (a paged allocator; a hybrid's
+    has SWA beside)."""
     from sglang.srt.mem_cache.allocator import PagedTokenToKVPoolAllocator
 
     if hybrid is None:
         from .cache import tiny_kv_pool
 
         kv = tiny_kv_pool(size, page_size)
-        return kv, PagedTokenToKVPoolAllocator(size, page_size, torch.float16, "cpu", kv, False)
+        return PagedTokenToKVPoolAllocator(size, page_size, torch.float16, "cpu", kv, False)
     from sglang.srt.mem_cache.allocator.swa import SWATokenToKVPoolAllocator
     from sglang.srt.mem_cache.swa_memory_pool import SWAKVPool
 
@@ -58,14 +59,18 @@ def device_pools(size: int, page_size: int, hybrid: SlidingWindow | None) -> tup
         full_attention_layer_ids=[1],
         device="cpu",
     )
-    allocator = SWATokenToKVPoolAllocator(
+    return SWATokenToKVPoolAllocator(
         size, hybrid.swa_tokens, page_size, torch.float16, "cpu", kv, False
     )
-    return kv, allocator
 
 
 def is_hybrid(allocator: Any) -> bool:
     return hasattr(allocator, "swa_attn_allocator")
+
+
+def full_allocator(allocator: Any) -> Any:
+    """The allocator of full attention's slots: a hybrid's own, or ``allocator`` itself."""
+    return allocator.full_attn_allocator if is_hybrid(allocator) else allocator
 
 
 def allocate(allocator: Any, tokens: int) -> torch.Tensor | None:

@@ -62,7 +62,16 @@ from .cache import (
     unified_cache,
 )
 from .hit_accounting import WorldLoads, keeps_hit_metrics
-from .hybrid import SlidingWindow, allocate, device_pools, is_hybrid, kv_buffers, swa_peers, write
+from .hybrid import (
+    SlidingWindow,
+    allocate,
+    device_allocator,
+    full_allocator,
+    is_hybrid,
+    kv_buffers,
+    swa_peers,
+    write,
+)
 from .slot_owners import slot_problems
 
 
@@ -148,11 +157,6 @@ class Side:
     cache: Any
     allocator: Any
     req_to_token_pool: Any
-
-    @property
-    def kv(self) -> torch.Tensor:
-        """Full attention's K of the one layer."""
-        return kv_buffers(self.allocator)[0]
 
 
 def _has_wait_book() -> bool:
@@ -261,7 +265,7 @@ class SteppedSGLang(ABC):
         set_global_server_args_for_scheduler(server_args)
         size = self.device_tokens
         if device_pool is None:
-            _, allocator = device_pools(size, self.page_size, self.sliding_window)
+            allocator = device_allocator(size, self.page_size, self.sliding_window)
         else:
             kv = tiny_kv_pool(size, self.page_size)
             allocator = pool_bridge_class()(
@@ -813,10 +817,9 @@ class SteppedSGLang(ABC):
         """``(free device slots, tokens in the consumer's tree, pool size)`` of full
         attention's pool."""
         cache = self.consumer.cache
-        allocator = self.consumer.allocator
-        full = allocator.full_attn_allocator if is_hybrid(allocator) else allocator
         cached = int(cache.evictable_size()) + int(cache.protected_size())
-        return int(full.available_size()), cached, self.device_tokens
+        free = int(full_allocator(self.consumer.allocator).available_size())
+        return free, cached, self.device_tokens
 
     def swa_books(self) -> tuple[int, int, int] | None:
         """The same of a hybrid's SWA pool (tokens the tree's SWA component holds); None for

@@ -35,11 +35,13 @@ from typing import Any
 
 import torch
 
-from .hybrid import is_hybrid, swa_peers
+from .hybrid import full_allocator, is_hybrid, swa_peers
 from .object_walk import walk
 
 FULL = "kv"
 """SGLang's name (``PoolName.KV``) for full attention's pools; a transfer names its own."""
+SWA = "swa"
+"""SGLang's name (``PoolName.SWA``) for a hybrid's sliding-window pools."""
 _HOST_HOLDERS = (".host_indices", ".host_mem_release_queue[…]")
 """Path endings under which SGLang keeps host slots in use."""
 _DEVICE_COPIES = (".device_indices",)
@@ -104,10 +106,9 @@ def slot_problems(cache: Any, allocator: Any, size: int, decoding: torch.Tensor)
     )
     held = _Holdings(cache, read_directly)
     decoding = decoding.to(torch.int64)
-    full_allocator = allocator.full_attn_allocator if is_hybrid(allocator) else allocator
     problems = _device_problems(
         "device",
-        _free_device_slots(full_allocator),
+        _free_device_slots(full_allocator(allocator)),
         torch.cat([cache.all_values_flatten().to(torch.int64), decoding]),
         held.of(held.copies, FULL),
         size,
@@ -116,12 +117,11 @@ def slot_problems(cache: Any, allocator: Any, size: int, decoding: torch.Tensor)
         from sglang.srt.mem_cache.unified_cache.components import ComponentType
 
         tree = cache.tree_core._all_component_values_flatten(ComponentType.SWA)
-        swa = "swa"
         problems += _device_problems(
             "SWA device",
             _free_device_slots(allocator.swa_attn_allocator),
-            torch.cat([_flat(tree), swa_peers(allocator, decoding), held.of(held.releases, swa)]),
-            held.of(held.copies, swa),
+            torch.cat([_flat(tree), swa_peers(allocator, decoding), held.of(held.releases, SWA)]),
+            held.of(held.copies, SWA),
             int(allocator.size_swa),
         )
     for name, host_pool in host_pools.items():
