@@ -68,11 +68,14 @@ sglang-0.5.19: $(STAMP)
 # pinned to the versions this project is tested with. Carry .whl/ with the device tool.
 GPU_WHEELS := transitions==0.9.3 pydantic==2.14.4 pydantic-core==2.50.5 annotated-types==0.8.0 \
 	typing-inspection==0.4.5
-gpu-wheels:
+gpu-wheels: $(STAMP)
 	mkdir -p .whl
 	$(PYTHON) -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
 		--implementation cp --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
 		-d .whl $(GPU_WHEELS)
+	# stagefate's own wheel: its metadata (the version) for the tests; the code runs from the tree.
+	rm -f .whl/stagefate-*.whl
+	$(BIN)/pip wheel -q --no-deps --no-build-isolation -w .whl .
 	ls .whl
 
 clean:

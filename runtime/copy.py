@@ -177,11 +177,15 @@ def _upload(
                     host_planes[plane, s : s + length], non_blocking=True
                 )
         return
-    staging = host_kv[:, :, src]
-    if pinned:
-        staging = staging.pin_memory()  # the caching host allocator keeps it until the copy ran
+    staging, targets = host_kv[:, :, src], dst
+    if pinned:  # the caching host allocator keeps each pinned block until its copy ran
+        staging = staging.pin_memory()
+        if targets.device.type == "cpu":
+            # A pageable upload synchronizes the side stream: the caller would wait for every
+            # copy queued before this one (seen on an H200, 2026-12-04).
+            targets = targets.pin_memory()
     upload = staging.to(device_kv.device, non_blocking=pinned).view(planes, src.numel(), -1)
-    targets = dst.to(device_kv.device)
+    targets = targets.to(device_kv.device, non_blocking=pinned)
     for plane in range(planes):
         device_planes[plane].index_copy_(0, targets, upload[plane])
 

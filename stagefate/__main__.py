@@ -10,8 +10,10 @@ from __future__ import annotations
 import importlib.util
 import sys
 
-TOOLS = ("rich", "hypothesis", "transitions", "pygraphviz")
-"""What the ``tools`` extra installs (pyproject.toml)."""
+TOOLS = ("rich", "hypothesis", "transitions")
+"""What every command needs of the ``tools`` extra (pyproject.toml); the rest of it, Graphviz's
+binding, only ``stagefate diagram`` needs, and it asks for it itself (``cli.diagram``), so a GPU
+image or an engine's environment without Graphviz still benches, fuzzes and replays."""
 
 
 def entry() -> int:

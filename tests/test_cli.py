@@ -173,6 +173,25 @@ def test_diagram_outside_a_checkout_names_out(
     assert (tmp_path / "here" / "lifecycle.md").is_file()
 
 
+def test_diagram_without_graphviz_names_the_extra_and_writes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Only the command that draws asks for Graphviz's binding (a GPU image has none)."""
+    import importlib.util
+
+    import stagefate.cli.diagram as diagram
+
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        diagram.importlib.util,
+        "find_spec",
+        lambda name, *rest: None if name == "pygraphviz" else real_find_spec(name, *rest),
+    )
+    assert main(["diagram", "--out", str(tmp_path / "here")]) == 2
+    assert "needs pygraphviz: pip install 'stagefate[tools]'" in capsys.readouterr().err
+    assert not (tmp_path / "here").exists()
+
+
 def test_fuzz_tp_runs_ranks_in_lockstep(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["fuzz", "--tp", "2", "--steps", "300", "--seed", "1"]) == 0
     assert "over 2 ranks in lockstep" in capsys.readouterr().out

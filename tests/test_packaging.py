@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from stagefate.__main__ import TOOLS
+from stagefate.cli.diagram import DRAWING_TOOLS
 
 REPO = Path(__file__).parents[1]
 RUNTIME = """
@@ -41,7 +42,7 @@ def test_the_bare_wheel_runs_a_prefetch_without_the_tools(tmp_path: Path) -> Non
     subprocess.run([*pip, "torch==2.13.0"], check=True)  # the local CPU wheel (fast here)
     subprocess.run([*pip, str(wheel)], check=True)
     done = subprocess.run(
-        [str(python), "-c", RUNTIME.format(tools=TOOLS)],
+        [str(python), "-c", RUNTIME.format(tools=TOOLS + DRAWING_TOOLS)],
         check=True,
         capture_output=True,
         text=True,
@@ -59,4 +60,4 @@ def test_the_tools_the_command_asks_for_are_the_tools_extra() -> None:
     # the extra's one line (tomllib is Python 3.11's; the project runs on 3.10)
     (line,) = re.findall(r"^tools = \[(.*)\]$", (REPO / "pyproject.toml").read_text(), re.M)
     names = [re.split(r"[<>=!~]", quoted.strip(' "'))[0] for quoted in line.split(",")]
-    assert sorted(names) == sorted(TOOLS)
+    assert sorted(names) == sorted(TOOLS + DRAWING_TOOLS)
