@@ -75,11 +75,11 @@ def add_parser(sub: Any) -> None:
         help="--target sglang (repeatable), to look past a release's known finding "
         "(docs/sglang-findings.md): sanity_check: do not call SGLang's own sanity_check "
         "(0.5.19, 0.5.20); namespaces: issue and publish every request in the root namespace "
-        "(0.5.19's L3 keys ignore it); id_reuse: run with the fix proposed for an aborted "
-        "request's query or parked hit revoking the next prefetch of its id (0.5.19 to "
-        "0.5.23); unusable_fetch: with the fix proposed for a fetch that lands nothing usable "
-        "leaving its trimmed head out of SGLang's hit metrics (0.5.22, 0.5.23); every other "
-        "invariant still runs",
+        "(0.5.19's L3 keys ignore it); id_reuse: run with the fix proposed for an earlier "
+        "attempt's query or parked hit taken for a later attempt's under the same id (an "
+        "aborted id reused, a retracted request re-issued; 0.5.19 to 0.5.23); unusable_fetch: "
+        "with the fix proposed for a fetch that lands nothing usable leaving its trimmed head "
+        "out of SGLang's hit metrics (0.5.22, 0.5.23); every other invariant still runs",
     )
     fuzz.add_argument(
         "--tp",

@@ -175,6 +175,47 @@ def _id_reused_while_its_read_lands_crashes_the_pass(driver: SteppedSGLang) -> s
     )
 
 
+def _retracted_requests_old_query_is_taken_for_its_reissue(
+    driver: SteppedSGLang,
+) -> str | None:
+    """issue r0 (sequence 0); admit r0 (best_effort: admitted, its query still queued); pump;
+    retract r0 (re-issued under its handle); issue r1 (sequence 1, 'tenant-b'); a pass; admit
+    r0; retract r0 again; answer r0's newest query, the others held; pump; then the scheduler
+    goes on, trying admission each pass, until everything ended: no exception out of SGLang's
+    code, and every bounce slot freed once."""
+    driver.issue("r0", SEQUENCES[0], None)
+    driver.admit("r0")
+    driver.tick()
+    driver.settle(rounds=1)
+    driver.retract("r0")
+    driver.issue("r1", SEQUENCES[1], "tenant-b")
+    driver.tick()
+    driver.admit("r0")
+    driver.tick()
+    driver.retract("r0")
+    driver.run_existence_queries(2)
+    try:
+        driver.settle(rounds=1)
+        for _ in range(3):
+            driver.settle(rounds=1)
+            for rid, request in driver.requests.items():
+                if request.state == "waiting":
+                    driver.admit(rid)
+        for rid, request in driver.requests.items():
+            if request.state == "waiting":
+                driver.abort(rid)
+        driver.settle_until_idle()
+    except AssertionError as error:  # SGLang's own host-pool check: the pass dies here
+        return f"SGLang's host pool refused a free: {str(error)[:120]}"
+    available = driver.pipeline_host_available()
+    if available == driver.baseline_host:
+        return None
+    return (
+        f"the host pool has {available} of its {driver.baseline_host} tokens free once "
+        "everything ended: a retracted attempt's bounce was never freed"
+    )
+
+
 def _unusable_fetch_leaves_its_trimmed_head_unexported(driver: SteppedSGLang) -> str | None:
     """issue r0 (sequence 0); a sibling publishes r0's first page; pump (the IO commit trims
     that page off the read); every L3 object dropped; settle (the read lands nothing); admit
@@ -227,32 +268,41 @@ def _handle_of(operation: Any) -> Any:
     return getattr(operation, "handle", operation.request_id)
 
 
+def _stop_naming_its_request(operation: Any) -> None:
+    """Give ``operation`` a key no request has, so SGLang's lookups by key miss it and take
+    their "aborted/cleaned" path."""
+    if hasattr(operation, "handle"):
+        operation.handle = dataclasses.replace(operation.handle, attempt_id=-1)
+    else:  # 0.5.19 keys by the rid
+        operation.request_id = f"{operation.request_id} (superseded)"
+
+
 @contextmanager
-def _aborted_operation_names_no_request() -> Iterator[None]:
-    """The proposed fix, as a patch: once ``release_aborted_request`` has let an operation go
-    before its read (a query in flight, or a hit parked), the operation stops naming the
-    request, so whatever of it is still queued or parked reaches the "aborted/cleaned" path
-    instead of the ongoing prefetch of a later request with the same handle."""
+def _superseded_operation_names_no_request() -> Iterator[None]:
+    """The proposed fix, as a patch: an operation is its request's only while it is the one
+    ``ongoing_prefetch`` holds for the request (the test ``_drain_ack_prefetch`` already makes,
+    ``is_current``). Before each drain of the storage queues, an answered or parked operation
+    that a later attempt under the same key superseded (an aborted id reused, a retracted
+    request re-issued) stops naming the request, so the hit drain and the bounce allocation
+    take their "aborted/cleaned" path for it instead of the live attempt's record. The queues
+    are not touched, so tensor-parallel ranks still drain equal counts."""
     from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
 
-    release = UnifiedRadixCache.release_aborted_request
+    drain = UnifiedRadixCache._drain_storage_control_queues_impl
 
-    def release_and_retire(self: Any, request: Any) -> Any:
-        info = self.ongoing_prefetch.get(request)
-        result = release(self, request)
-        operation = None if info is None else info.operation
-        if operation is not None and operation.host_indices is None:
-            if hasattr(operation, "handle"):
-                operation.handle = dataclasses.replace(operation.handle, attempt_id=-1)
-            else:  # 0.5.19 keys by the rid
-                operation.request_id = f"{operation.request_id} (aborted)"
-        return result
+    def drain_current_only(self: Any, *args: Any, **kwargs: Any) -> Any:
+        parked = () if self.buffer_pipeline is None else self.buffer_pipeline.pending_hit_allocs
+        for operation in (*self.cache_controller.prefetch_hit_queue.queue, *parked):
+            info = self.ongoing_prefetch.get(_handle_of(operation))
+            if info is not None and info.operation is not operation:
+                _stop_naming_its_request(operation)
+        return drain(self, *args, **kwargs)
 
-    UnifiedRadixCache.release_aborted_request = release_and_retire
+    UnifiedRadixCache._drain_storage_control_queues_impl = drain_current_only
     try:
         yield
     finally:
-        UnifiedRadixCache.release_aborted_request = release
+        UnifiedRadixCache._drain_storage_control_queues_impl = drain
 
 
 _NOT_FIXED = "not fixed upstream as of 0.5.23 (no PR found whose description matches)"
@@ -312,7 +362,7 @@ FINDINGS = {
             "SGLang's run follows its design: every record ends",
             _NOT_FIXED,
             _aborted_query_revokes_its_ids_next_prefetch,
-            proposed_fix=_aborted_operation_names_no_request,
+            proposed_fix=_superseded_operation_names_no_request,
             set_aside="id_reuse",
         ),
         Finding(
@@ -326,6 +376,17 @@ FINDINGS = {
             set_aside="unusable_fetch",
         ),
         Finding(
+            "retracted_requests_old_query_is_taken_for_its_reissue",
+            "0.5.19",
+            None,
+            "no exception out of SGLang's code; every bounce slot freed once",
+            _NOT_FIXED,
+            _retracted_requests_old_query_is_taken_for_its_reissue,
+            FuzzConfig(prefetch_policy="best_effort", anchor_lock=False),
+            _superseded_operation_names_no_request,
+            "id_reuse",
+        ),
+        Finding(
             "aborted_parked_hit_revokes_its_ids_next_prefetch",
             "0.5.19",
             None,
@@ -333,7 +394,7 @@ FINDINGS = {
             _NOT_FIXED,
             _aborted_parked_hit_revokes_its_ids_next_prefetch,
             FuzzConfig(host_tokens=16),
-            _aborted_operation_names_no_request,
+            _superseded_operation_names_no_request,
             "id_reuse",
         ),
     )

@@ -222,16 +222,10 @@ class SGLangPipelineFuzzer(RuleBasedStateMachine):
     @precondition(lambda self: bool(self._retractable()))
     @rule(data=st.data())
     def retract(self, data: st.DataObject) -> None:
-        """The running batch grew and a running request is retracted: the scheduler re-queues
-        it and issues its prefetch again under the same rid and handle (``_add_request_to_queue``
-        with ``is_retracted``), whatever of its earlier attempt is still in flight."""
+        """The running batch grew and a running request is retracted (``SteppedSGLang.retract``:
+        re-issued under the same handle, whatever of its earlier attempt is in flight)."""
         rid = data.draw(st.sampled_from(self._retractable()), label="request")
-        self._retract(rid)
-
-    def _retract(self, rid: str) -> None:
-        self.driver.stop_decoding(rid)
-        request = self.driver.requests[rid]
-        self.driver.issue(rid, request.tokens, request.namespace, fresh=True, retracted=True)
+        self.driver.retract(rid)
 
     @precondition(lambda self: bool(self._retractable()))
     @rule(data=st.data(), pages=st.sampled_from((1, 16, 64)))
@@ -242,7 +236,7 @@ class SGLangPipelineFuzzer(RuleBasedStateMachine):
         rid = data.draw(st.sampled_from(self._retractable()), label="request")
         if not self.driver.decode(rid, pages * PAGE):
             OUTCOMES["world: retracted, no room to decode"] += 1
-            self._retract(rid)
+            self.driver.retract(rid)
 
     @precondition(lambda self: bool(self._in("aborted")))
     @rule(

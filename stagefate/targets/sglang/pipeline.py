@@ -522,6 +522,15 @@ class SteppedSGLang(ABC):
         if slots is not None:
             self.consumer.allocator.free(slots)
 
+    def retract(self, rid: str) -> Request:
+        """The running batch grew and ``rid`` is retracted: its decode slots are freed and the
+        scheduler re-queues it, issuing its prefetch again under the same rid and handle
+        (``_add_request_to_queue`` with ``is_retracted``), whatever of its earlier attempt is
+        still in flight."""
+        self.stop_decoding(rid)
+        request = self.requests[rid]
+        return self.issue(rid, request.tokens, request.namespace, fresh=True, retracted=True)
+
     def drop_l3(self, keep: Callable[[str], bool]) -> int:
         """Delete the L3 objects whose file name ``keep`` rejects; returns how many."""
         dropped = 0
