@@ -275,6 +275,37 @@ def test_one_read_lands_while_the_others_are_held_past_it() -> None:
 
 
 @pytest.mark.usefixtures("sglang")
+def test_quiescence_waits_for_the_bounce_an_ack_released_in_the_last_pass() -> None:
+    """A campaign's stop (2026-12-04), the world's: r1's read, abandoned by its abort, is acked
+    and its bounce queued for release, which SGLang frees a pass later (each drain takes only
+    what its queues held when it began). The world took the pipeline's ``is_idle`` for
+    quiescence and checked the host pool a pass early: "host pool leaked: 584 free of 616"."""
+    from stagefate.targets.sglang.machine import SEQUENCES, fuzz_world
+
+    driver = fuzz_world(FuzzConfig(prefetch_policy="best_effort"), namespaces=(None,))
+    try:
+        releases = driver.consumer.cache.cache_controller.host_mem_release_queue
+        driver.issue("r0", SEQUENCES[0], None)
+        driver.issue("r1", SEQUENCES[0], None)
+        driver.run_existence_queries()
+        driver.admit("r0")  # best_effort: admitted at once; r1's read goes on
+        driver.tick()
+        driver.abort("r1")
+        seen_waiting = False
+        for _ in range(4):
+            driver.settle(rounds=1)
+            if not releases.empty():
+                assert driver.consumer.cache.buffer_pipeline.is_idle()
+                assert not driver.idle()  # the release still to come is work
+                seen_waiting = True
+        assert seen_waiting, "no pass left a release queued: the program no longer shows it"
+        assert driver.idle()
+        assert driver.pipeline_host_available() == driver.baseline_host
+    finally:
+        driver.close()
+
+
+@pytest.mark.usefixtures("sglang")
 def test_a_running_batch_that_fills_the_device_leaves_a_staged_hit_waiting_until_it_shrinks() -> (
     None
 ):

@@ -426,15 +426,26 @@ class SteppedSGLang(ABC):
             self.run_backups()
 
     def settle_until_idle(self, most: int = SETTLE_ROUNDS) -> int:
-        """Rounds of :meth:`settle` until the consumer's pipeline is idle, at most ``most``;
-        returns the rounds run. A write-through backlog drains a bounce's worth a round, so a
-        small bounce under many publishes needs more than a fixed few."""
-        pipeline = self.consumer.cache.buffer_pipeline
+        """Rounds of :meth:`settle` until the consumer is idle (:meth:`idle`), at most
+        ``most``; returns the rounds run. A write-through backlog drains a bounce's worth a
+        round, so a small bounce under many publishes needs more than a fixed few."""
         for rounds in range(most):
             self.settle(rounds=1)
-            if pipeline.is_idle():
+            if self.idle():
                 return rounds + 1
         return most
+
+    def idle(self) -> bool:
+        """The consumer's pipeline is idle and no queue of its cache controller holds work.
+        The pipeline's own ``is_idle`` does not look at the controller's queues: a bounce an
+        ack released in this pass waits in ``host_mem_release_queue`` for the next pass (each
+        drain takes only what its queues held when it started)."""
+        controller = self.consumer.cache.cache_controller
+        queues = [value for value in vars(controller).values() if isinstance(value, queue.Queue)]
+        queues += getattr(controller, "extra_host_mem_release_queues", {}).values()
+        return bool(self.consumer.cache.buffer_pipeline.is_idle()) and all(
+            waiting.empty() for waiting in queues
+        )
 
     # ------------------------------------------------------------------ keys and KV
 
