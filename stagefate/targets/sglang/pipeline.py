@@ -514,12 +514,14 @@ class SteppedSGLang(ABC):
 
     def decode(self, rid: str, tokens: int) -> bool:
         """The running request ``rid`` decodes ``tokens`` more: device slots for them, evicting
-        from the tree first when the pool is short, as the scheduler does before it grows a
-        batch. False when even then they do not fit (the scheduler retracts a request)."""
+        from the tree first with the scheduler's own call before it grows a batch
+        (``evict_from_tree_cache``: a hybrid's allocator plans what of each pool to reclaim,
+        so full-attention KV is not evicted for a short SWA pool). False when even then they
+        do not fit (the scheduler retracts a request)."""
+        from sglang.srt.mem_cache.common import evict_from_tree_cache
+
         allocator = self.consumer.allocator
-        if allocator.available_size() < tokens:
-            self.evict(tokens - int(allocator.available_size()))
-        self._reclaim_swa(self.consumer, tokens)
+        evict_from_tree_cache(self.consumer.cache, tokens)
         slots = allocate(allocator, tokens)  # None when the pool is still short
         if slots is None:
             return False
