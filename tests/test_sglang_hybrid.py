@@ -23,12 +23,13 @@ def test_a_hybrid_is_a_drawn_dimension_off_by_default() -> None:
     assert FuzzConfig(swa_window=WINDOW).driver_settings()["swa_window"] == WINDOW
 
 
-@pytest.fixture
-def hybrid() -> Iterator[Any]:
-    """SGLang deployed with an SWA window, r0's whole sequence loaded from L3 and admitted."""
+@pytest.fixture(params=["python", "rust"])
+def hybrid(request: pytest.FixtureRequest) -> Iterator[Any]:
+    """SGLang deployed with an SWA window on each tree core, r0's whole sequence loaded from L3
+    and admitted."""
     from stagefate.targets.sglang.machine import SEQUENCES, fuzz_world
 
-    driver = fuzz_world(FuzzConfig(swa_window=WINDOW), namespaces=(None,))
+    driver = fuzz_world(FuzzConfig(swa_window=WINDOW), namespaces=(None,), core=request.param)
     try:
         driver.issue("r0", SEQUENCES[0], None)
         driver.settle()
@@ -72,6 +73,20 @@ def test_an_swa_slot_freed_while_the_tree_holds_it_is_caught(hybrid: Any) -> Non
         "4 SWA device slots are free and held by the tree or a decode at once "
         f"(e.g. {held.tolist()})"
     ]
+
+
+@pytest.mark.usefixtures("sglang")
+def test_the_tree_holds_the_swa_slots_its_resident_nodes_map_to(hybrid: Any) -> None:
+    """What the Rust core's check reads (the SWA-resident nodes' full slots, mapped as the
+    allocator maps them) is what the Python core's nodes hold as their SWA values."""
+    from stagefate.targets.sglang.slot_owners import _swa_slots_of_the_tree
+
+    core, allocator = hybrid.consumer.cache.tree_core, hybrid.consumer.allocator
+    held = _swa_slots_of_the_tree(core, allocator)
+    assert held.numel() >= WINDOW
+    walk_only = type("WalkOnly", (), {"walk_for_kv_canary": core.walk_for_kv_canary})()
+    mapped = _swa_slots_of_the_tree(walk_only, allocator)
+    assert sorted(mapped.tolist()) == sorted(held.tolist())
 
 
 @pytest.mark.usefixtures("sglang")

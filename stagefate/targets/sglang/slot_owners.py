@@ -114,13 +114,11 @@ def slot_problems(cache: Any, allocator: Any, size: int, decoding: torch.Tensor)
         size,
     )
     if is_hybrid(allocator):
-        from sglang.srt.mem_cache.unified_cache.components import ComponentType
-
-        tree = cache.tree_core._all_component_values_flatten(ComponentType.SWA)
+        tree = _swa_slots_of_the_tree(cache.tree_core, allocator)
         problems += _device_problems(
             "SWA device",
             _free_device_slots(allocator.swa_attn_allocator),
-            torch.cat([_flat(tree), swa_peers(allocator, decoding), held.of(held.releases, SWA)]),
+            torch.cat([tree, swa_peers(allocator, decoding), held.of(held.releases, SWA)]),
             held.of(held.copies, SWA),
             int(allocator.size_swa),
         )
@@ -205,6 +203,22 @@ def _released(host_pool: Any) -> list[torch.Tensor]:
 
 def _is_transfer(obj: object) -> bool:
     return type(obj).__name__ == "PoolTransfer"
+
+
+def _swa_slots_of_the_tree(tree_core: Any, allocator: Any) -> torch.Tensor:
+    """The SWA device slots the tree holds. The Python core gives each node's SWA value; the
+    Rust core (0.5.19-0.5.23) exposes no such walk, so there the full slots of the nodes whose
+    SWA is resident (SGLang's own KV-canary walk) are mapped as the allocator maps them,
+    ``full_to_swa_index_mapping``: an SWA value that disagreed with the mapping would go
+    unseen on that core."""
+    from sglang.srt.mem_cache.unified_cache.components import ComponentType
+
+    per_node = getattr(tree_core, "_all_component_values_flatten", None)
+    if per_node is not None:
+        return _flat(per_node(ComponentType.SWA))
+    full = tree_core.walk_for_kv_canary(False, True).slot_indices
+    mapping = allocator.full_to_swa_index_mapping
+    return _flat(mapping[full.to(mapping.device)])
 
 
 def _flat(slots: torch.Tensor) -> torch.Tensor:
