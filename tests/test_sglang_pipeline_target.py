@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -21,7 +20,7 @@ from stagefate.spec.load import DEFAULT_SPEC_PATH
 from stagefate.targets import TargetUnavailable
 from stagefate.targets.sglang import require
 
-from .harness import fuzz_settings
+from .harness import SGLANG_STILL_OPEN, fuzz_settings, looking_past_sglangs_open_findings
 
 try:
     require()
@@ -31,7 +30,6 @@ except TargetUnavailable as missing:
 from sglang.srt.mem_cache.buffer_mode.pipeline import BufferModePipeline
 from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
 
-from stagefate.targets.sglang.findings import proposed_fixes, set_aside
 from stagefate.targets.sglang.generations import stepped_sglang
 from stagefate.targets.sglang.machine import (
     OUTCOMES,
@@ -135,7 +133,7 @@ def test_abort_while_reading_keeps_the_bounce_until_the_read_lands(
     assert not driver.live("r0")
 
 
-LOOK_PAST = ["--set-aside", "id_reuse", "--set-aside", "unusable_fetch"]
+LOOK_PAST = [arg for name in SGLANG_STILL_OPEN for arg in ("--set-aside", name)]
 """The findings still in 0.5.23 (docs/sglang-findings.md), set aside with their proposed fixes."""
 CAMPAIGN_PROGRAMS = 200
 """The CI budget: the clean code passes it, and each planted bug is caught within it."""
@@ -146,17 +144,8 @@ def _campaign(steps: int, examples: int, pins: Mapping[str, Any] | None = None) 
     looking past the finding still in 0.5.23 with its proposed fix applied (:data:`LOOK_PAST`);
     ``pins``: the deployment fields it fixes (``fuzz --config``), the rest drawn."""
     machine = type("Pinned", (SGLangPipelineFuzzer,), {"pins": dict(pins or {})})
-    with _looking_past():
+    with looking_past_sglangs_open_findings():
         run_state_machine_as_test(machine, settings=fuzz_settings(examples, steps))
-
-
-@contextmanager
-def _looking_past() -> Iterator[None]:
-    """The proposed fixes of the findings :data:`LOOK_PAST` names, applied."""
-    with ExitStack() as fixes:
-        for fix in proposed_fixes(set_aside(LOOK_PAST[1::2])):
-            fixes.enter_context(fix())
-        yield
 
 
 @pytest.mark.slow
@@ -280,7 +269,7 @@ def test_namespaces_set_aside_issue_and_publish_in_the_root_namespace_only(
 
         monkeypatch.setattr(SteppedSGLang, method, record)
     aside = type("Aside", (SGLangPipelineFuzzer,), {"namespaces": (None,)})
-    with _looking_past():  # the draws, not the verdicts, are the point
+    with looking_past_sglangs_open_findings():  # the draws, not the verdicts, are the point
         run_state_machine_as_test(aside, settings=fuzz_settings(2, 30))
         assert used == {None}
         used.clear()
