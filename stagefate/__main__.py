@@ -7,23 +7,13 @@ pydantic and PyYAML only; the command line, the fuzzers, the oracle and the diag
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 
-TOOLS = ("rich", "hypothesis", "transitions")
-"""What every command needs of the ``tools`` extra (pyproject.toml); the rest of it, Graphviz's
-binding, only ``stagefate diagram`` needs, and it asks for it itself (``cli.diagram``), so a GPU
-image or an engine's environment without Graphviz still benches, fuzzes and replays."""
+from .extras import TOOLS, refused_without
 
 
 def entry() -> int:
-    missing = [name for name in TOOLS if importlib.util.find_spec(name) is None]
-    if missing:
-        print(
-            f"stagefate's command line needs {', '.join(missing)}: "
-            "pip install 'stagefate[tools]' (the runtime path needs none of them)",
-            file=sys.stderr,
-        )
+    if refused_without(TOOLS, "stagefate's command line", "the runtime path needs none of them"):
         return 2
     from .cli import main
 

@@ -179,11 +179,11 @@ def test_diagram_without_graphviz_names_the_extra_and_writes_nothing(
     """Only the command that draws asks for Graphviz's binding (a GPU image has none)."""
     import importlib.util
 
-    import stagefate.cli.diagram as diagram
+    import stagefate.extras as extras
 
     real_find_spec = importlib.util.find_spec
     monkeypatch.setattr(
-        diagram.importlib.util,
+        extras.importlib.util,
         "find_spec",
         lambda name, *rest: None if name == "pygraphviz" else real_find_spec(name, *rest),
     )

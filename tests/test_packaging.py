@@ -12,8 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from stagefate.__main__ import TOOLS
-from stagefate.cli.diagram import DRAWING_TOOLS
+from stagefate.extras import DRAWING_TOOLS, TOOLS
 
 REPO = Path(__file__).parents[1]
 RUNTIME = """

@@ -3,18 +3,14 @@
 from __future__ import annotations
 
 import argparse
-import importlib.util
-import sys
 from pathlib import Path
 from typing import Any
 
+from ..extras import DRAWING_TOOLS, refused_without
 from ..spec import load_spec
 from ..spec.diagram import spec_digest, stale_diagrams, write_diagrams
 from ..spec.load import DEFAULT_SPEC_PATH
 from .common import checkout_root, console, flagged, output_folder, spec_source
-
-DRAWING_TOOLS = ("pygraphviz",)
-"""What drawing needs of the ``tools`` extra, beyond what every command needs (``__main__``)."""
 
 
 def add_parser(sub: Any) -> None:
@@ -54,13 +50,8 @@ def _default_out(spec_path: Path) -> Path:
 
 
 def run(args: argparse.Namespace) -> int:
-    missing = [name for name in DRAWING_TOOLS if importlib.util.find_spec(name) is None]
-    if missing:
-        print(
-            f"stagefate diagram draws with Graphviz and needs {', '.join(missing)}: "
-            "pip install 'stagefate[tools]' (with Graphviz's library and headers installed)",
-            file=sys.stderr,
-        )
+    graphviz = "with Graphviz's library and headers installed"
+    if refused_without(DRAWING_TOOLS, "stagefate diagram draws with Graphviz and", graphviz):
         return 2
     spec_path = Path(args.spec) if args.spec else DEFAULT_SPEC_PATH
     spec = load_spec(spec_path)
