@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-from collections.abc import Mapping, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -28,6 +28,8 @@ from .statemachine.pipeline import BufferPipeline
 from .transition_log import TransitionLog
 
 RunKey = TypeVar("RunKey")
+ReplayDone = Callable[[str, ReplayOptions, ReplayMetrics], None]
+"""Told of each finished run of a pool: its policy, its options, its metrics."""
 
 if TYPE_CHECKING:
     from .targets.sglang.environments import Installed
@@ -288,15 +290,17 @@ def replay_over_seeds(
     seeds: Sequence[int],
     jobs: int | None = None,
     sglang_env: Mapping[str, str] | None = None,
+    on_done: ReplayDone | None = None,
 ) -> dict[str, list[ReplayMetrics]]:
     """Each policy replayed once per IO-jitter seed, in ``jobs`` processes (default: the
-    cores); ``{policy: [metrics of each seed, in seed order]}``."""
+    cores); ``{policy: [metrics of each seed, in seed order]}``. ``on_done`` as for
+    :func:`replay_in_processes`."""
     runs = {
         (name, seed): (name, options.model_copy(update={"seed": seed}))
         for name in policies
         for seed in seeds
     }
-    results = replay_in_processes(trace, runs, jobs, sglang_env)
+    results = replay_in_processes(trace, runs, jobs, sglang_env, on_done)
     return {name: [results[(name, seed)] for seed in seeds] for name in policies}
 
 
@@ -305,9 +309,14 @@ def replay_in_processes(
     runs: Mapping[RunKey, tuple[str, ReplayOptions]],
     jobs: int | None = None,
     sglang_env: Mapping[str, str] | None = None,
+    on_done: ReplayDone | None = None,
 ) -> dict[RunKey, ReplayMetrics]:
     """Every run (``{key: (policy, options)}``) replayed in ``jobs`` processes (default: the
-    cores), each in the environment its SGLang release needs; the metrics by key."""
+    cores), each in the environment its SGLang release needs; the metrics by key.
+
+    ``on_done(policy, options, metrics)`` is called in this process as each run finishes, in
+    the order they finish: a sweep of SGLang replays runs for an hour, and its caller can say
+    how far it got."""
     from .targets.sglang.worker import build_native_hash, call_in
 
     targets = {  # an unknown or uninstalled one is refused before any process starts
@@ -322,7 +331,13 @@ def replay_in_processes(
     spawn = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(workers, spawn, initializer=_one_thread) as pool:
         futures = {
-            key: pool.submit(_replay_task, name, trace, options, sglang_env)
+            pool.submit(_replay_task, name, trace, options, sglang_env): key
             for key, (name, options) in runs.items()
         }
-        return {key: ReplayMetrics.model_validate(f.result()) for key, f in futures.items()}
+        results = {}
+        for future in as_completed(futures):
+            key = futures[future]
+            results[key] = ReplayMetrics.model_validate(future.result())
+            if on_done is not None:
+                on_done(*runs[key], results[key])
+        return {key: results[key] for key in runs}

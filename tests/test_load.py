@@ -129,13 +129,21 @@ def test_auto_load_on_the_embedded_slice_lands_within_five_hundredths_of_the_tar
 
 
 @pytest.mark.slow
-def test_a_sweep_in_two_processes_gives_the_figures_of_one(tmp_path: Path) -> None:
+def test_a_sweep_in_two_processes_gives_the_figures_of_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     figures = []
     for jobs in ("1", "2"):
         out = tmp_path / f"sweep{jobs}.json"
         argv = ["replay", "--limit", "30", "--sweep", "0.3,0.6", "--jobs", jobs]
         assert main([*argv, "--json", str(out)]) == 0
         speeds = json.loads(out.read_text())["speeds"]
+        # each replay said it finished, as it finished, with its figures
+        printed = capsys.readouterr().out
+        for speed, at in speeds.items():
+            for name, metrics in at["policies"].items():
+                reads = f"{metrics['l3_reads']:,} L3 reads"
+                assert re.search(rf"  \d of \d: {name} ×{speed}: {reads}", printed)
         for at in speeds.values():
             for metrics in at["policies"].values():
                 metrics.pop("wall_seconds")

@@ -91,7 +91,13 @@ def test_several_seeds_keep_each_run_and_a_summary(
     assert re.search(r"hit_rate / bound 0\.\d{3} +│ +1\.000", printed)
     assert "the trace's bound:" in printed
     assert "every policy reaches the bound at 0.3x: this load leaves nothing to decide" in printed
+    # each replay says it finished, with its figures (one process: in the order submitted)
     whole = json.loads(out.read_text())
+    runs = whole["policies"]["live"]["seeds"]
+    for done, seed in ((1, "0"), (2, "5")):
+        figures = f"{runs[seed]['l3_reads']:,} L3 reads, {runs[seed]['l3_reads_wasted']:,} wasted"
+        assert f"  {done} of 2: live ×0.3 seed {seed}: {figures}, hit rate" in printed
+    assert printed.index(" 2 of 2: ") < printed.index("hit_rate / bound")
     assert list(whole["policies"]) == ["live"]
     payload = whole["policies"]["live"]
     assert sorted(payload["seeds"]) == ["0", "5"]

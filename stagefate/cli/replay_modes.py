@@ -212,7 +212,7 @@ def _sweep_runs(
     }
     workers = pool_size(args.jobs, len(runs))
     console.print(f"{len(runs)} replays ({len(speeds)} speeds), in up to {workers} processes")
-    results = replay_in_processes(trace, runs, args.jobs, sglang_env)
+    results = replay_in_processes(trace, runs, args.jobs, sglang_env, Progress(len(runs)))
     return {speed: {name: results[(speed, name)] for name in policies} for speed in speeds}
 
 
@@ -283,9 +283,10 @@ def over_seeds(
         + (f" × {len(speeds)} speeds" if sweeping else "")
         + f", in up to {args.jobs or os.cpu_count()} processes"
     )
+    progress = Progress(len(policies) * len(seeds) * len(speeds), seeds=True)
     sweep = {
         speed: replay_over_seeds(
-            trace, policies, replay_options(args, speed), seeds, args.jobs, sglang_env
+            trace, policies, replay_options(args, speed), seeds, args.jobs, sglang_env, progress
         )
         for speed in speeds
     }
@@ -303,6 +304,25 @@ def over_seeds(
         console.print(line)
     report.save(spread_body(runs, seeds))
     return 0
+
+
+class Progress:
+    """One line a finished replay of a pool, as it finishes: a sweep of SGLang's replays over
+    seeds runs for an hour, and its table comes only at the end."""
+
+    def __init__(self, total: int, seeds: bool = False) -> None:
+        self.total = total
+        self.seeds = seeds
+        self.done = 0
+
+    def __call__(self, policy: str, options: ReplayOptions, metrics: ReplayMetrics) -> None:
+        self.done += 1
+        seed = f" seed {options.seed}" if self.seeds else ""
+        console.print(
+            f"  {self.done} of {self.total}: {policy} ×{options.speed:g}{seed}: "
+            f"{metrics.l3_reads:,} L3 reads, {metrics.l3_reads_wasted:,} wasted, hit rate "
+            f"{metrics.hit_rate:.3f} ({metrics.wall_seconds:.0f} s)"
+        )
 
 
 class Report:
