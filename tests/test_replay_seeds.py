@@ -91,6 +91,7 @@ def test_several_seeds_keep_each_run_and_a_summary(
     assert re.search(r"hit_rate / bound 0\.\d{3} +│ +1\.000", printed)
     assert "the trace's bound:" in printed
     assert "every policy reaches the bound at 0.3x: this load leaves nothing to decide" in printed
+    assert "1 policy × 2 seeds, in up to 1 process\n" in printed
     # each replay says it finished, with its figures (one process: in the order submitted)
     whole = json.loads(out.read_text())
     runs = whole["policies"]["live"]["seeds"]

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import os
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -211,7 +210,10 @@ def _sweep_runs(
         (speed, name): (name, replay_options(args, speed)) for speed in speeds for name in policies
     }
     workers = pool_size(args.jobs, len(runs))
-    console.print(f"{len(runs)} replays ({len(speeds)} speeds), in up to {workers} processes")
+    console.print(
+        f"{_counted(len(runs), 'replay')} ({_counted(len(speeds), 'speed')}), "
+        f"in up to {_counted(workers, 'process')}"
+    )
     results = replay_in_processes(trace, runs, args.jobs, sglang_env, Progress(len(runs)))
     return {speed: {name: results[(speed, name)] for name in policies} for speed in speeds}
 
@@ -272,18 +274,19 @@ def over_seeds(
     report: Report,
 ) -> int:
     """Every policy once per seed (and speed), in processes; figures as median [min–max]."""
-    from ..registry import replay_over_seeds
+    from ..registry import pool_size, replay_over_seeds
     from ..sim.plots import write_spread_sweep_plot
     from ..sim.report_json import spread_body, spread_sweep_body
     from ..sim.stories import bound_story, spread_story
     from ..sim.tables import spread_sweep_table, spread_table
 
+    total = len(policies) * len(seeds) * len(speeds)
     console.print(
-        f"{len(policies)} policies × {len(seeds)} seeds"
-        + (f" × {len(speeds)} speeds" if sweeping else "")
-        + f", in up to {args.jobs or os.cpu_count()} processes"
+        f"{_counted(len(policies), 'policy', 'policies')} × {_counted(len(seeds), 'seed')}"
+        + (f" × {_counted(len(speeds), 'speed')}" if sweeping else "")
+        + f", in up to {_counted(pool_size(args.jobs, len(policies) * len(seeds)), 'process')}"
     )
-    progress = Progress(len(policies) * len(seeds) * len(speeds), seeds=True)
+    progress = Progress(total, seeds=True)
     sweep = {
         speed: replay_over_seeds(
             trace, policies, replay_options(args, speed), seeds, args.jobs, sglang_env, progress
@@ -304,6 +307,13 @@ def over_seeds(
         console.print(line)
     report.save(spread_body(runs, seeds))
     return 0
+
+
+def _counted(count: int, noun: str, plural: str | None = None) -> str:
+    """``1 process``, ``2 processes``: the header of a pool's run reads right for any count."""
+    if count == 1:
+        return f"1 {noun}"
+    return f"{count:,} {plural or noun + ('es' if noun.endswith('s') else 's')}"
 
 
 class Progress:
