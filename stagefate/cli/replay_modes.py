@@ -205,14 +205,15 @@ def _sweep_runs(
 ) -> dict[float, dict[str, ReplayMetrics]]:
     """Every policy at every speed, each run in a process of a pool (``--jobs``)."""
     from ..registry import pool_size, replay_in_processes
+    from ..sim.stories import counted
 
     runs = {
         (speed, name): (name, replay_options(args, speed)) for speed in speeds for name in policies
     }
     workers = pool_size(args.jobs, len(runs))
     console.print(
-        f"{_counted(len(runs), 'replay')} ({_counted(len(speeds), 'speed')}), "
-        f"in up to {_counted(workers, 'process')}"
+        f"{counted(len(runs), 'replay')} ({counted(len(speeds), 'speed')}), "
+        f"in up to {counted(workers, 'process')}"
     )
     results = replay_in_processes(trace, runs, args.jobs, sglang_env, Progress(len(runs)))
     return {speed: {name: results[(speed, name)] for name in policies} for speed in speeds}
@@ -277,16 +278,16 @@ def over_seeds(
     from ..registry import pool_size, replay_over_seeds
     from ..sim.plots import write_spread_sweep_plot
     from ..sim.report_json import spread_body, spread_sweep_body
-    from ..sim.stories import bound_story, spread_story
+    from ..sim.stories import bound_story, counted, spread_story
     from ..sim.tables import spread_sweep_table, spread_table
 
-    total = len(policies) * len(seeds) * len(speeds)
+    per_speed = len(policies) * len(seeds)  # one pool a speed
     console.print(
-        f"{_counted(len(policies), 'policy', 'policies')} × {_counted(len(seeds), 'seed')}"
-        + (f" × {_counted(len(speeds), 'speed')}" if sweeping else "")
-        + f", in up to {_counted(pool_size(args.jobs, len(policies) * len(seeds)), 'process')}"
+        f"{counted(len(policies), 'policy', 'policies')} × {counted(len(seeds), 'seed')}"
+        + (f" × {counted(len(speeds), 'speed')}" if sweeping else "")
+        + f", in up to {counted(pool_size(args.jobs, per_speed), 'process')}"
     )
-    progress = Progress(total, seeds=True)
+    progress = Progress(per_speed * len(speeds), seeds=True)
     sweep = {
         speed: replay_over_seeds(
             trace, policies, replay_options(args, speed), seeds, args.jobs, sglang_env, progress
@@ -307,13 +308,6 @@ def over_seeds(
         console.print(line)
     report.save(spread_body(runs, seeds))
     return 0
-
-
-def _counted(count: int, noun: str, plural: str | None = None) -> str:
-    """``1 process``, ``2 processes``: the header of a pool's run reads right for any count."""
-    if count == 1:
-        return f"1 {noun}"
-    return f"{count:,} {plural or noun + ('es' if noun.endswith('s') else 's')}"
 
 
 class Progress:

@@ -92,7 +92,7 @@ def story(
             )
         biggest = sorted(m.wasted_by_reason.items(), key=lambda kv: -kv[1].tokens)
         for reason, wasted in biggest[:3]:
-            what = f"{_count(wasted.reads, 'read')}, " if wasted.reads else ""
+            what = f"{counted(wasted.reads, 'read')}, " if wasted.reads else ""
             lines.append(f"  {reason}: {what}{wasted.tokens:,} tokens: {REASONS.get(reason, '')}")
     live = ran.get("live")
     if not isinstance(live, LivePolicy) or "live" not in results:
@@ -107,8 +107,12 @@ def story(
     return lines
 
 
-def _count(n: int, noun: str) -> str:
-    return f"{n:,} {noun}{'' if n == 1 else 's'}"
+def counted(n: int, noun: str, plural: str | None = None) -> str:
+    """``1 read``, ``2 reads``, ``2 processes``, ``2 policies`` (``plural`` where it is not the
+    noun and an s): a line reads right for any count."""
+    if n == 1:
+        return f"1 {noun}"
+    return f"{n:,} {plural or noun + ('es' if noun.endswith('s') else 's')}"
 
 
 def _compare(lm: ReplayMetrics, bm: ReplayMetrics, stats: Stats, blind: BlindPolicy) -> list[str]:
@@ -117,29 +121,29 @@ def _compare(lm: ReplayMetrics, bm: ReplayMetrics, stats: Stats, blind: BlindPol
     shrunk = bm.wasted_by_reason.get("shrunk")
     if shrunk is not None:
         lines.append(
-            f"blind discarded {_count(shrunk.reads, 'span')} whose splice base was evicted while "
+            f"blind discarded {counted(shrunk.reads, 'span')} whose splice base was evicted while "
             f"the fetch was unpinned; live pins the anchor when it issues, or declines before "
             f"reading ({lm.declined_anchor_lost:,} declined_anchor_lost)"
         )
     not_trimmed = bm.wasted_by_reason.get("not_trimmed")
     if not_trimmed is not None:
         lines.append(
-            f"blind discarded {_count(not_trimmed.reads, 'span')} whose head a sibling had "
+            f"blind discarded {counted(not_trimmed.reads, 'span')} whose head a sibling had "
             f"published; live trims such a head and splices the tail (it trimmed "
             f"{lm.tokens_trimmed:,} tokens)"
         )
     covered = bm.wasted_by_reason.get("device_covered")
     if covered is not None:
         lines.append(
-            f"blind read {_count(covered.reads, 'span')} that a sibling brought to the device "
-            f"first; live's commits found {_count(stats.declined_inflight, 'span')} a sibling was "
+            f"blind read {counted(covered.reads, 'span')} that a sibling brought to the device "
+            f"first; live's commits found {counted(stats.declined_inflight, 'span')} a sibling was "
             f"already reading and waited for it instead (declined_inflight), and "
             f"{lm.declined_device_covered:,} already on the device (declined_device_covered)"
         )
     full = blind.ended_unread.get("host_capacity", 0)
     if full:
         lines.append(
-            f"blind dropped {_count(full, 'hit')} at the commit for want of bounce room; live "
+            f"blind dropped {counted(full, 'hit')} at the commit for want of bounce room; live "
             f"parks such a hit until room frees ({stats.parked:,} parked)"
         )
     lines.append(
@@ -160,12 +164,12 @@ def _compare_with_sglang(
 ) -> list[str]:
     covered = sm.wasted_by_reason.get("device_covered")
     lines = [
-        f"{name} (SGLang {version}'s own pipeline) wasted {_count(sm.l3_reads_wasted, 'read')} "
+        f"{name} (SGLang {version}'s own pipeline) wasted {counted(sm.l3_reads_wasted, 'read')} "
         f"against live's {lm.l3_reads_wasted:,}"
         + (
             f"; {covered.reads:,} were spans a sibling brought to the device first: SGLang has "
             f"no in-flight dedup, live's commits waited for "
-            f"{_count(stats.declined_inflight, 'sibling read')} instead"
+            f"{counted(stats.declined_inflight, 'sibling read')} instead"
             if covered is not None
             else ""
         ),
