@@ -24,6 +24,7 @@ INVARIANTS = frozenset(
         "splice_correctness",
         "aux_and_ownership",
         "dedup_waiters",
+        "progress",
     }
 )
 """The spec's invariant ids this checker raises violations of: exactly those whose

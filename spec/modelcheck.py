@@ -73,7 +73,7 @@ from .model_world import (
     _Draft,
 )
 from .schema import SAME, ApiCall, BranchSpec, CompletionKind, LifecycleSpec
-from .search import Search, StateT, StepT, attempts, breadth_first
+from .search import Search, StateT, StepT, attempts, breadth_first, path_to
 
 _EVICT = Step("world", -1, "evict")
 _PUBLISH = Step("world", -1, "publish")
@@ -105,6 +105,9 @@ class ModelChecker:
     def __init__(self, spec: LifecycleSpec, bounds: Bounds | None = None) -> None:
         self.spec = spec
         self.bounds: Bounds = bounds or Bounds()
+        self.host_capacity: int = self.bounds.host_pages
+        """The bounce pool's configured size, which ``span_oversize`` reads: the ranks share one
+        config, so a rank whose pool is fuller (:mod:`.modelcheck_ranks`) still has this size."""
         self._rows = {(state, event): branches for state, event, branches in spec.rows()}
         self.effects = EFFECTS
         # a design without these has no such states (blind dedups and parks nothing)
@@ -502,9 +505,69 @@ class ModelChecker:
     # ------------------------------------------------------------------ search
 
     def run(self) -> Result:
-        """Breadth first over canonical states (:func:`breadth_first`)."""
+        """Breadth first over canonical states (:func:`breadth_first`), then progress from
+        every state reached (:meth:`progress_failure`)."""
         edges: set[Edge] = set()
-        return self.result(self.explore(edges), edges, self.describe)
+        search = self.explore(edges)
+        if search.failure is None and not search.truncated:
+            search.failure = self.progress_failure(search)
+        return self.result(search, edges, self.describe)
+
+    # ------------------------------------------------------------------ progress
+
+    _DRAIN_ORDER = ("load", "read", "exists", "commit", "consume", "plan_consume", "plan", "evict")
+    """The scheduler's drain: IO completing in full first, then the pass's IO commit, then
+    admission (a consume before a plan, so a planned hold is taken rather than re-planned),
+    and last the eviction a scheduler makes when admission is short of device memory."""
+
+    def progress_failure(self, search: Search[State, Step]) -> tuple[list[Step], Violation] | None:
+        """The ``progress`` invariant: from every state reached, with no new issue, abort,
+        release or publish, the IO completing and the scheduler polling and admitting (evicting
+        for it) lead every live record to its end.
+
+        From each state (breadth first, so the first failure has the shortest prefix) the drain
+        takes the first move of :data:`_DRAIN_ORDER` that changes the state, until no record is
+        live; a state whose drain ended is remembered, so each state is drained once. A drain
+        that finds no move, or comes back to a state it passed, is a record that never ends:
+        the path to the state, then the drain's moves, is the counterexample."""
+        drained: set[State] = set()
+        scratch: set[Edge] = set()
+        for start in search.parents:
+            state, passed, moves = start, list[State](), list[Step]()
+            while state not in drained and self._live(state):
+                move = self._drain_move(state, scratch)
+                if move is None or state in passed:
+                    records = [self._slots[number].record for number in state[2:]]
+                    live = [f"r{i} in {r.state!r}" for i, r in enumerate(records) if r is not None]
+                    parent = search.parents[start]
+                    path = [] if parent is None else path_to(search.parents, *parent)
+                    return path + moves, Violation(
+                        "progress",
+                        f"{', '.join(live)} never end{'s' if len(live) == 1 else ''}: with "
+                        "every IO operation completing and the scheduler polling and admitting, "
+                        f"{'it comes back to a state it passed' if move else 'nothing moves'}",
+                    )
+                passed.append(state)
+                moves.append(move[0])
+                state = move[1]
+            drained.update(passed)
+        return None
+
+    def _live(self, state: State) -> bool:
+        return any(self._slots[number].record is not None for number in state[2:])
+
+    def _drain_move(self, state: State, edges: set[Edge]) -> tuple[Step, State] | None:
+        """The drain's move from ``state`` and where it leads (None: no move changes it)."""
+        rank = {wanted: place for place, wanted in enumerate(self._DRAIN_ORDER)}
+        moves = sorted(
+            (rank[step.kind if step.what == "full" else step.what], order, step)
+            for order, step in enumerate(self.actions(state))
+            if step.what in ("full", "commit", "evict") or step.kind == "live"
+        )
+        for _, _, step in moves:
+            if (after := self.successor(state, step, edges)) != state:
+                return step, after
+        return None
 
     def explore(self, edges: set[Edge]) -> Search[State, Step]:
         """Every reachable state, the edges fired on the way added to ``edges``."""
@@ -528,13 +591,13 @@ class ModelChecker:
     ) -> Result:
         """What ``search`` found: its counterexample as numbered steps, or what it reached."""
         reached = {state for edge in edges for state in (edge[0], self._targets[edge])}
+        result = Result(len(search.parents), edges, reached, truncated=search.truncated)
         if search.failure is not None:
             path, violation = search.failure
-            steps = [describe(taken) for taken in path]
-            return Result(
-                len(search.parents), edges, reached, steps, str(violation), violation.invariant
-            )
-        result = Result(len(search.parents), edges, reached, truncated=search.truncated)
+            result.counterexample = [describe(taken) for taken in path]
+            result.violation, result.invariant = str(violation), violation.invariant
+            if violation.invariant != "progress":
+                return result  # the search stopped there: what it reached is not everything
         result.unreached_edges = [
             edge
             for edge in self.all_edges()

@@ -114,6 +114,15 @@ class DiagramSpec(_Frozen):
         return next(family.name for family in self.families if reason in family.reasons)
 
 
+class KnownFinding(_Frozen):
+    """A violation of a design's release, found by the model checker and reported upstream."""
+
+    invariant: str
+    """The invariant it breaks (an id under ``invariants``)."""
+    finding: str
+    """The heading of its section in docs/sglang-findings.md."""
+
+
 class DesignSpec(_Frozen):
     """Whose lifecycle a spec writes down when it is not stagefate's own (spec/designs/)."""
 
@@ -124,6 +133,10 @@ class DesignSpec(_Frozen):
     """Where its facts were read (files of the wheel; facts, not code)."""
     not_expressed: tuple[str, ...] = ()
     """What the implementation does that this spec does not say, each in a sentence."""
+    known_findings: tuple[KnownFinding, ...] = ()
+    """Violations the model checker is expected to find in this design: a design written down
+    faithfully keeps its release's bugs, and the checker finding them is the check that it does
+    (``stagefate check --spec`` fails if one is no longer found)."""
 
 
 CompletionKind = Literal["exists", "read", "load"]
@@ -253,6 +266,13 @@ class LifecycleSpec(_Frozen):
                 problems.append(
                     f"exit {exit_name!r} leaves {exit_spec.leaving!r}, which is neither a group "
                     f"nor a state; name one declared under 'groups' or 'states'"
+                )
+        declared = {invariant.id for invariant in self.invariants}
+        for known in self.design.known_findings if self.design else ():
+            if known.invariant not in declared:
+                problems.append(
+                    f"design: known finding {known.finding!r} breaks {known.invariant!r}, which "
+                    "is not declared under 'invariants'; declare it or fix the id"
                 )
         for counter in self.counters:
             if counter in self.reasons:

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import zlib
-from typing import Literal
+from typing import Annotated, Literal
 
 import torch
-from pydantic import BaseModel, ConfigDict, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Strict, field_validator, model_validator
 
 from ..runtime.pools import KVLayout
+
+Count = Annotated[int, Strict()]
+"""An int and nothing else: ``True``, ``64.0`` or ``"64"`` is a mistake, not a count."""
 
 _DTYPE_NAMES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
 
@@ -16,23 +19,23 @@ _DTYPE_NAMES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32":
 class PipelineConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
 
-    page_size: int = 1
-    layers: int = 2
-    kv_heads: int = 1
-    head_dim: int = 4
+    page_size: Count = 1
+    layers: Count = 2
+    kv_heads: Count = 1
+    head_dim: Count = 4
     dtype: torch.dtype = torch.float16
-    device_tokens: int = 64
-    host_tokens: int = 64
+    device_tokens: Count = 64
+    host_tokens: Count = 64
     sliding_window: int | None = None
     """Tokens of the sliding-window (aux) KV a staged fetch carries; None: no aux pool."""
     device: str = "auto"
     io: Literal["manual", "threaded"] = "manual"
-    io_workers: int = 2
-    prefetch_threshold: int = 1
+    io_workers: Count = 2
+    prefetch_threshold: Count = 1
     anchor_lock_cap_fraction: float = 0.5
-    max_context_len: int = 32
-    retry_interval: int = 8
-    retry_max_attempts: int = 12
+    max_context_len: Count = 32
+    retry_interval: Count = 8
+    retry_max_attempts: Count = 12
     """Paced retries a request may make. SGLang 0.5.20+ ships 8 (at 8 passes: 64 passes); under
     overload a request waits hundreds of passes, spends them deep in the queue, and has none left
     when its device prefix is evicted or a sibling's hold was never spliced (docs/sglang.md,
@@ -40,10 +43,10 @@ class PipelineConfig(BaseModel):
     the smallest at which live meets every release on every figure of the replay sweep."""
     storage: str = "memory"
     """The L3 when none is passed: ``memory``, ``file:PATH`` or ``mooncake://HOST:PORT``."""
-    tp_size: int = 1
+    tp_size: Count = 1
     """Tensor-parallel ranks; each holds ``kv_heads / tp_size`` heads and agrees with the others
     through a :class:`~stagefate.statemachine.group.Group` (docs/tensor-parallel.md)."""
-    tp_rank: int = 0
+    tp_rank: Count = 0
     dedup_inflight: bool = True
     """Decline a read whose head (first page) a live sibling is already fetching, wait for
     it, and read only the rest once it has landed."""
@@ -102,6 +105,12 @@ class PipelineConfig(BaseModel):
     def _aligned(self) -> PipelineConfig:
         page = self.page_size
         for name in ("device_tokens", "host_tokens"):
+            if getattr(self, name) < page:
+                # a bounce smaller than a page can stage nothing: every hit would be declined
+                raise ValueError(
+                    f"{name}={getattr(self, name)} is smaller than one page "
+                    f"(page_size={page}): the pool could hold nothing; give it at least {page}"
+                )
             if getattr(self, name) % page:
                 raise ValueError(
                     f"{name}={getattr(self, name)} is not a multiple of page_size={page}; "

@@ -643,6 +643,13 @@ class BufferPipeline:
     def _guard_parked_ahead(self, record: Record) -> bool:
         return bool(self._parked)  # asked of hits not parked yet (the spec's rows)
 
+    def _guard_span_oversize(self, record: Record) -> bool:
+        # capacities, not room: the ranks of a tensor-parallel group share one config
+        if self.host_pool.capacity < record.plan_tokens:
+            return True
+        aux_pool = self.host_aux_pool
+        return aux_pool is not None and aux_pool.capacity < record.aux_tokens
+
     def _guard_host_short(self, record: Record) -> bool:
         # under TP the room is what every rank has (the slack agreed at the pass's start)
         slack, aux_slack = (0, 0) if self._agreement is None else self._agreement.host_slack

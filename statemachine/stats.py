@@ -64,6 +64,9 @@ class Stats(BaseModel):
     declined_inflight: int = 0
     """records that ended declined_inflight: the IO commit found a live sibling already fetching
     the span's head"""
+    declined_host_oversize: int = 0
+    """records that ended declined_host_oversize: the IO commit found the hit larger than the
+    whole host pool"""
     discarded: int = 0
     """records that ended discarded: the read brought nothing usable"""
     shrunk: int = 0

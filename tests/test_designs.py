@@ -83,8 +83,16 @@ def test_without_its_atomic_pass_0_5_23_splices_where_the_device_moved() -> None
 def test_the_model_checker_reads_a_design_at_small_bounds() -> None:
     small = Bounds(pages=3, requests=2, issues_per_request=1)
     for name in NAMES:
-        result = ModelChecker(load_spec(DESIGNS / f"{name}.yaml"), small).run()
-        assert result.violation is None, (name, result.counterexample)
+        design = load_spec(DESIGNS / f"{name}.yaml")
+        result = ModelChecker(design, small).run()
+        assert design.design is not None
+        known = {finding.invariant for finding in design.design.known_findings}
+        # 0.5.19's hit larger than the host pool: a known finding, found as the design says
+        assert result.invariant in known if known else result.violation is None, (
+            name,
+            result.violation,
+            result.counterexample,
+        )
 
 
 @pytest.mark.parametrize("name", NAMES)

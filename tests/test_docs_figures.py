@@ -42,9 +42,12 @@ def _model_checked(spec_path: Path) -> tuple[int, int]:
     from stagefate.spec.model_world import NOT_MODELLED_GUARDS
     from stagefate.spec.modelcheck import ModelChecker
 
-    checker = ModelChecker(load_spec(spec_path))
+    spec = load_spec(spec_path)
+    checker = ModelChecker(spec)
     result = checker.run()
-    assert result.violation is None and not result.unreached_edges
+    known = {finding.invariant for finding in spec.design.known_findings} if spec.design else ()
+    assert result.violation is None or result.invariant in known  # 0.5.19's known finding
+    assert not result.unreached_edges
     return result.states, len([e for e in checker.all_edges() if e[2] not in NOT_MODELLED_GUARDS])
 
 

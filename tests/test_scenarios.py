@@ -428,14 +428,29 @@ def test_abort_in_every_live_state(target: str, after_abort: str | None) -> None
 
 
 def test_abort_while_parked() -> None:
+    pair = make_pair(config(host_tokens=8))
+    first, seq = seq_of(4, 1, start=100), seq_of(5, 1)
+    for tokens in (first, seq):
+        pair.publish(tokens, mark=9)
+    pair.consumer.prefetch_from_storage("first", first, 0)  # reads 4 of the 8 bounce slots
+    pair.consumer.prefetch_from_storage("r", seq, 0)  # 5 fit the pool, not the 4 left
+    pair.settle(1)
+    assert pair.consumer.state("r") == "parked" and pair.consumer.stats.parked == 1
+    pair.consumer.release_aborted_request("first")
+    pair.consumer.release_aborted_request("r")
+    assert pair.outcomes[-1] == ("r", "parked", "released", "aborted")
+    pair.settle()  # the first read lands and frees its bounce
+    assert_quiescent(pair.consumer)
+
+
+def test_a_hit_larger_than_the_whole_bounce_is_declined_not_parked() -> None:
     pair = make_pair(config(host_tokens=4))
     seq = seq_of(5, 1)
     pair.publish(seq, mark=9)
     pair.consumer.prefetch_from_storage("r", seq, 0)
     pair.settle(1)
-    assert pair.consumer.state("r") == "parked" and pair.consumer.stats.parked == 1
-    pair.consumer.release_aborted_request("r")
-    assert pair.outcomes[-1] == ("r", "parked", "released", "aborted")
+    assert pair.outcomes[-1] == ("r", "no_anchor", "released", "declined_host_oversize")
+    assert pair.consumer.stats.parked == 0 and not pair.consumer.prefetch_pending("r")
     assert_quiescent(pair.consumer)
 
 

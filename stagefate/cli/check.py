@@ -265,18 +265,36 @@ def _model_check(
         f"device {bounds.device_pages}, cap {bounds.cap_pages}, threshold "
         f"{bounds.threshold_pages}, {bounds.issues_per_request} issues each)"
     )
+    known = {k.invariant: k.finding for k in spec.design.known_findings} if spec.design else {}
     if result.violation is not None:
-        flagged("VIOLATION", str(result.violation))
+        finding = known.pop(result.invariant or "", None)
+        flagged("KNOWN" if finding else "VIOLATION", str(result.violation))
         console.print("shortest counterexample:")
         for number, step in enumerate(result.counterexample or [], start=1):
             console.print(f"  {number}. {step}")
-        if ranks == 1:
+        if finding is not None:
+            console.print(
+                f"the design's known finding, reproduced: {finding!r} (docs/sglang-findings.md)"
+            )
+        elif ranks == 1:
             _print_program(spec, spec_path, bounds)
+            return 1
+        else:
+            return 1
+    for invariant, finding in known.items():
+        flagged(
+            "NOT FOUND",
+            f"the design lists {finding!r} as breaking {invariant!r}, and the model checker "
+            "no longer finds it: correct the design, or drop the finding from it",
+        )
+    if known:
         return 1
     modelled = [
         e for e in ModelChecker(spec, bounds).all_edges() if e[2] not in NOT_MODELLED_GUARDS
     ]
     checked = "invariants hold" if ranks == 1 else "every rank's invariants and lockstep hold"
+    if result.violation is not None:
+        checked = "every other invariant holds"
     console.print(
         f"{checked} in every state; {len(modelled) - len(result.unreached_edges)} of "
         f"{len(modelled)} modelled edges reached (not modelled: {sorted(NOT_MODELLED_GUARDS)})"

@@ -1,8 +1,8 @@
 """Written by `stagefate check --emit-tests tests/generated` from spec/lifecycle.yaml.
 
 Do not edit: a spec change shows up here as a diff of tests. One test per modelled edge of the spec
-(88 of 90; not modelled: the branches guarded by aux_cut), and one per overlap of two neighbouring
-guards a program can meet (25, named ..__also__<guard>), each the model checker's shortest program
+(92 of 94; not modelled: the branches guarded by aux_cut), and one per overlap of two neighbouring
+guards a program can meet (29, named ..__also__<guard>), each the model checker's shortest program
 of public calls that takes it (spec/witnesses.py), on the model's world made of real objects
 (stagefate.testing.LineWorld). After every step: the state the model predicts and the transitions
 the step fired. At the end: every request let go, the pipeline quiescent.
@@ -410,8 +410,11 @@ def test_locked__hit__else() -> None:
     world.expect(device=1, host_free=2, pinned=1, r0="locked", r1=None, r2=None)
     world.fired("r0: (issued) --lock[else]--> locked")
     world.complete(0)
-    world.expect(device=1, host_free=2, pinned=1, r0="parked", r1=None, r2=None)
-    world.fired("r0: (locked) --hit[else]--> locked", "r0: (locked) --commit[host_short]--> parked")
+    world.expect(device=1, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.fired(
+        "r0: (locked) --hit[else]--> locked",
+        "r0: (locked) --commit[span_oversize]--> released (declined_host_oversize)",
+    )
     world.finish()
 
 
@@ -471,10 +474,10 @@ def test_no_anchor__hit__else() -> None:
     world.expect(device=0, host_free=2, pinned=0, r0="no_anchor", r1=None, r2=None)
     world.fired("r0: (issued) --lock[root_prefix]--> no_anchor")
     world.complete(0)
-    world.expect(device=0, host_free=2, pinned=0, r0="parked", r1=None, r2=None)
+    world.expect(device=0, host_free=2, pinned=0, r0=None, r1=None, r2=None)
     world.fired(
         "r0: (no_anchor) --hit[else]--> no_anchor",
-        "r0: (no_anchor) --commit[host_short]--> parked",
+        "r0: (no_anchor) --commit[span_oversize]--> released (declined_host_oversize)",
     )
     world.finish()
 
@@ -784,122 +787,48 @@ def test_cap_skip__commit__span_inflight() -> None:
     world.finish()
 
 
-def test_cap_skip__commit__span_inflight__also__parked_ahead() -> None:
+def test_cap_skip__commit__span_inflight__also__span_oversize() -> None:
     """(cap_skip) --commit--> released (declined_inflight)
 
     when span_inflight: the first page key the read would bring (the span's head) is owned by a
     live sibling record (reading, staged, trimmed or consumed): it is already fetching that
-    head, and the re-issue after it lands reads only the rest; while parked_ahead held too: a
-    hit parked before this one still waits for bounce room (a newer hit does not take the room
-    the parked head waits for)
+    head, and the re-issue after it lands reads only the rest; while span_oversize held too: the
+    span the hit found (or its aux window) is larger than the whole host pool: no amount of
+    waiting makes room for it
     """
     world = LineWorld(BOUNDS)
-    world.issue(0)
-    world.expect(device=0, host_free=2, pinned=0, r0="no_anchor", r1=None, r2=None)
-    world.fired("r0: (issued) --lock[root_prefix]--> no_anchor")
-    world.issue(2, stale=True)
-    world.expect(device=0, host_free=2, pinned=0, r0="no_anchor", r1=None, r2="anchor_lost")
-    world.fired("r2: (issued) --lock[live_match_short]--> anchor_lost")
+    world.issue(0, stale=True)
+    world.expect(device=0, host_free=2, pinned=0, r0="anchor_lost", r1=None, r2=None)
+    world.fired("r0: (issued) --lock[live_match_short]--> anchor_lost")
     world.publish()
-    world.expect(device=1, host_free=2, pinned=0, r0="no_anchor", r1=None, r2="anchor_lost")
+    world.expect(device=1, host_free=2, pinned=0, r0="anchor_lost", r1=None, r2=None)
     world.fired()
-    world.complete(2)
-    world.expect(device=1, host_free=0, pinned=1, r0="no_anchor", r1=None, r2="reading")
+    world.complete(0, "short", pages=2)
+    world.expect(device=1, host_free=0, pinned=1, r0="reading", r1=None, r2=None)
     world.fired(
-        "r2: (anchor_lost) --hit[else]--> anchor_lost",
-        "r2: (anchor_lost) --commit[else]--> reading",
+        "r0: (anchor_lost) --hit[else]--> anchor_lost",
+        "r0: (anchor_lost) --commit[else]--> reading",
     )
-    world.complete(0)
-    world.expect(device=1, host_free=0, pinned=1, r0="parked", r1=None, r2="reading")
-    world.fired(
-        "r0: (no_anchor) --hit[else]--> no_anchor",
-        "r0: (no_anchor) --commit[host_short]--> parked",
-    )
-    world.publish()
-    world.expect(device=2, host_free=0, pinned=1, r0="parked", r1=None, r2="reading")
-    world.fired()
+    world.issue(2)
+    world.expect(device=1, host_free=0, pinned=2, r0="reading", r1=None, r2="locked")
+    world.fired("r2: (issued) --lock[else]--> locked")
     world.issue(1)
-    world.expect(device=2, host_free=0, pinned=1, r0="parked", r1="cap_skip", r2="reading")
+    world.expect(device=1, host_free=0, pinned=2, r0="reading", r1="cap_skip", r2="locked")
     world.fired("r1: (issued) --lock[over_cap]--> cap_skip")
     world.complete(1)
-    world.expect(device=2, host_free=0, pinned=1, r0="parked", r1=None, r2="reading")
+    world.expect(device=1, host_free=0, pinned=2, r0="reading", r1=None, r2="locked")
     world.fired(
         "r1: (cap_skip) --hit[else]--> cap_skip",
-        "r0: (parked) --commit[host_short]--> parked",
         "r1: (cap_skip) --commit[span_inflight]--> released (declined_inflight)",
     )
     world.finish()
 
 
-def test_cap_skip__commit__parked_ahead() -> None:
-    """(cap_skip) --commit--> parked
+def test_cap_skip__commit__span_oversize() -> None:
+    """(cap_skip) --commit--> released (declined_host_oversize)
 
-    when parked_ahead: a hit parked before this one still waits for bounce room (a newer hit
-    does not take the room the parked head waits for)
-    """
-    world = LineWorld(BOUNDS)
-    world.publish()
-    world.expect(device=1, host_free=2, pinned=0, r0=None, r1=None, r2=None)
-    world.fired()
-    world.issue(0)
-    world.expect(device=1, host_free=2, pinned=1, r0="locked", r1=None, r2=None)
-    world.fired("r0: (issued) --lock[else]--> locked")
-    world.complete(0)
-    world.expect(device=1, host_free=2, pinned=1, r0="parked", r1=None, r2=None)
-    world.fired("r0: (locked) --hit[else]--> locked", "r0: (locked) --commit[host_short]--> parked")
-    world.issue(1)
-    world.expect(device=1, host_free=2, pinned=2, r0="parked", r1="locked", r2=None)
-    world.fired("r1: (issued) --lock[else]--> locked")
-    world.issue(2)
-    world.expect(device=1, host_free=2, pinned=2, r0="parked", r1="locked", r2="cap_skip")
-    world.fired("r2: (issued) --lock[over_cap]--> cap_skip")
-    world.complete(2)
-    world.expect(device=1, host_free=2, pinned=2, r0="parked", r1="locked", r2="parked")
-    world.fired(
-        "r2: (cap_skip) --hit[else]--> cap_skip",
-        "r0: (parked) --commit[host_short]--> parked",
-        "r2: (cap_skip) --commit[parked_ahead]--> parked",
-    )
-    world.finish()
-
-
-def test_cap_skip__commit__parked_ahead__also__host_short() -> None:
-    """(cap_skip) --commit--> parked
-
-    when parked_ahead: a hit parked before this one still waits for bounce room (a newer hit
-    does not take the room the parked head waits for); while host_short held too: the host pool
-    cannot hold the span (and its aux window) now
-    """
-    world = LineWorld(BOUNDS)
-    world.publish()
-    world.expect(device=1, host_free=2, pinned=0, r0=None, r1=None, r2=None)
-    world.fired()
-    world.issue(0)
-    world.expect(device=1, host_free=2, pinned=1, r0="locked", r1=None, r2=None)
-    world.fired("r0: (issued) --lock[else]--> locked")
-    world.complete(0)
-    world.expect(device=1, host_free=2, pinned=1, r0="parked", r1=None, r2=None)
-    world.fired("r0: (locked) --hit[else]--> locked", "r0: (locked) --commit[host_short]--> parked")
-    world.issue(2)
-    world.expect(device=1, host_free=2, pinned=2, r0="parked", r1=None, r2="locked")
-    world.fired("r2: (issued) --lock[else]--> locked")
-    world.issue(1)
-    world.expect(device=1, host_free=2, pinned=2, r0="parked", r1="cap_skip", r2="locked")
-    world.fired("r1: (issued) --lock[over_cap]--> cap_skip")
-    world.complete(1)
-    world.expect(device=1, host_free=2, pinned=2, r0="parked", r1="parked", r2="locked")
-    world.fired(
-        "r1: (cap_skip) --hit[else]--> cap_skip",
-        "r0: (parked) --commit[host_short]--> parked",
-        "r1: (cap_skip) --commit[parked_ahead]--> parked",
-    )
-    world.finish()
-
-
-def test_cap_skip__commit__host_short() -> None:
-    """(cap_skip) --commit--> parked
-
-    when host_short: the host pool cannot hold the span (and its aux window) now
+    when span_oversize: the span the hit found (or its aux window) is larger than the whole host
+    pool: no amount of waiting makes room for it
     """
     world = LineWorld(BOUNDS)
     world.publish()
@@ -915,7 +844,169 @@ def test_cap_skip__commit__host_short() -> None:
     world.expect(device=1, host_free=2, pinned=2, r0="locked", r1="cap_skip", r2="locked")
     world.fired("r1: (issued) --lock[over_cap]--> cap_skip")
     world.complete(1)
-    world.expect(device=1, host_free=2, pinned=2, r0="locked", r1="parked", r2="locked")
+    world.expect(device=1, host_free=2, pinned=2, r0="locked", r1=None, r2="locked")
+    world.fired(
+        "r1: (cap_skip) --hit[else]--> cap_skip",
+        "r1: (cap_skip) --commit[span_oversize]--> released (declined_host_oversize)",
+    )
+    world.finish()
+
+
+def test_cap_skip__commit__span_oversize__also__parked_ahead() -> None:
+    """(cap_skip) --commit--> released (declined_host_oversize)
+
+    when span_oversize: the span the hit found (or its aux window) is larger than the whole host
+    pool: no amount of waiting makes room for it; while parked_ahead held too: a hit parked
+    before this one still waits for bounce room (a newer hit does not take the room the parked
+    head waits for)
+    """
+    world = LineWorld(BOUNDS)
+    world.issue(0, stale=True)
+    world.expect(device=0, host_free=2, pinned=0, r0="anchor_lost", r1=None, r2=None)
+    world.fired("r0: (issued) --lock[live_match_short]--> anchor_lost")
+    world.publish()
+    world.expect(device=1, host_free=2, pinned=0, r0="anchor_lost", r1=None, r2=None)
+    world.fired()
+    world.complete(0, "short", pages=2)
+    world.expect(device=1, host_free=0, pinned=1, r0="reading", r1=None, r2=None)
+    world.fired(
+        "r0: (anchor_lost) --hit[else]--> anchor_lost",
+        "r0: (anchor_lost) --commit[else]--> reading",
+    )
+    world.issue(2)
+    world.expect(device=1, host_free=0, pinned=2, r0="reading", r1=None, r2="locked")
+    world.fired("r2: (issued) --lock[else]--> locked")
+    world.issue(1)
+    world.expect(device=1, host_free=0, pinned=2, r0="reading", r1="cap_skip", r2="locked")
+    world.fired("r1: (issued) --lock[over_cap]--> cap_skip")
+    world.abort(0)
+    world.expect(device=1, host_free=0, pinned=1, r0="abandoned", r1="cap_skip", r2="locked")
+    world.fired("r0: (reading) --abort[else]--> abandoned")
+    world.complete(2)
+    world.expect(device=1, host_free=0, pinned=1, r0="abandoned", r1="cap_skip", r2="parked")
+    world.fired("r2: (locked) --hit[else]--> locked", "r2: (locked) --commit[host_short]--> parked")
+    world.complete(1)
+    world.expect(device=1, host_free=0, pinned=1, r0="abandoned", r1=None, r2="parked")
+    world.fired(
+        "r1: (cap_skip) --hit[else]--> cap_skip",
+        "r2: (parked) --commit[host_short]--> parked",
+        "r1: (cap_skip) --commit[span_oversize]--> released (declined_host_oversize)",
+    )
+    world.finish()
+
+
+def test_cap_skip__commit__parked_ahead() -> None:
+    """(cap_skip) --commit--> parked
+
+    when parked_ahead: a hit parked before this one still waits for bounce room (a newer hit
+    does not take the room the parked head waits for)
+    """
+    world = LineWorld(BOUNDS)
+    world.issue(0, stale=True)
+    world.expect(device=0, host_free=2, pinned=0, r0="anchor_lost", r1=None, r2=None)
+    world.fired("r0: (issued) --lock[live_match_short]--> anchor_lost")
+    world.publish()
+    world.expect(device=1, host_free=2, pinned=0, r0="anchor_lost", r1=None, r2=None)
+    world.fired()
+    world.complete(0, "short", pages=2)
+    world.expect(device=1, host_free=0, pinned=1, r0="reading", r1=None, r2=None)
+    world.fired(
+        "r0: (anchor_lost) --hit[else]--> anchor_lost",
+        "r0: (anchor_lost) --commit[else]--> reading",
+    )
+    world.issue(1)
+    world.expect(device=1, host_free=0, pinned=2, r0="reading", r1="locked", r2=None)
+    world.fired("r1: (issued) --lock[else]--> locked")
+    world.issue(2)
+    world.expect(device=1, host_free=0, pinned=2, r0="reading", r1="locked", r2="cap_skip")
+    world.fired("r2: (issued) --lock[over_cap]--> cap_skip")
+    world.abort(0)
+    world.expect(device=1, host_free=0, pinned=1, r0="abandoned", r1="locked", r2="cap_skip")
+    world.fired("r0: (reading) --abort[else]--> abandoned")
+    world.complete(1, "short", pages=2)
+    world.expect(device=1, host_free=0, pinned=1, r0="abandoned", r1="parked", r2="cap_skip")
+    world.fired("r1: (locked) --hit[else]--> locked", "r1: (locked) --commit[host_short]--> parked")
+    world.complete(2)
+    world.expect(device=1, host_free=0, pinned=1, r0="abandoned", r1="parked", r2="parked")
+    world.fired(
+        "r2: (cap_skip) --hit[else]--> cap_skip",
+        "r1: (parked) --commit[host_short]--> parked",
+        "r2: (cap_skip) --commit[parked_ahead]--> parked",
+    )
+    world.finish()
+
+
+def test_cap_skip__commit__parked_ahead__also__host_short() -> None:
+    """(cap_skip) --commit--> parked
+
+    when parked_ahead: a hit parked before this one still waits for bounce room (a newer hit
+    does not take the room the parked head waits for); while host_short held too: the host pool
+    cannot hold the span (and its aux window) now
+    """
+    world = LineWorld(BOUNDS)
+    world.issue(0, stale=True)
+    world.expect(device=0, host_free=2, pinned=0, r0="anchor_lost", r1=None, r2=None)
+    world.fired("r0: (issued) --lock[live_match_short]--> anchor_lost")
+    world.publish()
+    world.expect(device=1, host_free=2, pinned=0, r0="anchor_lost", r1=None, r2=None)
+    world.fired()
+    world.complete(0, "short", pages=2)
+    world.expect(device=1, host_free=0, pinned=1, r0="reading", r1=None, r2=None)
+    world.fired(
+        "r0: (anchor_lost) --hit[else]--> anchor_lost",
+        "r0: (anchor_lost) --commit[else]--> reading",
+    )
+    world.issue(1)
+    world.expect(device=1, host_free=0, pinned=2, r0="reading", r1="locked", r2=None)
+    world.fired("r1: (issued) --lock[else]--> locked")
+    world.issue(2)
+    world.expect(device=1, host_free=0, pinned=2, r0="reading", r1="locked", r2="cap_skip")
+    world.fired("r2: (issued) --lock[over_cap]--> cap_skip")
+    world.abort(0)
+    world.expect(device=1, host_free=0, pinned=1, r0="abandoned", r1="locked", r2="cap_skip")
+    world.fired("r0: (reading) --abort[else]--> abandoned")
+    world.complete(1, "short", pages=2)
+    world.expect(device=1, host_free=0, pinned=1, r0="abandoned", r1="parked", r2="cap_skip")
+    world.fired("r1: (locked) --hit[else]--> locked", "r1: (locked) --commit[host_short]--> parked")
+    world.complete(2)
+    world.expect(device=1, host_free=0, pinned=1, r0="abandoned", r1="parked", r2="parked")
+    world.fired(
+        "r2: (cap_skip) --hit[else]--> cap_skip",
+        "r1: (parked) --commit[host_short]--> parked",
+        "r2: (cap_skip) --commit[parked_ahead]--> parked",
+    )
+    world.finish()
+
+
+def test_cap_skip__commit__host_short() -> None:
+    """(cap_skip) --commit--> parked
+
+    when host_short: the host pool cannot hold the span (and its aux window) now
+    """
+    world = LineWorld(BOUNDS)
+    world.issue(0)
+    world.expect(device=0, host_free=2, pinned=0, r0="no_anchor", r1=None, r2=None)
+    world.fired("r0: (issued) --lock[root_prefix]--> no_anchor")
+    world.complete(0, "short", pages=2)
+    world.expect(device=0, host_free=0, pinned=0, r0="reading", r1=None, r2=None)
+    world.fired(
+        "r0: (no_anchor) --hit[else]--> no_anchor",
+        "r0: (no_anchor) --commit[else]--> reading",
+    )
+    world.publish()
+    world.expect(device=1, host_free=0, pinned=0, r0="reading", r1=None, r2=None)
+    world.fired()
+    world.issue(2)
+    world.expect(device=1, host_free=0, pinned=1, r0="reading", r1=None, r2="locked")
+    world.fired("r2: (issued) --lock[else]--> locked")
+    world.publish()
+    world.expect(device=2, host_free=0, pinned=1, r0="reading", r1=None, r2="locked")
+    world.fired()
+    world.issue(1)
+    world.expect(device=2, host_free=0, pinned=1, r0="reading", r1="cap_skip", r2="locked")
+    world.fired("r1: (issued) --lock[over_cap]--> cap_skip")
+    world.complete(1)
+    world.expect(device=2, host_free=0, pinned=1, r0="reading", r1="parked", r2="locked")
     world.fired(
         "r1: (cap_skip) --hit[else]--> cap_skip",
         "r1: (cap_skip) --commit[host_short]--> parked",
@@ -1067,50 +1158,104 @@ def test_anchor_lost__commit__span_inflight() -> None:
     world.finish()
 
 
-def test_anchor_lost__commit__span_inflight__also__parked_ahead() -> None:
+def test_anchor_lost__commit__span_inflight__also__span_oversize() -> None:
     """(anchor_lost) --commit--> released (declined_inflight)
 
     when span_inflight: the first page key the read would bring (the span's head) is owned by a
     live sibling record (reading, staged, trimmed or consumed): it is already fetching that
-    head, and the re-issue after it lands reads only the rest; while parked_ahead held too: a
-    hit parked before this one still waits for bounce room (a newer hit does not take the room
-    the parked head waits for)
+    head, and the re-issue after it lands reads only the rest; while span_oversize held too: the
+    span the hit found (or its aux window) is larger than the whole host pool: no amount of
+    waiting makes room for it
     """
     world = LineWorld(BOUNDS)
     world.issue(0)
     world.expect(device=0, host_free=2, pinned=0, r0="no_anchor", r1=None, r2=None)
     world.fired("r0: (issued) --lock[root_prefix]--> no_anchor")
-    world.issue(1, stale=True)
-    world.expect(device=0, host_free=2, pinned=0, r0="no_anchor", r1="anchor_lost", r2=None)
-    world.fired("r1: (issued) --lock[live_match_short]--> anchor_lost")
-    world.issue(2, stale=True)
-    world.expect(
-        device=0, host_free=2, pinned=0, r0="no_anchor", r1="anchor_lost", r2="anchor_lost"
-    )
-    world.fired("r2: (issued) --lock[live_match_short]--> anchor_lost")
-    world.publish()
-    world.expect(
-        device=1, host_free=2, pinned=0, r0="no_anchor", r1="anchor_lost", r2="anchor_lost"
-    )
-    world.fired()
-    world.complete(1, "short", pages=2)
-    world.expect(device=1, host_free=0, pinned=1, r0="no_anchor", r1="reading", r2="anchor_lost")
-    world.fired(
-        "r1: (anchor_lost) --hit[else]--> anchor_lost",
-        "r1: (anchor_lost) --commit[else]--> reading",
-    )
-    world.complete(0)
-    world.expect(device=1, host_free=0, pinned=1, r0="parked", r1="reading", r2="anchor_lost")
+    world.complete(0, "short", pages=2)
+    world.expect(device=0, host_free=0, pinned=0, r0="reading", r1=None, r2=None)
     world.fired(
         "r0: (no_anchor) --hit[else]--> no_anchor",
-        "r0: (no_anchor) --commit[host_short]--> parked",
+        "r0: (no_anchor) --commit[else]--> reading",
     )
-    world.complete(2)
-    world.expect(device=1, host_free=0, pinned=1, r0="parked", r1="reading", r2=None)
+    world.issue(1, stale=True)
+    world.expect(device=0, host_free=0, pinned=0, r0="reading", r1="anchor_lost", r2=None)
+    world.fired("r1: (issued) --lock[live_match_short]--> anchor_lost")
+    world.publish()
+    world.expect(device=1, host_free=0, pinned=0, r0="reading", r1="anchor_lost", r2=None)
+    world.fired()
+    world.complete(1)
+    world.expect(device=1, host_free=0, pinned=0, r0="reading", r1=None, r2=None)
     world.fired(
-        "r2: (anchor_lost) --hit[else]--> anchor_lost",
-        "r0: (parked) --commit[host_short]--> parked",
-        "r2: (anchor_lost) --commit[span_inflight]--> released (declined_inflight)",
+        "r1: (anchor_lost) --hit[else]--> anchor_lost",
+        "r1: (anchor_lost) --commit[span_inflight]--> released (declined_inflight)",
+    )
+    world.finish()
+
+
+def test_anchor_lost__commit__span_oversize() -> None:
+    """(anchor_lost) --commit--> released (declined_host_oversize)
+
+    when span_oversize: the span the hit found (or its aux window) is larger than the whole host
+    pool: no amount of waiting makes room for it
+    """
+    world = LineWorld(BOUNDS)
+    world.issue(0, stale=True)
+    world.expect(device=0, host_free=2, pinned=0, r0="anchor_lost", r1=None, r2=None)
+    world.fired("r0: (issued) --lock[live_match_short]--> anchor_lost")
+    world.publish()
+    world.expect(device=1, host_free=2, pinned=0, r0="anchor_lost", r1=None, r2=None)
+    world.fired()
+    world.complete(0)
+    world.expect(device=1, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.fired(
+        "r0: (anchor_lost) --hit[else]--> anchor_lost",
+        "r0: (anchor_lost) --commit[span_oversize]--> released (declined_host_oversize)",
+    )
+    world.finish()
+
+
+def test_anchor_lost__commit__span_oversize__also__parked_ahead() -> None:
+    """(anchor_lost) --commit--> released (declined_host_oversize)
+
+    when span_oversize: the span the hit found (or its aux window) is larger than the whole host
+    pool: no amount of waiting makes room for it; while parked_ahead held too: a hit parked
+    before this one still waits for bounce room (a newer hit does not take the room the parked
+    head waits for)
+    """
+    world = LineWorld(BOUNDS)
+    world.issue(0)
+    world.expect(device=0, host_free=2, pinned=0, r0="no_anchor", r1=None, r2=None)
+    world.fired("r0: (issued) --lock[root_prefix]--> no_anchor")
+    world.complete(0, "short", pages=2)
+    world.expect(device=0, host_free=0, pinned=0, r0="reading", r1=None, r2=None)
+    world.fired(
+        "r0: (no_anchor) --hit[else]--> no_anchor",
+        "r0: (no_anchor) --commit[else]--> reading",
+    )
+    world.abort(0)
+    world.expect(device=0, host_free=0, pinned=0, r0="abandoned", r1=None, r2=None)
+    world.fired("r0: (reading) --abort[else]--> abandoned")
+    world.issue(1, stale=True)
+    world.expect(device=0, host_free=0, pinned=0, r0="abandoned", r1="anchor_lost", r2=None)
+    world.fired("r1: (issued) --lock[live_match_short]--> anchor_lost")
+    world.issue(2)
+    world.expect(device=0, host_free=0, pinned=0, r0="abandoned", r1="anchor_lost", r2="no_anchor")
+    world.fired("r2: (issued) --lock[root_prefix]--> no_anchor")
+    world.complete(2, "short", pages=2)
+    world.expect(device=0, host_free=0, pinned=0, r0="abandoned", r1="anchor_lost", r2="parked")
+    world.fired(
+        "r2: (no_anchor) --hit[else]--> no_anchor",
+        "r2: (no_anchor) --commit[host_short]--> parked",
+    )
+    world.publish()
+    world.expect(device=1, host_free=0, pinned=0, r0="abandoned", r1="anchor_lost", r2="parked")
+    world.fired()
+    world.complete(1)
+    world.expect(device=1, host_free=0, pinned=0, r0="abandoned", r1=None, r2="parked")
+    world.fired(
+        "r1: (anchor_lost) --hit[else]--> anchor_lost",
+        "r2: (parked) --commit[host_short]--> parked",
+        "r1: (anchor_lost) --commit[span_oversize]--> released (declined_host_oversize)",
     )
     world.finish()
 
@@ -1125,24 +1270,36 @@ def test_anchor_lost__commit__parked_ahead() -> None:
     world.issue(0)
     world.expect(device=0, host_free=2, pinned=0, r0="no_anchor", r1=None, r2=None)
     world.fired("r0: (issued) --lock[root_prefix]--> no_anchor")
-    world.complete(0)
-    world.expect(device=0, host_free=2, pinned=0, r0="parked", r1=None, r2=None)
+    world.complete(0, "short", pages=2)
+    world.expect(device=0, host_free=0, pinned=0, r0="reading", r1=None, r2=None)
     world.fired(
         "r0: (no_anchor) --hit[else]--> no_anchor",
-        "r0: (no_anchor) --commit[host_short]--> parked",
+        "r0: (no_anchor) --commit[else]--> reading",
     )
-    world.issue(1, stale=True)
-    world.expect(device=0, host_free=2, pinned=0, r0="parked", r1="anchor_lost", r2=None)
-    world.fired("r1: (issued) --lock[live_match_short]--> anchor_lost")
-    world.publish()
-    world.expect(device=1, host_free=2, pinned=0, r0="parked", r1="anchor_lost", r2=None)
-    world.fired()
-    world.complete(1)
-    world.expect(device=1, host_free=2, pinned=0, r0="parked", r1="parked", r2=None)
+    world.abort(0)
+    world.expect(device=0, host_free=0, pinned=0, r0="abandoned", r1=None, r2=None)
+    world.fired("r0: (reading) --abort[else]--> abandoned")
+    world.issue(1)
+    world.expect(device=0, host_free=0, pinned=0, r0="abandoned", r1="no_anchor", r2=None)
+    world.fired("r1: (issued) --lock[root_prefix]--> no_anchor")
+    world.complete(1, "short", pages=2)
+    world.expect(device=0, host_free=0, pinned=0, r0="abandoned", r1="parked", r2=None)
     world.fired(
-        "r1: (anchor_lost) --hit[else]--> anchor_lost",
-        "r0: (parked) --commit[host_short]--> parked",
-        "r1: (anchor_lost) --commit[parked_ahead]--> parked",
+        "r1: (no_anchor) --hit[else]--> no_anchor",
+        "r1: (no_anchor) --commit[host_short]--> parked",
+    )
+    world.issue(2, stale=True)
+    world.expect(device=0, host_free=0, pinned=0, r0="abandoned", r1="parked", r2="anchor_lost")
+    world.fired("r2: (issued) --lock[live_match_short]--> anchor_lost")
+    world.publish()
+    world.expect(device=1, host_free=0, pinned=0, r0="abandoned", r1="parked", r2="anchor_lost")
+    world.fired()
+    world.complete(2)
+    world.expect(device=1, host_free=0, pinned=0, r0="abandoned", r1="parked", r2="parked")
+    world.fired(
+        "r2: (anchor_lost) --hit[else]--> anchor_lost",
+        "r1: (parked) --commit[host_short]--> parked",
+        "r2: (anchor_lost) --commit[parked_ahead]--> parked",
     )
     world.finish()
 
@@ -1158,24 +1315,36 @@ def test_anchor_lost__commit__parked_ahead__also__host_short() -> None:
     world.issue(0)
     world.expect(device=0, host_free=2, pinned=0, r0="no_anchor", r1=None, r2=None)
     world.fired("r0: (issued) --lock[root_prefix]--> no_anchor")
-    world.complete(0)
-    world.expect(device=0, host_free=2, pinned=0, r0="parked", r1=None, r2=None)
+    world.complete(0, "short", pages=2)
+    world.expect(device=0, host_free=0, pinned=0, r0="reading", r1=None, r2=None)
     world.fired(
         "r0: (no_anchor) --hit[else]--> no_anchor",
-        "r0: (no_anchor) --commit[host_short]--> parked",
+        "r0: (no_anchor) --commit[else]--> reading",
     )
-    world.issue(1, stale=True)
-    world.expect(device=0, host_free=2, pinned=0, r0="parked", r1="anchor_lost", r2=None)
-    world.fired("r1: (issued) --lock[live_match_short]--> anchor_lost")
-    world.publish()
-    world.expect(device=1, host_free=2, pinned=0, r0="parked", r1="anchor_lost", r2=None)
-    world.fired()
-    world.complete(1)
-    world.expect(device=1, host_free=2, pinned=0, r0="parked", r1="parked", r2=None)
+    world.abort(0)
+    world.expect(device=0, host_free=0, pinned=0, r0="abandoned", r1=None, r2=None)
+    world.fired("r0: (reading) --abort[else]--> abandoned")
+    world.issue(1)
+    world.expect(device=0, host_free=0, pinned=0, r0="abandoned", r1="no_anchor", r2=None)
+    world.fired("r1: (issued) --lock[root_prefix]--> no_anchor")
+    world.complete(1, "short", pages=2)
+    world.expect(device=0, host_free=0, pinned=0, r0="abandoned", r1="parked", r2=None)
     world.fired(
-        "r1: (anchor_lost) --hit[else]--> anchor_lost",
-        "r0: (parked) --commit[host_short]--> parked",
-        "r1: (anchor_lost) --commit[parked_ahead]--> parked",
+        "r1: (no_anchor) --hit[else]--> no_anchor",
+        "r1: (no_anchor) --commit[host_short]--> parked",
+    )
+    world.issue(2, stale=True)
+    world.expect(device=0, host_free=0, pinned=0, r0="abandoned", r1="parked", r2="anchor_lost")
+    world.fired("r2: (issued) --lock[live_match_short]--> anchor_lost")
+    world.publish()
+    world.expect(device=1, host_free=0, pinned=0, r0="abandoned", r1="parked", r2="anchor_lost")
+    world.fired()
+    world.complete(2)
+    world.expect(device=1, host_free=0, pinned=0, r0="abandoned", r1="parked", r2="parked")
+    world.fired(
+        "r2: (anchor_lost) --hit[else]--> anchor_lost",
+        "r1: (parked) --commit[host_short]--> parked",
+        "r2: (anchor_lost) --commit[parked_ahead]--> parked",
     )
     world.finish()
 
@@ -1186,17 +1355,29 @@ def test_anchor_lost__commit__host_short() -> None:
     when host_short: the host pool cannot hold the span (and its aux window) now
     """
     world = LineWorld(BOUNDS)
-    world.issue(0, stale=True)
-    world.expect(device=0, host_free=2, pinned=0, r0="anchor_lost", r1=None, r2=None)
-    world.fired("r0: (issued) --lock[live_match_short]--> anchor_lost")
-    world.publish()
-    world.expect(device=1, host_free=2, pinned=0, r0="anchor_lost", r1=None, r2=None)
-    world.fired()
-    world.complete(0)
-    world.expect(device=1, host_free=2, pinned=0, r0="parked", r1=None, r2=None)
+    world.issue(0)
+    world.expect(device=0, host_free=2, pinned=0, r0="no_anchor", r1=None, r2=None)
+    world.fired("r0: (issued) --lock[root_prefix]--> no_anchor")
+    world.complete(0, "short", pages=2)
+    world.expect(device=0, host_free=0, pinned=0, r0="reading", r1=None, r2=None)
     world.fired(
-        "r0: (anchor_lost) --hit[else]--> anchor_lost",
-        "r0: (anchor_lost) --commit[host_short]--> parked",
+        "r0: (no_anchor) --hit[else]--> no_anchor",
+        "r0: (no_anchor) --commit[else]--> reading",
+    )
+    world.abort(0)
+    world.expect(device=0, host_free=0, pinned=0, r0="abandoned", r1=None, r2=None)
+    world.fired("r0: (reading) --abort[else]--> abandoned")
+    world.issue(1, stale=True)
+    world.expect(device=0, host_free=0, pinned=0, r0="abandoned", r1="anchor_lost", r2=None)
+    world.fired("r1: (issued) --lock[live_match_short]--> anchor_lost")
+    world.publish()
+    world.expect(device=1, host_free=0, pinned=0, r0="abandoned", r1="anchor_lost", r2=None)
+    world.fired()
+    world.complete(1, "short", pages=2)
+    world.expect(device=1, host_free=0, pinned=0, r0="abandoned", r1="parked", r2=None)
+    world.fired(
+        "r1: (anchor_lost) --hit[else]--> anchor_lost",
+        "r1: (anchor_lost) --commit[host_short]--> parked",
     )
     world.finish()
 
@@ -1229,24 +1410,39 @@ def test_parked__commit__live_match_short() -> None:
     matched_len
     """
     world = LineWorld(BOUNDS)
-    world.issue(0, stale=True)
-    world.expect(device=0, host_free=2, pinned=0, r0="anchor_lost", r1=None, r2=None)
-    world.fired("r0: (issued) --lock[live_match_short]--> anchor_lost")
-    world.publish()
-    world.expect(device=1, host_free=2, pinned=0, r0="anchor_lost", r1=None, r2=None)
-    world.fired()
-    world.complete(0)
-    world.expect(device=1, host_free=2, pinned=0, r0="parked", r1=None, r2=None)
+    world.issue(0)
+    world.expect(device=0, host_free=2, pinned=0, r0="no_anchor", r1=None, r2=None)
+    world.fired("r0: (issued) --lock[root_prefix]--> no_anchor")
+    world.complete(0, "short", pages=2)
+    world.expect(device=0, host_free=0, pinned=0, r0="reading", r1=None, r2=None)
     world.fired(
-        "r0: (anchor_lost) --hit[else]--> anchor_lost",
-        "r0: (anchor_lost) --commit[host_short]--> parked",
+        "r0: (no_anchor) --hit[else]--> no_anchor",
+        "r0: (no_anchor) --commit[else]--> reading",
+    )
+    world.abort(0)
+    world.expect(device=0, host_free=0, pinned=0, r0="abandoned", r1=None, r2=None)
+    world.fired("r0: (reading) --abort[else]--> abandoned")
+    world.issue(1, stale=True)
+    world.expect(device=0, host_free=0, pinned=0, r0="abandoned", r1="anchor_lost", r2=None)
+    world.fired("r1: (issued) --lock[live_match_short]--> anchor_lost")
+    world.publish()
+    world.expect(device=1, host_free=0, pinned=0, r0="abandoned", r1="anchor_lost", r2=None)
+    world.fired()
+    world.complete(1, "short", pages=2)
+    world.expect(device=1, host_free=0, pinned=0, r0="abandoned", r1="parked", r2=None)
+    world.fired(
+        "r1: (anchor_lost) --hit[else]--> anchor_lost",
+        "r1: (anchor_lost) --commit[host_short]--> parked",
     )
     world.evict()
-    world.expect(device=0, host_free=2, pinned=0, r0="parked", r1=None, r2=None)
+    world.expect(device=0, host_free=0, pinned=0, r0="abandoned", r1="parked", r2=None)
     world.fired()
-    world.poll()
+    world.complete(0)
     world.expect(device=0, host_free=2, pinned=0, r0=None, r1=None, r2=None)
-    world.fired("r0: (parked) --commit[live_match_short]--> released (declined_anchor_lost)")
+    world.fired(
+        "r0: (abandoned) --read_done[else]--> released (aborted)",
+        "r1: (parked) --commit[live_match_short]--> released (declined_anchor_lost)",
+    )
     world.finish()
 
 
@@ -1256,27 +1452,39 @@ def test_parked__commit__device_covers_span() -> None:
     when device_covers_span: the live device tree already holds the whole span
     """
     world = LineWorld(BOUNDS)
+    world.issue(0, stale=True)
+    world.expect(device=0, host_free=2, pinned=0, r0="anchor_lost", r1=None, r2=None)
+    world.fired("r0: (issued) --lock[live_match_short]--> anchor_lost")
     world.issue(2)
-    world.expect(device=0, host_free=2, pinned=0, r0=None, r1=None, r2="no_anchor")
+    world.expect(device=0, host_free=2, pinned=0, r0="anchor_lost", r1=None, r2="no_anchor")
     world.fired("r2: (issued) --lock[root_prefix]--> no_anchor")
-    world.complete(2)
-    world.expect(device=0, host_free=2, pinned=0, r0=None, r1=None, r2="parked")
+    world.publish()
+    world.expect(device=1, host_free=2, pinned=0, r0="anchor_lost", r1=None, r2="no_anchor")
+    world.fired()
+    world.complete(0, "short", pages=2)
+    world.expect(device=1, host_free=0, pinned=1, r0="reading", r1=None, r2="no_anchor")
+    world.fired(
+        "r0: (anchor_lost) --hit[else]--> anchor_lost",
+        "r0: (anchor_lost) --commit[else]--> reading",
+    )
+    world.complete(2, "short", pages=2)
+    world.expect(device=1, host_free=0, pinned=1, r0="reading", r1=None, r2="parked")
     world.fired(
         "r2: (no_anchor) --hit[else]--> no_anchor",
         "r2: (no_anchor) --commit[host_short]--> parked",
     )
     world.publish()
-    world.expect(device=1, host_free=2, pinned=0, r0=None, r1=None, r2="parked")
+    world.expect(device=2, host_free=0, pinned=1, r0="reading", r1=None, r2="parked")
     world.fired()
     world.publish()
-    world.expect(device=2, host_free=2, pinned=0, r0=None, r1=None, r2="parked")
+    world.expect(device=3, host_free=0, pinned=1, r0="reading", r1=None, r2="parked")
     world.fired()
-    world.publish()
-    world.expect(device=3, host_free=2, pinned=0, r0=None, r1=None, r2="parked")
-    world.fired()
-    world.poll()
-    world.expect(device=3, host_free=2, pinned=0, r0=None, r1=None, r2=None)
-    world.fired("r2: (parked) --commit[device_covers_span]--> released (declined_device_covered)")
+    world.complete(0)
+    world.expect(device=3, host_free=0, pinned=1, r0="staged", r1=None, r2=None)
+    world.fired(
+        "r0: (reading) --read_done[else]--> staged",
+        "r2: (parked) --commit[device_covers_span]--> released (declined_device_covered)",
+    )
     world.finish()
 
 
@@ -1313,7 +1521,7 @@ def test_parked__commit__device_covers_span__also__span_inflight() -> None:
         "r0: (no_anchor) --hit[else]--> no_anchor",
         "r0: (no_anchor) --commit[host_short]--> parked",
     )
-    world.complete(2)
+    world.complete(2, "short", pages=2)
     world.expect(device=1, host_free=0, pinned=1, r0="parked", r1="reading", r2="parked")
     world.fired(
         "r2: (no_anchor) --hit[else]--> no_anchor",
@@ -1347,38 +1555,38 @@ def test_parked__commit__span_inflight() -> None:
     world.issue(0)
     world.expect(device=0, host_free=2, pinned=0, r0="no_anchor", r1=None, r2=None)
     world.fired("r0: (issued) --lock[root_prefix]--> no_anchor")
-    world.complete(0)
-    world.expect(device=0, host_free=2, pinned=0, r0="parked", r1=None, r2=None)
+    world.complete(0, "short", pages=2)
+    world.expect(device=0, host_free=0, pinned=0, r0="reading", r1=None, r2=None)
     world.fired(
         "r0: (no_anchor) --hit[else]--> no_anchor",
-        "r0: (no_anchor) --commit[host_short]--> parked",
-    )
-    world.issue(1)
-    world.expect(device=0, host_free=2, pinned=0, r0="parked", r1="no_anchor", r2=None)
-    world.fired("r1: (issued) --lock[root_prefix]--> no_anchor")
-    world.complete(1, "short", pages=2)
-    world.expect(device=0, host_free=2, pinned=0, r0="parked", r1="parked", r2=None)
-    world.fired(
-        "r1: (no_anchor) --hit[else]--> no_anchor",
-        "r0: (parked) --commit[host_short]--> parked",
-        "r1: (no_anchor) --commit[parked_ahead]--> parked",
-    )
-    world.issue(2)
-    world.expect(device=0, host_free=2, pinned=0, r0="parked", r1="parked", r2="no_anchor")
-    world.fired("r2: (issued) --lock[root_prefix]--> no_anchor")
-    world.complete(2)
-    world.expect(device=0, host_free=2, pinned=0, r0="parked", r1="parked", r2="parked")
-    world.fired(
-        "r2: (no_anchor) --hit[else]--> no_anchor",
-        "r0: (parked) --commit[host_short]--> parked",
-        "r2: (no_anchor) --commit[parked_ahead]--> parked",
+        "r0: (no_anchor) --commit[else]--> reading",
     )
     world.abort(0)
-    world.expect(device=0, host_free=2, pinned=0, r0=None, r1="parked", r2="parked")
-    world.fired("r0: (parked) --abort[else]--> released (aborted)")
-    world.poll()
+    world.expect(device=0, host_free=0, pinned=0, r0="abandoned", r1=None, r2=None)
+    world.fired("r0: (reading) --abort[else]--> abandoned")
+    world.issue(1)
+    world.expect(device=0, host_free=0, pinned=0, r0="abandoned", r1="no_anchor", r2=None)
+    world.fired("r1: (issued) --lock[root_prefix]--> no_anchor")
+    world.complete(1, "short", pages=2)
+    world.expect(device=0, host_free=0, pinned=0, r0="abandoned", r1="parked", r2=None)
+    world.fired(
+        "r1: (no_anchor) --hit[else]--> no_anchor",
+        "r1: (no_anchor) --commit[host_short]--> parked",
+    )
+    world.issue(2)
+    world.expect(device=0, host_free=0, pinned=0, r0="abandoned", r1="parked", r2="no_anchor")
+    world.fired("r2: (issued) --lock[root_prefix]--> no_anchor")
+    world.complete(2, "short", pages=2)
+    world.expect(device=0, host_free=0, pinned=0, r0="abandoned", r1="parked", r2="parked")
+    world.fired(
+        "r2: (no_anchor) --hit[else]--> no_anchor",
+        "r1: (parked) --commit[host_short]--> parked",
+        "r2: (no_anchor) --commit[parked_ahead]--> parked",
+    )
+    world.complete(0)
     world.expect(device=0, host_free=0, pinned=0, r0=None, r1="reading", r2=None)
     world.fired(
+        "r0: (abandoned) --read_done[else]--> released (aborted)",
         "r1: (parked) --commit[else]--> reading",
         "r2: (parked) --commit[span_inflight]--> released (declined_inflight)",
     )
@@ -1397,38 +1605,38 @@ def test_parked__commit__span_inflight__also__host_short() -> None:
     world.issue(0)
     world.expect(device=0, host_free=2, pinned=0, r0="no_anchor", r1=None, r2=None)
     world.fired("r0: (issued) --lock[root_prefix]--> no_anchor")
-    world.complete(0)
-    world.expect(device=0, host_free=2, pinned=0, r0="parked", r1=None, r2=None)
+    world.complete(0, "short", pages=2)
+    world.expect(device=0, host_free=0, pinned=0, r0="reading", r1=None, r2=None)
     world.fired(
         "r0: (no_anchor) --hit[else]--> no_anchor",
-        "r0: (no_anchor) --commit[host_short]--> parked",
-    )
-    world.issue(1)
-    world.expect(device=0, host_free=2, pinned=0, r0="parked", r1="no_anchor", r2=None)
-    world.fired("r1: (issued) --lock[root_prefix]--> no_anchor")
-    world.complete(1, "short", pages=2)
-    world.expect(device=0, host_free=2, pinned=0, r0="parked", r1="parked", r2=None)
-    world.fired(
-        "r1: (no_anchor) --hit[else]--> no_anchor",
-        "r0: (parked) --commit[host_short]--> parked",
-        "r1: (no_anchor) --commit[parked_ahead]--> parked",
-    )
-    world.issue(2)
-    world.expect(device=0, host_free=2, pinned=0, r0="parked", r1="parked", r2="no_anchor")
-    world.fired("r2: (issued) --lock[root_prefix]--> no_anchor")
-    world.complete(2)
-    world.expect(device=0, host_free=2, pinned=0, r0="parked", r1="parked", r2="parked")
-    world.fired(
-        "r2: (no_anchor) --hit[else]--> no_anchor",
-        "r0: (parked) --commit[host_short]--> parked",
-        "r2: (no_anchor) --commit[parked_ahead]--> parked",
+        "r0: (no_anchor) --commit[else]--> reading",
     )
     world.abort(0)
-    world.expect(device=0, host_free=2, pinned=0, r0=None, r1="parked", r2="parked")
-    world.fired("r0: (parked) --abort[else]--> released (aborted)")
-    world.poll()
+    world.expect(device=0, host_free=0, pinned=0, r0="abandoned", r1=None, r2=None)
+    world.fired("r0: (reading) --abort[else]--> abandoned")
+    world.issue(1)
+    world.expect(device=0, host_free=0, pinned=0, r0="abandoned", r1="no_anchor", r2=None)
+    world.fired("r1: (issued) --lock[root_prefix]--> no_anchor")
+    world.complete(1, "short", pages=2)
+    world.expect(device=0, host_free=0, pinned=0, r0="abandoned", r1="parked", r2=None)
+    world.fired(
+        "r1: (no_anchor) --hit[else]--> no_anchor",
+        "r1: (no_anchor) --commit[host_short]--> parked",
+    )
+    world.issue(2)
+    world.expect(device=0, host_free=0, pinned=0, r0="abandoned", r1="parked", r2="no_anchor")
+    world.fired("r2: (issued) --lock[root_prefix]--> no_anchor")
+    world.complete(2, "short", pages=2)
+    world.expect(device=0, host_free=0, pinned=0, r0="abandoned", r1="parked", r2="parked")
+    world.fired(
+        "r2: (no_anchor) --hit[else]--> no_anchor",
+        "r1: (parked) --commit[host_short]--> parked",
+        "r2: (no_anchor) --commit[parked_ahead]--> parked",
+    )
+    world.complete(0)
     world.expect(device=0, host_free=0, pinned=0, r0=None, r1="reading", r2=None)
     world.fired(
+        "r0: (abandoned) --read_done[else]--> released (aborted)",
         "r1: (parked) --commit[else]--> reading",
         "r2: (parked) --commit[span_inflight]--> released (declined_inflight)",
     )
@@ -1444,15 +1652,27 @@ def test_parked__commit__host_short() -> None:
     world.issue(0)
     world.expect(device=0, host_free=2, pinned=0, r0="no_anchor", r1=None, r2=None)
     world.fired("r0: (issued) --lock[root_prefix]--> no_anchor")
-    world.complete(0)
-    world.expect(device=0, host_free=2, pinned=0, r0="parked", r1=None, r2=None)
+    world.complete(0, "short", pages=2)
+    world.expect(device=0, host_free=0, pinned=0, r0="reading", r1=None, r2=None)
     world.fired(
         "r0: (no_anchor) --hit[else]--> no_anchor",
-        "r0: (no_anchor) --commit[host_short]--> parked",
+        "r0: (no_anchor) --commit[else]--> reading",
+    )
+    world.abort(0)
+    world.expect(device=0, host_free=0, pinned=0, r0="abandoned", r1=None, r2=None)
+    world.fired("r0: (reading) --abort[else]--> abandoned")
+    world.issue(1)
+    world.expect(device=0, host_free=0, pinned=0, r0="abandoned", r1="no_anchor", r2=None)
+    world.fired("r1: (issued) --lock[root_prefix]--> no_anchor")
+    world.complete(1, "short", pages=2)
+    world.expect(device=0, host_free=0, pinned=0, r0="abandoned", r1="parked", r2=None)
+    world.fired(
+        "r1: (no_anchor) --hit[else]--> no_anchor",
+        "r1: (no_anchor) --commit[host_short]--> parked",
     )
     world.poll()
-    world.expect(device=0, host_free=2, pinned=0, r0="parked", r1=None, r2=None)
-    world.fired("r0: (parked) --commit[host_short]--> parked")
+    world.expect(device=0, host_free=0, pinned=0, r0="abandoned", r1="parked", r2=None)
+    world.fired("r1: (parked) --commit[host_short]--> parked")
     world.finish()
 
 
@@ -1465,28 +1685,30 @@ def test_parked__commit__else() -> None:
     world.issue(0)
     world.expect(device=0, host_free=2, pinned=0, r0="no_anchor", r1=None, r2=None)
     world.fired("r0: (issued) --lock[root_prefix]--> no_anchor")
-    world.complete(0)
-    world.expect(device=0, host_free=2, pinned=0, r0="parked", r1=None, r2=None)
+    world.complete(0, "short", pages=2)
+    world.expect(device=0, host_free=0, pinned=0, r0="reading", r1=None, r2=None)
     world.fired(
         "r0: (no_anchor) --hit[else]--> no_anchor",
-        "r0: (no_anchor) --commit[host_short]--> parked",
-    )
-    world.issue(1)
-    world.expect(device=0, host_free=2, pinned=0, r0="parked", r1="no_anchor", r2=None)
-    world.fired("r1: (issued) --lock[root_prefix]--> no_anchor")
-    world.complete(1, "short", pages=2)
-    world.expect(device=0, host_free=2, pinned=0, r0="parked", r1="parked", r2=None)
-    world.fired(
-        "r1: (no_anchor) --hit[else]--> no_anchor",
-        "r0: (parked) --commit[host_short]--> parked",
-        "r1: (no_anchor) --commit[parked_ahead]--> parked",
+        "r0: (no_anchor) --commit[else]--> reading",
     )
     world.abort(0)
-    world.expect(device=0, host_free=2, pinned=0, r0=None, r1="parked", r2=None)
-    world.fired("r0: (parked) --abort[else]--> released (aborted)")
-    world.poll()
+    world.expect(device=0, host_free=0, pinned=0, r0="abandoned", r1=None, r2=None)
+    world.fired("r0: (reading) --abort[else]--> abandoned")
+    world.issue(1)
+    world.expect(device=0, host_free=0, pinned=0, r0="abandoned", r1="no_anchor", r2=None)
+    world.fired("r1: (issued) --lock[root_prefix]--> no_anchor")
+    world.complete(1, "short", pages=2)
+    world.expect(device=0, host_free=0, pinned=0, r0="abandoned", r1="parked", r2=None)
+    world.fired(
+        "r1: (no_anchor) --hit[else]--> no_anchor",
+        "r1: (no_anchor) --commit[host_short]--> parked",
+    )
+    world.complete(0)
     world.expect(device=0, host_free=0, pinned=0, r0=None, r1="reading", r2=None)
-    world.fired("r1: (parked) --commit[else]--> reading")
+    world.fired(
+        "r0: (abandoned) --read_done[else]--> released (aborted)",
+        "r1: (parked) --commit[else]--> reading",
+    )
     world.finish()
 
 
@@ -1588,46 +1810,104 @@ def test_locked__commit__span_inflight() -> None:
     world.finish()
 
 
-def test_locked__commit__span_inflight__also__parked_ahead() -> None:
+def test_locked__commit__span_inflight__also__span_oversize() -> None:
     """(locked) --commit--> released (declined_inflight)
 
     when span_inflight: the first page key the read would bring (the span's head) is owned by a
     live sibling record (reading, staged, trimmed or consumed): it is already fetching that
-    head, and the re-issue after it lands reads only the rest; while parked_ahead held too: a
-    hit parked before this one still waits for bounce room (a newer hit does not take the room
-    the parked head waits for)
+    head, and the re-issue after it lands reads only the rest; while span_oversize held too: the
+    span the hit found (or its aux window) is larger than the whole host pool: no amount of
+    waiting makes room for it
     """
     world = LineWorld(BOUNDS)
     world.issue(0)
     world.expect(device=0, host_free=2, pinned=0, r0="no_anchor", r1=None, r2=None)
     world.fired("r0: (issued) --lock[root_prefix]--> no_anchor")
-    world.issue(1, stale=True)
-    world.expect(device=0, host_free=2, pinned=0, r0="no_anchor", r1="anchor_lost", r2=None)
-    world.fired("r1: (issued) --lock[live_match_short]--> anchor_lost")
-    world.publish()
-    world.expect(device=1, host_free=2, pinned=0, r0="no_anchor", r1="anchor_lost", r2=None)
-    world.fired()
-    world.complete(1, "short", pages=2)
-    world.expect(device=1, host_free=0, pinned=1, r0="no_anchor", r1="reading", r2=None)
-    world.fired(
-        "r1: (anchor_lost) --hit[else]--> anchor_lost",
-        "r1: (anchor_lost) --commit[else]--> reading",
-    )
-    world.complete(0)
-    world.expect(device=1, host_free=0, pinned=1, r0="parked", r1="reading", r2=None)
+    world.complete(0, "short", pages=2)
+    world.expect(device=0, host_free=0, pinned=0, r0="reading", r1=None, r2=None)
     world.fired(
         "r0: (no_anchor) --hit[else]--> no_anchor",
-        "r0: (no_anchor) --commit[host_short]--> parked",
+        "r0: (no_anchor) --commit[else]--> reading",
     )
-    world.issue(2)
-    world.expect(device=1, host_free=0, pinned=2, r0="parked", r1="reading", r2="locked")
-    world.fired("r2: (issued) --lock[else]--> locked")
-    world.complete(2)
-    world.expect(device=1, host_free=0, pinned=1, r0="parked", r1="reading", r2=None)
+    world.publish()
+    world.expect(device=1, host_free=0, pinned=0, r0="reading", r1=None, r2=None)
+    world.fired()
+    world.issue(1)
+    world.expect(device=1, host_free=0, pinned=1, r0="reading", r1="locked", r2=None)
+    world.fired("r1: (issued) --lock[else]--> locked")
+    world.complete(1)
+    world.expect(device=1, host_free=0, pinned=0, r0="reading", r1=None, r2=None)
     world.fired(
-        "r2: (locked) --hit[else]--> locked",
-        "r0: (parked) --commit[host_short]--> parked",
-        "r2: (locked) --commit[span_inflight]--> released (declined_inflight)",
+        "r1: (locked) --hit[else]--> locked",
+        "r1: (locked) --commit[span_inflight]--> released (declined_inflight)",
+    )
+    world.finish()
+
+
+def test_locked__commit__span_oversize() -> None:
+    """(locked) --commit--> released (declined_host_oversize)
+
+    when span_oversize: the span the hit found (or its aux window) is larger than the whole host
+    pool: no amount of waiting makes room for it
+    """
+    world = LineWorld(BOUNDS)
+    world.publish()
+    world.expect(device=1, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.fired()
+    world.issue(0)
+    world.expect(device=1, host_free=2, pinned=1, r0="locked", r1=None, r2=None)
+    world.fired("r0: (issued) --lock[else]--> locked")
+    world.complete(0)
+    world.expect(device=1, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.fired(
+        "r0: (locked) --hit[else]--> locked",
+        "r0: (locked) --commit[span_oversize]--> released (declined_host_oversize)",
+    )
+    world.finish()
+
+
+def test_locked__commit__span_oversize__also__parked_ahead() -> None:
+    """(locked) --commit--> released (declined_host_oversize)
+
+    when span_oversize: the span the hit found (or its aux window) is larger than the whole host
+    pool: no amount of waiting makes room for it; while parked_ahead held too: a hit parked
+    before this one still waits for bounce room (a newer hit does not take the room the parked
+    head waits for)
+    """
+    world = LineWorld(BOUNDS)
+    world.issue(0)
+    world.expect(device=0, host_free=2, pinned=0, r0="no_anchor", r1=None, r2=None)
+    world.fired("r0: (issued) --lock[root_prefix]--> no_anchor")
+    world.complete(0, "short", pages=2)
+    world.expect(device=0, host_free=0, pinned=0, r0="reading", r1=None, r2=None)
+    world.fired(
+        "r0: (no_anchor) --hit[else]--> no_anchor",
+        "r0: (no_anchor) --commit[else]--> reading",
+    )
+    world.abort(0)
+    world.expect(device=0, host_free=0, pinned=0, r0="abandoned", r1=None, r2=None)
+    world.fired("r0: (reading) --abort[else]--> abandoned")
+    world.issue(2)
+    world.expect(device=0, host_free=0, pinned=0, r0="abandoned", r1=None, r2="no_anchor")
+    world.fired("r2: (issued) --lock[root_prefix]--> no_anchor")
+    world.complete(2, "short", pages=2)
+    world.expect(device=0, host_free=0, pinned=0, r0="abandoned", r1=None, r2="parked")
+    world.fired(
+        "r2: (no_anchor) --hit[else]--> no_anchor",
+        "r2: (no_anchor) --commit[host_short]--> parked",
+    )
+    world.publish()
+    world.expect(device=1, host_free=0, pinned=0, r0="abandoned", r1=None, r2="parked")
+    world.fired()
+    world.issue(1)
+    world.expect(device=1, host_free=0, pinned=1, r0="abandoned", r1="locked", r2="parked")
+    world.fired("r1: (issued) --lock[else]--> locked")
+    world.complete(1)
+    world.expect(device=1, host_free=0, pinned=0, r0="abandoned", r1=None, r2="parked")
+    world.fired(
+        "r1: (locked) --hit[else]--> locked",
+        "r2: (parked) --commit[host_short]--> parked",
+        "r1: (locked) --commit[span_oversize]--> released (declined_host_oversize)",
     )
     world.finish()
 
@@ -1642,24 +1922,36 @@ def test_locked__commit__parked_ahead() -> None:
     world.issue(0)
     world.expect(device=0, host_free=2, pinned=0, r0="no_anchor", r1=None, r2=None)
     world.fired("r0: (issued) --lock[root_prefix]--> no_anchor")
-    world.complete(0)
-    world.expect(device=0, host_free=2, pinned=0, r0="parked", r1=None, r2=None)
+    world.complete(0, "short", pages=2)
+    world.expect(device=0, host_free=0, pinned=0, r0="reading", r1=None, r2=None)
     world.fired(
         "r0: (no_anchor) --hit[else]--> no_anchor",
-        "r0: (no_anchor) --commit[host_short]--> parked",
+        "r0: (no_anchor) --commit[else]--> reading",
+    )
+    world.abort(0)
+    world.expect(device=0, host_free=0, pinned=0, r0="abandoned", r1=None, r2=None)
+    world.fired("r0: (reading) --abort[else]--> abandoned")
+    world.issue(1)
+    world.expect(device=0, host_free=0, pinned=0, r0="abandoned", r1="no_anchor", r2=None)
+    world.fired("r1: (issued) --lock[root_prefix]--> no_anchor")
+    world.complete(1, "short", pages=2)
+    world.expect(device=0, host_free=0, pinned=0, r0="abandoned", r1="parked", r2=None)
+    world.fired(
+        "r1: (no_anchor) --hit[else]--> no_anchor",
+        "r1: (no_anchor) --commit[host_short]--> parked",
     )
     world.publish()
-    world.expect(device=1, host_free=2, pinned=0, r0="parked", r1=None, r2=None)
+    world.expect(device=1, host_free=0, pinned=0, r0="abandoned", r1="parked", r2=None)
     world.fired()
-    world.issue(1)
-    world.expect(device=1, host_free=2, pinned=1, r0="parked", r1="locked", r2=None)
-    world.fired("r1: (issued) --lock[else]--> locked")
-    world.complete(1)
-    world.expect(device=1, host_free=2, pinned=1, r0="parked", r1="parked", r2=None)
+    world.issue(2)
+    world.expect(device=1, host_free=0, pinned=1, r0="abandoned", r1="parked", r2="locked")
+    world.fired("r2: (issued) --lock[else]--> locked")
+    world.complete(2)
+    world.expect(device=1, host_free=0, pinned=1, r0="abandoned", r1="parked", r2="parked")
     world.fired(
-        "r1: (locked) --hit[else]--> locked",
-        "r0: (parked) --commit[host_short]--> parked",
-        "r1: (locked) --commit[parked_ahead]--> parked",
+        "r2: (locked) --hit[else]--> locked",
+        "r1: (parked) --commit[host_short]--> parked",
+        "r2: (locked) --commit[parked_ahead]--> parked",
     )
     world.finish()
 
@@ -1675,24 +1967,36 @@ def test_locked__commit__parked_ahead__also__host_short() -> None:
     world.issue(0)
     world.expect(device=0, host_free=2, pinned=0, r0="no_anchor", r1=None, r2=None)
     world.fired("r0: (issued) --lock[root_prefix]--> no_anchor")
-    world.complete(0)
-    world.expect(device=0, host_free=2, pinned=0, r0="parked", r1=None, r2=None)
+    world.complete(0, "short", pages=2)
+    world.expect(device=0, host_free=0, pinned=0, r0="reading", r1=None, r2=None)
     world.fired(
         "r0: (no_anchor) --hit[else]--> no_anchor",
-        "r0: (no_anchor) --commit[host_short]--> parked",
+        "r0: (no_anchor) --commit[else]--> reading",
+    )
+    world.abort(0)
+    world.expect(device=0, host_free=0, pinned=0, r0="abandoned", r1=None, r2=None)
+    world.fired("r0: (reading) --abort[else]--> abandoned")
+    world.issue(1)
+    world.expect(device=0, host_free=0, pinned=0, r0="abandoned", r1="no_anchor", r2=None)
+    world.fired("r1: (issued) --lock[root_prefix]--> no_anchor")
+    world.complete(1, "short", pages=2)
+    world.expect(device=0, host_free=0, pinned=0, r0="abandoned", r1="parked", r2=None)
+    world.fired(
+        "r1: (no_anchor) --hit[else]--> no_anchor",
+        "r1: (no_anchor) --commit[host_short]--> parked",
     )
     world.publish()
-    world.expect(device=1, host_free=2, pinned=0, r0="parked", r1=None, r2=None)
+    world.expect(device=1, host_free=0, pinned=0, r0="abandoned", r1="parked", r2=None)
     world.fired()
-    world.issue(1)
-    world.expect(device=1, host_free=2, pinned=1, r0="parked", r1="locked", r2=None)
-    world.fired("r1: (issued) --lock[else]--> locked")
-    world.complete(1)
-    world.expect(device=1, host_free=2, pinned=1, r0="parked", r1="parked", r2=None)
+    world.issue(2)
+    world.expect(device=1, host_free=0, pinned=1, r0="abandoned", r1="parked", r2="locked")
+    world.fired("r2: (issued) --lock[else]--> locked")
+    world.complete(2)
+    world.expect(device=1, host_free=0, pinned=1, r0="abandoned", r1="parked", r2="parked")
     world.fired(
-        "r1: (locked) --hit[else]--> locked",
-        "r0: (parked) --commit[host_short]--> parked",
-        "r1: (locked) --commit[parked_ahead]--> parked",
+        "r2: (locked) --hit[else]--> locked",
+        "r1: (parked) --commit[host_short]--> parked",
+        "r2: (locked) --commit[parked_ahead]--> parked",
     )
     world.finish()
 
@@ -1703,15 +2007,27 @@ def test_locked__commit__host_short() -> None:
     when host_short: the host pool cannot hold the span (and its aux window) now
     """
     world = LineWorld(BOUNDS)
-    world.publish()
-    world.expect(device=1, host_free=2, pinned=0, r0=None, r1=None, r2=None)
-    world.fired()
     world.issue(0)
-    world.expect(device=1, host_free=2, pinned=1, r0="locked", r1=None, r2=None)
-    world.fired("r0: (issued) --lock[else]--> locked")
-    world.complete(0)
-    world.expect(device=1, host_free=2, pinned=1, r0="parked", r1=None, r2=None)
-    world.fired("r0: (locked) --hit[else]--> locked", "r0: (locked) --commit[host_short]--> parked")
+    world.expect(device=0, host_free=2, pinned=0, r0="no_anchor", r1=None, r2=None)
+    world.fired("r0: (issued) --lock[root_prefix]--> no_anchor")
+    world.complete(0, "short", pages=2)
+    world.expect(device=0, host_free=0, pinned=0, r0="reading", r1=None, r2=None)
+    world.fired(
+        "r0: (no_anchor) --hit[else]--> no_anchor",
+        "r0: (no_anchor) --commit[else]--> reading",
+    )
+    world.abort(0)
+    world.expect(device=0, host_free=0, pinned=0, r0="abandoned", r1=None, r2=None)
+    world.fired("r0: (reading) --abort[else]--> abandoned")
+    world.publish()
+    world.expect(device=1, host_free=0, pinned=0, r0="abandoned", r1=None, r2=None)
+    world.fired()
+    world.issue(1)
+    world.expect(device=1, host_free=0, pinned=1, r0="abandoned", r1="locked", r2=None)
+    world.fired("r1: (issued) --lock[else]--> locked")
+    world.complete(1, "short", pages=2)
+    world.expect(device=1, host_free=0, pinned=1, r0="abandoned", r1="parked", r2=None)
+    world.fired("r1: (locked) --hit[else]--> locked", "r1: (locked) --commit[host_short]--> parked")
     world.finish()
 
 
@@ -1828,14 +2144,14 @@ def test_no_anchor__commit__span_inflight() -> None:
     world.finish()
 
 
-def test_no_anchor__commit__span_inflight__also__parked_ahead() -> None:
+def test_no_anchor__commit__span_inflight__also__span_oversize() -> None:
     """(no_anchor) --commit--> released (declined_inflight)
 
     when span_inflight: the first page key the read would bring (the span's head) is owned by a
     live sibling record (reading, staged, trimmed or consumed): it is already fetching that
-    head, and the re-issue after it lands reads only the rest; while parked_ahead held too: a
-    hit parked before this one still waits for bounce room (a newer hit does not take the room
-    the parked head waits for)
+    head, and the re-issue after it lands reads only the rest; while span_oversize held too: the
+    span the hit found (or its aux window) is larger than the whole host pool: no amount of
+    waiting makes room for it
     """
     world = LineWorld(BOUNDS)
     world.issue(0)
@@ -1847,30 +2163,76 @@ def test_no_anchor__commit__span_inflight__also__parked_ahead() -> None:
         "r0: (no_anchor) --hit[else]--> no_anchor",
         "r0: (no_anchor) --commit[else]--> reading",
     )
-    world.complete(0, "short", pages=1)
-    world.expect(device=0, host_free=1, pinned=0, r0="staged", r1=None, r2=None)
-    world.fired("r0: (reading) --read_done[else]--> staged")
     world.issue(1)
-    world.expect(device=0, host_free=1, pinned=0, r0="staged", r1="no_anchor", r2=None)
+    world.expect(device=0, host_free=0, pinned=0, r0="reading", r1="no_anchor", r2=None)
     world.fired("r1: (issued) --lock[root_prefix]--> no_anchor")
-    world.issue(2, stale=True)
-    world.expect(device=0, host_free=1, pinned=0, r0="staged", r1="no_anchor", r2="anchor_lost")
-    world.fired("r2: (issued) --lock[live_match_short]--> anchor_lost")
-    world.publish()
-    world.expect(device=1, host_free=1, pinned=0, r0="staged", r1="no_anchor", r2="anchor_lost")
-    world.fired()
-    world.complete(2)
-    world.expect(device=1, host_free=1, pinned=0, r0="staged", r1="no_anchor", r2="parked")
-    world.fired(
-        "r2: (anchor_lost) --hit[else]--> anchor_lost",
-        "r2: (anchor_lost) --commit[host_short]--> parked",
-    )
     world.complete(1)
-    world.expect(device=1, host_free=1, pinned=0, r0="staged", r1=None, r2="parked")
+    world.expect(device=0, host_free=0, pinned=0, r0="reading", r1=None, r2=None)
     world.fired(
         "r1: (no_anchor) --hit[else]--> no_anchor",
-        "r2: (parked) --commit[host_short]--> parked",
         "r1: (no_anchor) --commit[span_inflight]--> released (declined_inflight)",
+    )
+    world.finish()
+
+
+def test_no_anchor__commit__span_oversize() -> None:
+    """(no_anchor) --commit--> released (declined_host_oversize)
+
+    when span_oversize: the span the hit found (or its aux window) is larger than the whole host
+    pool: no amount of waiting makes room for it
+    """
+    world = LineWorld(BOUNDS)
+    world.issue(0)
+    world.expect(device=0, host_free=2, pinned=0, r0="no_anchor", r1=None, r2=None)
+    world.fired("r0: (issued) --lock[root_prefix]--> no_anchor")
+    world.complete(0)
+    world.expect(device=0, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.fired(
+        "r0: (no_anchor) --hit[else]--> no_anchor",
+        "r0: (no_anchor) --commit[span_oversize]--> released (declined_host_oversize)",
+    )
+    world.finish()
+
+
+def test_no_anchor__commit__span_oversize__also__parked_ahead() -> None:
+    """(no_anchor) --commit--> released (declined_host_oversize)
+
+    when span_oversize: the span the hit found (or its aux window) is larger than the whole host
+    pool: no amount of waiting makes room for it; while parked_ahead held too: a hit parked
+    before this one still waits for bounce room (a newer hit does not take the room the parked
+    head waits for)
+    """
+    world = LineWorld(BOUNDS)
+    world.issue(0)
+    world.expect(device=0, host_free=2, pinned=0, r0="no_anchor", r1=None, r2=None)
+    world.fired("r0: (issued) --lock[root_prefix]--> no_anchor")
+    world.complete(0, "short", pages=2)
+    world.expect(device=0, host_free=0, pinned=0, r0="reading", r1=None, r2=None)
+    world.fired(
+        "r0: (no_anchor) --hit[else]--> no_anchor",
+        "r0: (no_anchor) --commit[else]--> reading",
+    )
+    world.abort(0)
+    world.expect(device=0, host_free=0, pinned=0, r0="abandoned", r1=None, r2=None)
+    world.fired("r0: (reading) --abort[else]--> abandoned")
+    world.issue(1)
+    world.expect(device=0, host_free=0, pinned=0, r0="abandoned", r1="no_anchor", r2=None)
+    world.fired("r1: (issued) --lock[root_prefix]--> no_anchor")
+    world.complete(1, "short", pages=2)
+    world.expect(device=0, host_free=0, pinned=0, r0="abandoned", r1="parked", r2=None)
+    world.fired(
+        "r1: (no_anchor) --hit[else]--> no_anchor",
+        "r1: (no_anchor) --commit[host_short]--> parked",
+    )
+    world.issue(2)
+    world.expect(device=0, host_free=0, pinned=0, r0="abandoned", r1="parked", r2="no_anchor")
+    world.fired("r2: (issued) --lock[root_prefix]--> no_anchor")
+    world.complete(2)
+    world.expect(device=0, host_free=0, pinned=0, r0="abandoned", r1="parked", r2=None)
+    world.fired(
+        "r2: (no_anchor) --hit[else]--> no_anchor",
+        "r1: (parked) --commit[host_short]--> parked",
+        "r2: (no_anchor) --commit[span_oversize]--> released (declined_host_oversize)",
     )
     world.finish()
 
@@ -1885,21 +2247,33 @@ def test_no_anchor__commit__parked_ahead() -> None:
     world.issue(0)
     world.expect(device=0, host_free=2, pinned=0, r0="no_anchor", r1=None, r2=None)
     world.fired("r0: (issued) --lock[root_prefix]--> no_anchor")
-    world.complete(0)
-    world.expect(device=0, host_free=2, pinned=0, r0="parked", r1=None, r2=None)
+    world.complete(0, "short", pages=2)
+    world.expect(device=0, host_free=0, pinned=0, r0="reading", r1=None, r2=None)
     world.fired(
         "r0: (no_anchor) --hit[else]--> no_anchor",
-        "r0: (no_anchor) --commit[host_short]--> parked",
+        "r0: (no_anchor) --commit[else]--> reading",
     )
+    world.abort(0)
+    world.expect(device=0, host_free=0, pinned=0, r0="abandoned", r1=None, r2=None)
+    world.fired("r0: (reading) --abort[else]--> abandoned")
     world.issue(1)
-    world.expect(device=0, host_free=2, pinned=0, r0="parked", r1="no_anchor", r2=None)
+    world.expect(device=0, host_free=0, pinned=0, r0="abandoned", r1="no_anchor", r2=None)
     world.fired("r1: (issued) --lock[root_prefix]--> no_anchor")
-    world.complete(1)
-    world.expect(device=0, host_free=2, pinned=0, r0="parked", r1="parked", r2=None)
+    world.complete(1, "short", pages=2)
+    world.expect(device=0, host_free=0, pinned=0, r0="abandoned", r1="parked", r2=None)
     world.fired(
         "r1: (no_anchor) --hit[else]--> no_anchor",
-        "r0: (parked) --commit[host_short]--> parked",
-        "r1: (no_anchor) --commit[parked_ahead]--> parked",
+        "r1: (no_anchor) --commit[host_short]--> parked",
+    )
+    world.issue(2)
+    world.expect(device=0, host_free=0, pinned=0, r0="abandoned", r1="parked", r2="no_anchor")
+    world.fired("r2: (issued) --lock[root_prefix]--> no_anchor")
+    world.complete(2, "short", pages=2)
+    world.expect(device=0, host_free=0, pinned=0, r0="abandoned", r1="parked", r2="parked")
+    world.fired(
+        "r2: (no_anchor) --hit[else]--> no_anchor",
+        "r1: (parked) --commit[host_short]--> parked",
+        "r2: (no_anchor) --commit[parked_ahead]--> parked",
     )
     world.finish()
 
@@ -1915,21 +2289,33 @@ def test_no_anchor__commit__parked_ahead__also__host_short() -> None:
     world.issue(0)
     world.expect(device=0, host_free=2, pinned=0, r0="no_anchor", r1=None, r2=None)
     world.fired("r0: (issued) --lock[root_prefix]--> no_anchor")
-    world.complete(0)
-    world.expect(device=0, host_free=2, pinned=0, r0="parked", r1=None, r2=None)
+    world.complete(0, "short", pages=2)
+    world.expect(device=0, host_free=0, pinned=0, r0="reading", r1=None, r2=None)
     world.fired(
         "r0: (no_anchor) --hit[else]--> no_anchor",
-        "r0: (no_anchor) --commit[host_short]--> parked",
+        "r0: (no_anchor) --commit[else]--> reading",
     )
+    world.abort(0)
+    world.expect(device=0, host_free=0, pinned=0, r0="abandoned", r1=None, r2=None)
+    world.fired("r0: (reading) --abort[else]--> abandoned")
     world.issue(1)
-    world.expect(device=0, host_free=2, pinned=0, r0="parked", r1="no_anchor", r2=None)
+    world.expect(device=0, host_free=0, pinned=0, r0="abandoned", r1="no_anchor", r2=None)
     world.fired("r1: (issued) --lock[root_prefix]--> no_anchor")
-    world.complete(1)
-    world.expect(device=0, host_free=2, pinned=0, r0="parked", r1="parked", r2=None)
+    world.complete(1, "short", pages=2)
+    world.expect(device=0, host_free=0, pinned=0, r0="abandoned", r1="parked", r2=None)
     world.fired(
         "r1: (no_anchor) --hit[else]--> no_anchor",
-        "r0: (parked) --commit[host_short]--> parked",
-        "r1: (no_anchor) --commit[parked_ahead]--> parked",
+        "r1: (no_anchor) --commit[host_short]--> parked",
+    )
+    world.issue(2)
+    world.expect(device=0, host_free=0, pinned=0, r0="abandoned", r1="parked", r2="no_anchor")
+    world.fired("r2: (issued) --lock[root_prefix]--> no_anchor")
+    world.complete(2, "short", pages=2)
+    world.expect(device=0, host_free=0, pinned=0, r0="abandoned", r1="parked", r2="parked")
+    world.fired(
+        "r2: (no_anchor) --hit[else]--> no_anchor",
+        "r1: (parked) --commit[host_short]--> parked",
+        "r2: (no_anchor) --commit[parked_ahead]--> parked",
     )
     world.finish()
 
@@ -1943,11 +2329,23 @@ def test_no_anchor__commit__host_short() -> None:
     world.issue(0)
     world.expect(device=0, host_free=2, pinned=0, r0="no_anchor", r1=None, r2=None)
     world.fired("r0: (issued) --lock[root_prefix]--> no_anchor")
-    world.complete(0)
-    world.expect(device=0, host_free=2, pinned=0, r0="parked", r1=None, r2=None)
+    world.complete(0, "short", pages=2)
+    world.expect(device=0, host_free=0, pinned=0, r0="reading", r1=None, r2=None)
     world.fired(
         "r0: (no_anchor) --hit[else]--> no_anchor",
-        "r0: (no_anchor) --commit[host_short]--> parked",
+        "r0: (no_anchor) --commit[else]--> reading",
+    )
+    world.abort(0)
+    world.expect(device=0, host_free=0, pinned=0, r0="abandoned", r1=None, r2=None)
+    world.fired("r0: (reading) --abort[else]--> abandoned")
+    world.issue(1)
+    world.expect(device=0, host_free=0, pinned=0, r0="abandoned", r1="no_anchor", r2=None)
+    world.fired("r1: (issued) --lock[root_prefix]--> no_anchor")
+    world.complete(1, "short", pages=2)
+    world.expect(device=0, host_free=0, pinned=0, r0="abandoned", r1="parked", r2=None)
+    world.fired(
+        "r1: (no_anchor) --hit[else]--> no_anchor",
+        "r1: (no_anchor) --commit[host_short]--> parked",
     )
     world.finish()
 
@@ -3050,15 +3448,27 @@ def test_parked__abort__else() -> None:
     world.issue(0)
     world.expect(device=0, host_free=2, pinned=0, r0="no_anchor", r1=None, r2=None)
     world.fired("r0: (issued) --lock[root_prefix]--> no_anchor")
-    world.complete(0)
-    world.expect(device=0, host_free=2, pinned=0, r0="parked", r1=None, r2=None)
+    world.complete(0, "short", pages=2)
+    world.expect(device=0, host_free=0, pinned=0, r0="reading", r1=None, r2=None)
     world.fired(
         "r0: (no_anchor) --hit[else]--> no_anchor",
-        "r0: (no_anchor) --commit[host_short]--> parked",
+        "r0: (no_anchor) --commit[else]--> reading",
     )
     world.abort(0)
-    world.expect(device=0, host_free=2, pinned=0, r0=None, r1=None, r2=None)
-    world.fired("r0: (parked) --abort[else]--> released (aborted)")
+    world.expect(device=0, host_free=0, pinned=0, r0="abandoned", r1=None, r2=None)
+    world.fired("r0: (reading) --abort[else]--> abandoned")
+    world.issue(1)
+    world.expect(device=0, host_free=0, pinned=0, r0="abandoned", r1="no_anchor", r2=None)
+    world.fired("r1: (issued) --lock[root_prefix]--> no_anchor")
+    world.complete(1, "short", pages=2)
+    world.expect(device=0, host_free=0, pinned=0, r0="abandoned", r1="parked", r2=None)
+    world.fired(
+        "r1: (no_anchor) --hit[else]--> no_anchor",
+        "r1: (no_anchor) --commit[host_short]--> parked",
+    )
+    world.abort(1)
+    world.expect(device=0, host_free=0, pinned=0, r0="abandoned", r1=None, r2=None)
+    world.fired("r1: (parked) --abort[else]--> released (aborted)")
     world.finish()
 
 
