@@ -87,6 +87,14 @@ def test_sglang_decides_match_split_lock_and_evict(core: str) -> None:
 
 
 @pytest.mark.parametrize("core", CORES)
+def test_the_sglang_tree_answers_an_empty_prefix(core: str) -> None:
+    """A root anchor's re-match asks for no tokens at all (issue 54: vLLM's adapter raised)."""
+    tree = tree_factory(f"sglang-{core}")(4, DevicePool(KVLayout(1, 1, 1), 64, "cpu"), None)
+    match = tree.match_prefix([])
+    assert match.length == 0 and match.device_indices.numel() == 0
+
+
+@pytest.mark.parametrize("core", CORES)
 def test_bytes_spliced_onto_the_sglang_tree_equal_the_bytes_written(core: str) -> None:
     """A producer writes through; a consumer pipeline on SGLang's tree stages, trims and splices."""
     cfg = config(4)

@@ -135,6 +135,14 @@ def test_namespaces_never_share_nodes() -> None:
     assert page_hashes([1, 2, 3], 1, (None, "x")) != page_hashes([1, 2, 3], 1, (None, "y"))
 
 
+def test_an_empty_prefix_matches_the_root() -> None:
+    """A root anchor's re-match asks for no tokens (issue 54: vLLM's adapter once raised)."""
+    tree = make_tree(4)
+    tree.insert(list(range(8)), torch.arange(8))
+    match = tree.match_prefix([])
+    assert match.length == 0 and match.device_indices.numel() == 0
+
+
 def test_partial_pages_are_ignored() -> None:
     tree = make_tree(page_size=4)
     slots = tree.device_pool.alloc(8)

@@ -225,6 +225,34 @@ def test_requests_sharing_a_prefix_arriving_together_read_it_once() -> None:
 
 @pytest.mark.slow
 @needs_vllm
+@pytest.mark.parametrize(
+    ("arguments", "parked", "declined"),
+    [
+        # nine 1,900-token hits under the default 16,384-slot bounce: later ones park, and the
+        # re-match of their empty prefix once raised out of vLLM's scheduler (issue 54)
+        pytest.param({"prompts": 9, "tokens": 1900}, True, 0, id="defaults"),
+        # a 10-block hit past a 64-slot bounce: declined, computed instead, never parked
+        pytest.param(
+            {"prompts": 1, "tokens": 160, "settings": {"stagefate.host_tokens": 64}},
+            False,
+            1,
+            id="oversize",
+        ),
+    ],
+)
+def test_a_full_bounce_buffer_never_stops_the_engine(
+    arguments: dict[str, Any], parked: bool, declined: int
+) -> None:
+    result = vllm_env.run_in_vllm("bounce_full", arguments)
+    assert [o["tokens"] for o in result["again"]] == [o["tokens"] for o in result["first"]]
+    stats = result["books"]["stats"]
+    assert (stats["parked"] > 0) == parked and stats["declined_host_oversize"] == declined
+    assert stats["filled"] == arguments["prompts"] - declined  # every other hit was served
+    _closed(result["books"])
+
+
+@pytest.mark.slow
+@needs_vllm
 def test_install_check_served_a_request_through_the_connector() -> None:
     result = vllm_env.run_in_vllm("check")
     assert result["cached"] > 0

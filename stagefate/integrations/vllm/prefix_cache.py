@@ -156,8 +156,10 @@ class VllmPrefixCache:
     def _chain(self, data: bytes, namespace: Namespace) -> tuple[bytes, ...]:
         size = self.page_size
         count = len(data) // (TOKEN_BYTES * size)
+        if not count:  # an empty prefix (a root anchor): torch cannot view an empty buffer
+            return ()
         ids = torch.frombuffer(bytearray(data[: count * size * TOKEN_BYTES]), dtype=torch.int64)
-        rows = ids.reshape(count, size).tolist() if count else []
+        rows = ids.reshape(count, size).tolist()
         parent: bytes | None = None
         hashes = []
         for index, row in enumerate(rows):

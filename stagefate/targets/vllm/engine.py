@@ -8,7 +8,8 @@ weights, fixed seed), with and without the StagefateConnector; each action answe
   then the same with every page in L3 overwritten by other KV (the loaded KV is used);
 * ``shared``: requests sharing a prefix arriving together: what L3 served and what vLLM loaded;
 * ``abort``: a request aborted while its load is in flight;
-* ``load_failure``: the worker's copy fails once, under vLLM's ``kv_load_failure_policy``.
+* ``load_failure``: the worker's copy fails once, under vLLM's ``kv_load_failure_policy``;
+* ``bounce_full``: distinct prompts from L3 served together, more than the bounce buffer holds.
 
 After every action the books are checked: no live record, no IO in flight, no pin left on any
 vLLM block, and every vLLM block back in the free queue once the prefix cache is reset.
@@ -206,6 +207,20 @@ def shared(arguments: dict[str, Any]) -> dict[str, Any]:
         "books": after,
         "prefix_tokens": len(prefix),
     }
+
+
+def bounce_full(arguments: dict[str, Any]) -> dict[str, Any]:
+    """Distinct prompts stored in L3, then served together: their hits fill the bounce buffer,
+    so later ones park (and, past the whole buffer, are declined) while vLLM's scheduler polls
+    every step. The engine must keep serving, with the outputs it gave the first time."""
+    count, length = arguments.get("prompts", 9), arguments.get("tokens", 1900)
+    rng = random.Random(3)
+    prompts = [[rng.randrange(3, 1000) for _ in range(length)] for _ in range(count)]
+    llm = build(settings=arguments.get("settings"))
+    first = generate(llm, prompts)  # computed, and written through to L3
+    llm.reset_prefix_cache()
+    again = generate(llm, prompts)
+    return {"first": first, "again": again, "books": books(llm)}
 
 
 def load_failure(arguments: dict[str, Any]) -> dict[str, Any]:
@@ -526,6 +541,7 @@ def main() -> None:
         "check": check,
         "compare": compare,
         "shared": shared,
+        "bounce_full": bounce_full,
         "load_failure": load_failure,
         "abort": abort,
     }
