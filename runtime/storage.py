@@ -7,11 +7,13 @@ threads while the scheduler thread writes through.
 ``FileStorage`` writes one file per page atomically (temporary file, then ``os.replace``) with a
 header carrying the format version, shape, dtype and a SHA-256 of the payload. A missing,
 truncated or corrupt object reads as a miss and is counted; it is never returned as data, so a
-bad page can only shorten a read, never be spliced.
+bad page can only shorten a read, never be spliced; a damaged one is deleted, so the next
+write-through of its key stores it again.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -29,6 +31,8 @@ from .pages import copy_pages_into, page_shape_in
 from .pools import KVLayout, numpy_view, tensor_of_view
 
 _MAGIC = b"SFKV"
+_HEADER_START = 8
+"""Bytes before a page's header: the magic and the header's length."""
 _FORMAT_VERSION = 1
 _DTYPES = {
     str(dtype): dtype
@@ -61,6 +65,20 @@ class Storage(Protocol):
     def batch_set(self, keys: Sequence[str], tensors: Sequence[torch.Tensor]) -> None: ...
 
     def delete(self, keys: Sequence[str]) -> None: ...
+
+
+@runtime_checkable
+class ReportsDamage(Protocol):
+    """A store that verifies its pages can say what it found damaged (:class:`FileStorage`)."""
+
+    damaged: int
+    """Pages found damaged when read, and removed."""
+    unreadable: int
+    """Pages the file system would not let this process read."""
+
+    def damage_report(self) -> str:
+        """What was found wrong with pages, in words; "" when nothing was."""
+        ...
 
 
 def _check_pairs(keys: Sequence[str], tensors: Sequence[torch.Tensor]) -> None:
@@ -154,14 +172,56 @@ class MemoryStorage:
 
 
 class FileStorage:
-    """One file per page under ``path``; survives restarts; corrupt objects read as misses."""
+    """One file per page under ``path``; survives restarts; damaged objects heal.
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    A page is verified when read (its length and SHA-256, both in its header): a damaged one
+    (truncated by a crash of another writer, a flipped bit, another format) is a miss, is
+    deleted, and counted in :attr:`damaged`; the next write-through of its key stores it again
+    (:attr:`rewritten`), so the store heals instead of failing every later read of it. Pages
+    are written with ``file_mode`` and folders made with ``dir_mode`` (group-readable and a
+    group-writable, setgid folder by default), so the instances of a group that share the
+    store read, write and heal each other's pages; a page this process may not read is a miss
+    counted in :attr:`unreadable` (wrong permissions, not damage: it is never deleted).
+    """
+
+    FILE_MODE = 0o640
+    DIR_MODE = 0o2770
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        file_mode: int = FILE_MODE,
+        dir_mode: int = DIR_MODE,
+    ) -> None:
+        for name, mode in (("file_mode", file_mode), ("dir_mode", dir_mode)):
+            if isinstance(mode, bool) or not isinstance(mode, int) or not 0 <= mode <= 0o7777:
+                raise ValueError(f"FileStorage: {name}={mode!r} is not a mode such as 0o640")
+        if not file_mode & 0o400:
+            raise ValueError(
+                f"FileStorage: file_mode={file_mode:#o} does not let its owner read a page; "
+                "give at least 0o400"
+            )
         self.root = Path(path)
-        self.root.mkdir(parents=True, exist_ok=True)
+        self.file_mode, self.dir_mode = file_mode, dir_mode
+        self._mkdir(self.root, parents=True)
         self._lock = threading.Lock()
-        self.corrupt_reads = 0
+        self.damaged = 0
+        """Pages found damaged when read, deleted (each is a miss)."""
+        self.rewritten = 0
+        """Of those, pages a later write-through stored again."""
+        self.unreadable = 0
+        """Reads refused by the file system (permissions): misses, left in place."""
         self.misses = 0
+        self._healing: set[str] = set()
+
+    def _mkdir(self, folder: Path, parents: bool = False) -> None:
+        if folder.is_dir():
+            return
+        folder.mkdir(parents=parents, exist_ok=True)
+        # mkdir's mode passes through the umask; a folder another user of the store made at
+        # the same moment is theirs to set
+        with contextlib.suppress(PermissionError):
+            folder.chmod(self.dir_mode)
 
     def _path(self, key: str) -> Path:
         if not key or "/" in key or key.startswith("."):
@@ -171,7 +231,10 @@ class FileStorage:
     def batch_exists(self, keys: Sequence[str]) -> int:
         count = 0
         for key in keys:
-            if not self._path(key).exists():
+            try:
+                if self._path(key).stat().st_size <= _HEADER_START:
+                    break  # an empty or cut file holds no page (a read would delete it)
+            except OSError:
                 break
             count += 1
         return count
@@ -183,16 +246,23 @@ class FileStorage:
         return copy_pages_into(map(self._read, keys), out, dtype, len(keys))
 
     def _read(self, key: str) -> torch.Tensor | None:
+        path = self._path(key)
         try:
-            blob = self._path(key).read_bytes()
+            blob = path.read_bytes()
+        except PermissionError:
+            with self._lock:
+                self.unreadable += 1
+            return None
         except OSError:
             with self._lock:
                 self.misses += 1
             return None
         tensor = _decode(blob)
         if tensor is None:
+            path.unlink(missing_ok=True)  # a write-through of the key then stores it anew
             with self._lock:
-                self.corrupt_reads += 1
+                self.damaged += 1
+                self._healing.add(key)
         return tensor
 
     def batch_set(self, keys: Sequence[str], tensors: Sequence[torch.Tensor]) -> None:
@@ -201,19 +271,43 @@ class FileStorage:
             path = self._path(key)
             if path.exists():
                 continue  # content-addressed: an existing page already holds these bytes
-            path.parent.mkdir(exist_ok=True)
+            self._mkdir(path.parent)
             fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
             try:
                 with os.fdopen(fd, "wb") as handle:
+                    os.fchmod(handle.fileno(), self.file_mode)  # mkstemp makes it 0600
                     handle.write(_encode(tensor))
                 os.replace(tmp, path)
             except BaseException:
                 Path(tmp).unlink(missing_ok=True)
                 raise
+            with self._lock:
+                if key in self._healing:
+                    self._healing.discard(key)
+                    self.rewritten += 1
 
     def delete(self, keys: Sequence[str]) -> None:
         for key in keys:
             self._path(key).unlink(missing_ok=True)
+
+    def damage_report(self) -> str:
+        """What this store found wrong with its pages, in words ("" when nothing was)."""
+        return damage_words(self.damaged, self.rewritten, self.unreadable)
+
+
+def damage_words(damaged: int, rewritten: int, unreadable: int) -> str:
+    """``3 pages damaged, removed, 2 rewritten; 1 page unreadable (permissions)``, or ""."""
+    parts = []
+    if damaged:
+        again = "rewritten" if rewritten == damaged else f"{rewritten:,} rewritten"
+        parts.append(f"{_pages(damaged)} damaged, removed, {again}")
+    if unreadable:
+        parts.append(f"{_pages(unreadable)} unreadable (permissions: see FileStorage's modes)")
+    return "; ".join(parts)
+
+
+def _pages(count: int) -> str:
+    return f"{count:,} page{'' if count == 1 else 's'}"
 
 
 def _encode(tensor: torch.Tensor) -> bytes:
@@ -237,18 +331,18 @@ def _encode(tensor: torch.Tensor) -> bytes:
 
 def _decode(blob: bytes) -> torch.Tensor | None:
     """The tensor in ``blob``, or None when anything about it is off."""
-    if len(blob) < 8 or blob[:4] != _MAGIC:
+    if len(blob) < _HEADER_START or blob[:4] != _MAGIC:
         return None
-    (header_len,) = struct.unpack("<I", blob[4:8])
+    (header_len,) = struct.unpack("<I", blob[4:_HEADER_START])
     try:
-        header = json.loads(blob[8 : 8 + header_len])
+        header = json.loads(blob[_HEADER_START : _HEADER_START + header_len])
         dtype = _DTYPES[header["dtype"]]
         shape = [int(dim) for dim in header["shape"]]
         if header["version"] != _FORMAT_VERSION:
             return None
     except (ValueError, KeyError, TypeError):
         return None
-    payload = blob[8 + header_len :]
+    payload = blob[_HEADER_START + header_len :]
     expected = torch.empty(shape, dtype=dtype).numel() * torch.empty((), dtype=dtype).element_size()
     if len(payload) != expected or hashlib.sha256(payload).hexdigest() != header["sha256"]:
         return None
@@ -263,9 +357,19 @@ def open_storage(url: str, layout: KVLayout, page_size: int) -> Storage:
         return MemoryStorage()
     if url.startswith("file:"):
         path = url.removeprefix("file:").removeprefix("//")
+        path, _, mode = path.partition("?mode=")
         if not path:
             raise ValueError(f"storage {url!r}: give a folder, e.g. file:/var/cache/stagefate")
-        return FileStorage(path)
+        if not mode:
+            return FileStorage(path)
+        try:
+            file_mode = int(mode, 8)
+        except ValueError:
+            raise ValueError(
+                f"storage {url!r}: mode {mode!r} is not octal; write the page files' mode as "
+                "file:PATH?mode=0640"
+            ) from None
+        return FileStorage(path, file_mode=file_mode)
     if url.startswith("mooncake://"):
         from .mooncake import MooncakeConfig, MooncakeStorage
 

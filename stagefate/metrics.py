@@ -24,6 +24,8 @@ metric                                       type     labels
 ``stagefate:anchor_pin_cap_tokens``          gauge
 ``stagefate:host_bounce_used_tokens``        gauge
 ``stagefate:host_bounce_total_tokens``       gauge
+``stagefate:l3_pages_damaged_total``         counter  (a store that verifies pages: files)
+``stagefate:l3_pages_unreadable_total``      counter  (the same: reads the file system refused)
 ===========================================  =======  =========================================
 """
 
@@ -34,6 +36,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from .runtime.storage import ReportsDamage
 from .spec import LifecycleSpec
 from .statemachine.pipeline import BufferPipeline
 from .statemachine.record import TransitionEvent
@@ -184,3 +187,11 @@ class PipelineMetrics:
             gauge = GaugeMetricFamily(f"stagefate:{name}", doc, labels=names)
             gauge.add_metric(values, value)
             yield gauge
+        storage = self.pipe.storage
+        if isinstance(storage, ReportsDamage):  # plain ints the IO threads bump: read as they are
+            damaged = counter("l3_pages_damaged", "L3 pages found damaged when read, removed.")
+            damaged.add_metric(values, storage.damaged)
+            yield damaged
+            unreadable = counter("l3_pages_unreadable", "L3 pages the file system refused.")
+            unreadable.add_metric(values, storage.unreadable)
+            yield unreadable

@@ -87,7 +87,7 @@ def test_the_replay_shows_the_bound_and_says_when_nothing_is_left_to_decide(
     payload = json.loads(out.read_text())
     assert list(payload["policies"]) == ["live"]
     bound = payload["bound"]
-    assert list(bound) == ["hit_rate", "reusable_tokens", "prompt_tokens"]
+    assert list(bound) == ["hit_rate", "reusable_tokens", "prompt_tokens", "store_tokens"]
     assert bound["hit_rate"] >= payload["policies"]["live"]["hit_rate"]
     assert f"{bound['reusable_tokens']:,} of {bound['prompt_tokens']:,} prompt tokens" in printed
     assert "every policy reaches the bound at 0.3x: this load leaves nothing to decide" in printed

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
-from stagefate import BufferPipeline
+from stagefate import BufferPipeline, FileStorage
 
 from .harness import config, make_pair, seq_of, settle
 
@@ -77,6 +79,25 @@ def test_a_scrape_agrees_with_the_pipeline_at_every_stage() -> None:
     text = generate_latest(registry).decode()
     assert 'stagefate:l3_read_tokens_wasted_total{model_name="test-model",reason="trimmed"' in text
     assert "# TYPE stagefate:prefetch_records gauge" in text
+
+
+def test_a_file_l3_exports_the_pages_it_found_damaged(tmp_path: Path) -> None:
+    storage = FileStorage(tmp_path)
+    producer = BufferPipeline(config(4), storage=storage)
+    seq = seq_of(4, 4)
+    slots = producer.device_pool.alloc(len(seq))
+    assert slots is not None
+    producer.write_through(seq, slots)
+    for page in tmp_path.glob("*/*"):
+        page.write_bytes(page.read_bytes()[:-1])
+    consumer, registry = BufferPipeline(config(4), storage=storage), CollectorRegistry()
+    PipelineMetrics(consumer, registry, labels=LABELS)
+    consumer.prefetch_from_storage("r", seq, 0)
+    settle(consumer)
+    assert _sample(registry, "l3_pages_damaged_total") == 1  # the read stops at the first
+    assert _sample(registry, "l3_pages_unreadable_total") == 0
+    assert consumer.stats.discarded == 1
+    assert _sample(registry, "prefetch_outcomes_total", reason="discarded") == 1
 
 
 def test_without_prometheus_client_the_error_names_the_extra(

@@ -16,6 +16,7 @@ from stagefate.sim.costs import CostModel
 from stagefate.sim.engine import EngineOptions
 from stagefate.sim.live import LivePolicy
 from stagefate.sim.replay import Replay, ReplayMetrics, ReplayOptions
+from stagefate.sim.stories import story
 from stagefate.sim.tables import metric_rows
 from stagefate.sim.trace import TraceError, TraceRequest, load_trace
 
@@ -36,6 +37,7 @@ KEYS = [
     "engine",
     "arrivals",
     "prefetches",
+    "l3_damage",
 ]
 PREFETCH_KEYS = ["issued", "retried", "timed_out", "hit", "declined"]
 ENGINE_KEYS = [
@@ -237,7 +239,8 @@ def test_cli_json_has_exactly_the_keys_for_one_and_all_policies(tmp_path: Path) 
         assert main(["replay", "--limit", "40", "--policy", policy, "--json", str(out)]) == 0
         payload = json.loads(out.read_text())
         assert list(payload) == [*ENVELOPE, "policies"]
-        assert list(payload["bound"]) == ["hit_rate", "reusable_tokens", "prompt_tokens"]
+        bound_keys = ["hit_rate", "reusable_tokens", "prompt_tokens", "store_tokens"]
+        assert list(payload["bound"]) == bound_keys
         assert list(payload["policies"]) == expected
         for metrics in payload["policies"].values():
             assert list(metrics) == KEYS
@@ -450,3 +453,38 @@ def test_each_policy_says_why_it_read_what_it_read(
     rows = {row[0]: row[1] for row in metric_rows({policy: metrics})}
     assert rows["prefetches.issued"] == f"{len(trace):,}"
     assert all(f"prefetches.declined.{reason}" in rows for reason in counts.declined)
+
+
+def test_a_file_l3_with_damaged_pages_heals_and_the_replay_says_so(
+    siblings: list[TraceRequest], tmp_path: Path
+) -> None:
+    """Pages cut short (writers killed mid-write, say) are deleted when read, stored again by
+    the next write-through, and named in the figures."""
+    options = SMALL.model_copy(update={"storage": f"file:{tmp_path}"})
+    make_replay("live", siblings, options).run()  # fills the store
+    pages = [p for p in tmp_path.glob("*/*") if not p.name.startswith(".")]
+    whole = pages[0].stat().st_size
+    for page in pages:
+        page.write_bytes(page.read_bytes()[:-5])
+    metrics = make_replay("live", siblings, options).run()
+    found = int(metrics.l3_damage.split(" ")[0])
+    assert found > 0 and metrics.l3_damage == f"{found} pages damaged, removed, rewritten"
+    assert sum(p.stat().st_size == whole for p in pages) == found  # each one read is whole again
+    assert f"  L3: {metrics.l3_damage}" in story({"live": metrics}, 1.0)
+
+
+def test_the_bound_counts_what_a_persistent_l3_held_before_the_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A file L3 an earlier run filled serves pages no request of this run wrote: the bound
+    says so, and no policy is reported above it."""
+    argv = ["replay", "--limit", "30", "--policy", "live", "--storage", f"file:{tmp_path}"]
+    outs = []
+    for run in ("first", "second"):
+        assert main([*argv, "--json", str(tmp_path / f"{run}.json")]) == 0
+        outs.append(" ".join(capsys.readouterr().out.split()))
+    first, second = (json.loads((tmp_path / f"{r}.json").read_text()) for r in ("first", "second"))
+    assert first["bound"]["store_tokens"] == 0 and "held before the run" not in outs[0]
+    assert second["bound"]["store_tokens"] > 0 and "or the L3 held before the run" in outs[1]
+    assert second["policies"]["live"]["hit_rate"] <= second["bound"]["hit_rate"]
+

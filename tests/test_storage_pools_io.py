@@ -24,6 +24,7 @@ from stagefate.runtime import (
 )
 from stagefate.runtime.copy import copy_slots
 from stagefate.runtime.pools import is_run
+from stagefate.runtime.storage import open_storage
 
 LAYOUT = KVLayout(layers=2, kv_heads=1, head_dim=4)
 
@@ -309,7 +310,51 @@ def test_file_storage_damaged_object_is_a_counted_miss(tmp_path: Path, damage: s
         blob = bytearray(b"not a page at all")
     path.write_bytes(bytes(blob))
     assert storage.batch_get(["key"]) == [None]
-    assert storage.corrupt_reads == 1
+    assert storage.damaged == 1 and not path.exists()  # deleted: it heals on the next write
+    assert storage.batch_exists(["key"]) == 0
+    storage.batch_set(["key"], [page(5)])
+    got = storage.batch_get(["key"])[0]
+    assert got is not None and torch.equal(got, page(5))
+    assert storage.rewritten == 1
+    assert storage.damage_report() == "1 page damaged, removed, rewritten"
+
+
+def test_file_storage_counts_an_empty_page_file_as_absent(tmp_path: Path) -> None:
+    storage = FileStorage(tmp_path)
+    storage.batch_set(["k1", "k2"], [page(1), page(2)])
+    (tmp_path / "k2" / "k2").write_bytes(b"")  # a writer killed before its first byte
+    assert storage.batch_exists(["k1", "k2"]) == 1
+
+
+def test_file_storage_writes_pages_a_group_can_share(tmp_path: Path) -> None:
+    shared = tmp_path / "l3"
+    FileStorage(shared).batch_set(["key"], [page(1)])
+    assert (shared / "ke" / "key").stat().st_mode & 0o777 == FileStorage.FILE_MODE
+    assert (shared / "ke").stat().st_mode & 0o7777 == FileStorage.DIR_MODE
+    private = open_storage(f"file:{tmp_path / 'own'}?mode=0600", LAYOUT, 4)
+    private.batch_set(["key"], [page(1)])
+    assert (tmp_path / "own" / "ke" / "key").stat().st_mode & 0o777 == 0o600
+    with pytest.raises(ValueError, match="not octal"):
+        open_storage(f"file:{tmp_path}?mode=rw", LAYOUT, 4)
+    with pytest.raises(ValueError, match="does not let its owner read"):
+        FileStorage(tmp_path, file_mode=0o200)
+
+
+def test_a_page_it_may_not_read_is_a_miss_left_in_place_and_said(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    storage = FileStorage(tmp_path)
+    storage.batch_set(["key"], [page(1)])
+
+    def refused(self: Path) -> bytes:
+        raise PermissionError(13, "Permission denied", str(self))
+
+    monkeypatch.setattr(Path, "read_bytes", refused)  # another user's 0600 page, as root cannot
+    assert storage.batch_get(["key"]) == [None]
+    monkeypatch.undo()
+    assert storage.unreadable == 1 and storage.damaged == 0
+    assert (tmp_path / "ke" / "key").exists()
+    assert "1 page unreadable (permissions" in storage.damage_report()
 
 
 def test_file_storage_concurrent_put_and_get(tmp_path: Path) -> None:
@@ -337,7 +382,7 @@ def test_file_storage_concurrent_put_and_get(tmp_path: Path) -> None:
         thread.start()
     for thread in threads:
         thread.join()
-    assert errors == [] and storage.corrupt_reads == 0
+    assert errors == [] and storage.damaged == 0
     assert storage.batch_exists([f"p0-{i}" for i in range(30)]) == 30
 
 

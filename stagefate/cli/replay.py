@@ -424,7 +424,7 @@ def run(args: argparse.Namespace) -> int:
             + (f" (--limit {args.limit} took the earliest arrivals)" if args.limit else "")
         )
     arrival_ms = trace[-1].timestamp_ms - trace[0].timestamp_ms
-    bound = hit_rate_bound(trace, args.page_size)
+    bound = hit_rate_bound(trace, args.page_size, _stored(trace, args))
     report = Report(args, bound, RunDescription.of(source, trace, _arguments(args), first))
     if args.instances > 1:
         return behind_the_router(args, trace, policies, first, report, arrival_ms, sglang_env)
@@ -435,6 +435,19 @@ def run(args: argparse.Namespace) -> int:
     if speeds:
         return sweep(args, trace, policies, speeds, sglang_env, report)
     return one_run(args, trace, policies, first, releases, sglang_env, report, arrival_ms)
+
+
+def _stored(trace: list[TraceRequest], args: argparse.Namespace) -> dict[int, int] | None:
+    """What a persistent L3 already holds of the trace's prompts (None: one that starts empty),
+    so the bound counts it: a file L3 left by an earlier run serves pages no request wrote."""
+    if args.storage == "memory":
+        return None
+    from ..runtime.pools import KVLayout
+    from ..runtime.storage import open_storage
+    from ..sim.bound import stored_pages
+
+    storage = open_storage(args.storage, KVLayout(1, args.tp, 1), args.page_size)
+    return stored_pages(trace, args.page_size, storage, args.tp)
 
 
 def _check_instances(

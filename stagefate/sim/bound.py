@@ -18,10 +18,12 @@ its own pages (the engine block counts retractions); without one, no policy exce
 
 from __future__ import annotations
 
-from collections.abc import Container, Iterator, Sequence
+from collections.abc import Container, Iterator, Mapping, Sequence
 
 from pydantic import BaseModel, ConfigDict
 
+from ..runtime.hashing import ROOT_NAMESPACE, page_hashes, rank_storage_keys
+from ..runtime.storage import Storage
 from .trace import BLOCK_TOKENS, TraceRequest
 
 
@@ -34,23 +36,50 @@ class TraceBound(BaseModel):
     reusable_tokens: int
     """Tokens in pages of a key an earlier request's key already holds (page-aligned)."""
     prompt_tokens: int
+    store_tokens: int = 0
+    """Of the reusable tokens, those only a persistent L3 holding them before the run makes
+    reusable (0 for an L3 that starts empty)."""
 
 
-def hit_rate_bound(trace: list[TraceRequest], page_size: int) -> TraceBound:
-    """The bound of ``trace`` (in arrival order) at ``page_size`` tokens a page."""
+def hit_rate_bound(
+    trace: list[TraceRequest], page_size: int, stored: Mapping[int, int] | None = None
+) -> TraceBound:
+    """The bound of ``trace`` (in arrival order) at ``page_size`` tokens a page. ``stored``:
+    by request index, the leading pages of its prompt L3 held before the run
+    (:func:`stored_pages`): a request may reuse those as if an earlier request had left them."""
     seen: set[int] = set()
-    reusable = prompt = 0
+    reusable = prompt = from_store = 0
     for request in sorted(trace, key=lambda r: (r.timestamp_ms, r.index)):
         prompt += request.input_length
         pages = list(page_chain(request, page_size))  # the whole prompt's pages
         key_pages = (request.input_length - 1) // page_size
-        reusable += leading_pages(pages[:key_pages], seen) * page_size
+        own = leading_pages(pages[:key_pages], seen)
+        held = stored.get(request.index, 0) if stored else 0
+        reused = max(own, min(held, key_pages))
+        reusable += reused * page_size
+        from_store += (reused - own) * page_size
         seen.update(pages)
     return TraceBound(
         hit_rate=round(reusable / prompt, 6) if prompt else 0.0,
         reusable_tokens=reusable,
         prompt_tokens=prompt,
+        store_tokens=from_store,
     )
+
+
+def stored_pages(
+    trace: list[TraceRequest], page_size: int, storage: Storage, tp_size: int = 1
+) -> dict[int, int]:
+    """By request index, the leading whole pages of its prompt ``storage`` holds now (rank
+    0's keys under tensor parallelism), for requests it holds any of."""
+    key_of, _ = rank_storage_keys(0, tp_size)
+    held = {}
+    for request in trace:
+        digests = page_hashes(request.tokens(), page_size, ROOT_NAMESPACE)
+        count = storage.batch_exists([key_of(digest) for digest in digests])
+        if count:
+            held[request.index] = count
+    return held
 
 
 def leading_pages(pages: Sequence[int], held: Container[int]) -> int:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 
 from ..runtime import TokenKey
+from ..runtime.storage import ReportsDamage
 from ..statemachine.pipeline import BufferPipeline
 from .policy import LastSplice
 
@@ -18,6 +19,10 @@ class OnPipeline(LastSplice):
 
     def write_through(self, key: TokenKey, device_indices: torch.Tensor) -> None:
         self.pipe.write_through(key, device_indices)
+
+    def l3_damage(self) -> str:
+        storage = self.pipe.storage
+        return storage.damage_report() if isinstance(storage, ReportsDamage) else ""
 
     def finish(self) -> None:
         """Writes through are synchronous here: nothing is left in the background."""

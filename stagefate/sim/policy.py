@@ -124,6 +124,10 @@ class Policy(Protocol):
         """The trace is done and the engine idle: let background work (write acks) land."""
         ...
 
+    def l3_damage(self) -> str:
+        """What L3 found damaged during the run, in words ("" when nothing was)."""
+        ...
+
 
 class LastSplice:
     """:meth:`Policy.spliced_keys` for a policy that notes its last splice in

@@ -114,6 +114,8 @@ class ReplayMetrics(BaseModel):
     engine: EngineMetrics
     arrivals: ArrivalMetrics
     prefetches: PrefetchCounts
+    l3_damage: str = ""
+    """Pages L3 found damaged and healed during the run, in words ("" when none were)."""
 
 
 def replay_config(
@@ -328,5 +330,6 @@ class Replay:
             engine=self.engine.metrics(simulated_ms),
             arrivals=self.arrivals.metrics(),
             prefetches=PrefetchCounts.of(self.engine.prefetch_counts, self.policy.declines()),
+            l3_damage=self.policy.l3_damage(),
             **counters,
         )

@@ -24,10 +24,15 @@ def bound_story(
 ) -> list[str]:
     """The bound in words, and, at each speed where every policy reaches it (under every seed,
     given a policy's runs over the seeds), what to do."""
+    stored = (
+        f" or the L3 held before the run ({bound.store_tokens:,} of them)"
+        if bound.store_tokens
+        else ""
+    )
     lines = [
         f"the trace's bound: {bound.reusable_tokens:,} of {bound.prompt_tokens:,} prompt tokens "
-        f"are in pages an earlier request wrote (hit rate {bound.hit_rate:.3f} with infinite "
-        "device memory and L3)"
+        f"are in pages an earlier request wrote{stored} (hit rate {bound.hit_rate:.3f} with "
+        "infinite device memory and L3)"
     ]
     for speed, results in by_speed.items():
         runs = [
@@ -90,6 +95,8 @@ def story(
                 f"time, waiting for the turn before (p50 {arrivals.delay_ms.p50:,.0f} ms, p99 "
                 f"{arrivals.delay_ms.p99:,.0f} ms later)"
             )
+        if m.l3_damage:
+            lines.append(f"  L3: {m.l3_damage}")
         biggest = sorted(m.wasted_by_reason.items(), key=lambda kv: -kv[1].tokens)
         for reason, wasted in biggest[:3]:
             what = f"{counted(wasted.reads, 'read')}, " if wasted.reads else ""

@@ -17,7 +17,7 @@ REASONS = {
     "not_trimmed": "a sibling published the span's head; all-or-nothing cannot splice the tail",
     "device_covered": "by admission the device held the whole span: a sibling computed it",
     "dropped": "the live prefix moved between the plan and the splice",
-    "discarded": "L3 returned nothing for the span",
+    "discarded": "L3 returned nothing usable for the span (pages missing, damaged or failed)",
     "aborted": "admitted without it (prefetch timeout): the read landed after admission",
     "device_capacity": "no device room for the splice at admission",
     "host_capacity": "no bounce room when the read was due",
@@ -36,7 +36,7 @@ def format_metric(value: object) -> str:
     return f"{value:,.3f}" if isinstance(value, float) else f"{value:,}"
 
 
-_NESTED = ("wasted_by_reason", "engine", "arrivals", "prefetches")
+_NESTED = ("wasted_by_reason", "engine", "arrivals", "prefetches", "l3_damage")
 
 
 def metric_rows(results: dict[str, ReplayMetrics]) -> list[list[str]]:

@@ -55,6 +55,7 @@ import torch
 from ...runtime.io import OpKind
 from ...runtime.pools import DevicePool, KVLayout
 from ...runtime.prefix_tree import PrefixMatch
+from ...runtime.storage import ReportsDamage
 from ...runtime.tokens import TokenKey
 from ...sim.policy import LastSplice, MakeRoom, PolicyInputs
 from ...sim.prefetches import declined_and_revoked
@@ -174,6 +175,7 @@ class SGLangPolicy(LastSplice):
         )
         consumer = self.driver.consumer
         self.cache = consumer.cache
+        self.shared_storage = inputs.storage
         if inputs.storage is not None:  # an L3 shared with other instances
             attach(self.cache, inputs.storage)
         self.tree = SGLangTree(
@@ -324,6 +326,11 @@ class SGLangPolicy(LastSplice):
 
     def declines(self) -> dict[str, int]:
         return declined_and_revoked(self.cache._prefetch_outcome_stats)
+
+    def l3_damage(self) -> str:
+        """The damage a shared L3 found (SGLang's own file backend keeps no such count)."""
+        shared = self.shared_storage
+        return shared.damage_report() if isinstance(shared, ReportsDamage) else ""
 
     def finish(self) -> None:
         """The last writes land and their staging is freed; then SGLang's L3 directory goes."""
