@@ -25,7 +25,7 @@ from .sim.ranks import build_replay
 from .sim.replay import Replay, ReplayMetrics, ReplayOptions
 from .sim.trace import TraceRequest
 from .statemachine.pipeline import BufferPipeline
-from .transition_log import TransitionLog
+from .transition_log import TransitionLog, closing_logs
 
 RunKey = TypeVar("RunKey")
 ReplayDone = Callable[[str, ReplayOptions, ReplayMetrics], None]
@@ -177,11 +177,9 @@ def _replay_logged(
 
     replay = build_replay(policy_factories([policy])[policy], trace, options)
     log = TransitionLog.open(log_path)
-    try:
+    with closing_logs([log]):
         attach_design_log(replay, policy, log)
         metrics = replay.run()
-    finally:
-        log.close()
     return metrics.model_dump(), str(log.spec), log.seq
 
 

@@ -10,7 +10,10 @@ branch taken: its guard's name, or ``else``; ``reason`` is null unless the recor
   used again once its record ended);
 * every step leaves the request's current state by an edge of the table (source, event, guard),
   reaches that edge's target and names that edge's reason;
-* a record ends once: after its terminal step, the next step of that request must start anew.
+* a record ends once: after its terminal step, the next step of that request must start anew;
+* the log ends with its closing record, ``{"end": true, "transitions": N}`` (N the lines before
+  it), which :meth:`TransitionLog.close` writes: a log without one was cut short (a crash, a
+  Ctrl-C, a server killed), and :attr:`LogSummary.closed` says so.
 
 The first step that breaks a rule is reported with its line number. Any implementation that
 writes this format (another engine's pipeline, a replayed production log) can be checked the same
@@ -20,35 +23,55 @@ ranks in lockstep write identical logs (:func:`first_difference` names where two
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from itertools import zip_longest
 from pathlib import Path
 from typing import IO
 
+from .output_files import AtomicFile, OutputLock
 from .spec.schema import BranchSpec, LifecycleSpec
 from .statemachine.record import TransitionEvent
 
 FIELDS = ("seq", "request", "source", "event", "guard", "target", "reason")
+END = "end"
+"""The closing record's key: ``{"end": true, "transitions": N}``."""
 
 
 class TransitionLog:
-    """Writes one JSON line per transition of the pipelines it is attached to."""
+    """Writes one JSON line per transition of the pipelines it is attached to, and a closing
+    record at :meth:`close` (:meth:`abandon` for a run that stopped short: none)."""
 
-    def __init__(self, sink: IO[str]) -> None:
+    def __init__(
+        self, sink: IO[str], output: AtomicFile | None = None, lock: OutputLock | None = None
+    ) -> None:
         self.sink = sink
         self.seq = 0
         self.spec: Path | None = None
         """The spec whose words its lines are in, when not stagefate's own (a design's: the
         observer that writes them sets it)."""
+        self._output, self._lock = output, lock
+        self._closed = False
 
     @classmethod
     def open(cls, path: Path | str, line_buffered: bool = False) -> TransitionLog:
-        """``line_buffered``: every line reaches the file as it is written (a process stopped
-        by a signal, as a server is, loses none)."""
-        return cls(Path(path).open("w", encoding="utf-8", buffering=1 if line_buffered else -1))
+        """A log of a run: written beside ``path`` and renamed onto it at :meth:`close`, so
+        ``path`` never holds a half-written log. ``line_buffered``: a live log instead, written
+        in place line by line (a server's, read while it runs and stopped by a signal: it then
+        has no closing record, and ``stagefate validate`` says it was cut short)."""
+        if line_buffered:
+            lock = OutputLock(path).acquire()
+            try:
+                sink = Path(path).open("w", encoding="utf-8", buffering=1)  # noqa: SIM115 (the log owns it)
+            except BaseException:
+                lock.release()
+                raise
+            return cls(sink, lock=lock)
+        output = AtomicFile(path)
+        return cls(output.handle, output)
 
     def __call__(self, event: TransitionEvent) -> None:
         o = event.outcome
@@ -71,7 +94,42 @@ class TransitionLog:
         self.sink.write(json.dumps(line) + "\n")
 
     def close(self) -> None:
-        self.sink.close()
+        """The run is over: the closing record, then the log takes its name."""
+        if self._closed:
+            return
+        self._closed = True
+        self.sink.write(json.dumps({END: True, "transitions": self.seq}) + "\n")
+        self._finish(self._output.commit if self._output else self.sink.close)
+
+    def abandon(self) -> None:
+        """The run stopped short: no closing record; a log of a run is removed, a live log
+        is left as it is (cut short)."""
+        if self._closed:
+            return
+        self._closed = True
+        self._finish(self._output.abandon if self._output else self.sink.close)
+
+    def _finish(self, end: Callable[[], None]) -> None:
+        try:
+            end()
+        finally:
+            if self._lock is not None:
+                self._lock.release()
+
+
+@contextlib.contextmanager
+def closing_logs(logs: Iterable[TransitionLog]) -> Iterator[None]:
+    """Close ``logs`` when the block ends, or abandon them if it raises (Ctrl-C included): a
+    run that stopped short leaves no log under its final name."""
+    opened = list(logs)
+    try:
+        yield
+    except BaseException:
+        for log in opened:
+            log.abandon()
+        raise
+    for log in opened:
+        log.close()
 
 
 class LogFormatError(ValueError):
@@ -98,6 +156,8 @@ class LogSummary:
     edges: set[tuple[str, str, str]] = field(default_factory=set)
     """``(state, event, guard)`` edges the log took."""
     violation: Violation | None = None
+    closed: bool = False
+    """The log ends with its closing record (False: the run that wrote it was cut short)."""
 
 
 @dataclass(frozen=True)
@@ -129,8 +189,22 @@ def validate_log(lines: Iterable[str], spec: LifecycleSpec) -> LogSummary:
     for number, text in enumerate(lines, start=1):
         if not text.strip():
             continue
-        summary.lines += 1
+        if summary.closed:
+            summary.violation = Violation(number, "a line after the log's closing record")
+            break
         step = parse_step(number, text)
+        if step is None:  # the closing record
+            closing = json.loads(text)["transitions"]
+            if closing != summary.lines:
+                summary.violation = Violation(
+                    number,
+                    f"the closing record counts {closing} transitions, the log holds "
+                    f"{summary.lines}",
+                )
+                break
+            summary.closed = True
+            continue
+        summary.lines += 1
         if last_seq is not None and step.seq <= last_seq:
             summary.violation = Violation(number, f"seq {step.seq} does not follow {last_seq}")
             break
@@ -151,8 +225,9 @@ def validate_log(lines: Iterable[str], spec: LifecycleSpec) -> LogSummary:
     return summary
 
 
-def parse_step(number: int, text: str) -> Step:
-    """Line ``number`` of a log as a :class:`Step`; a clear error when it is not one."""
+def parse_step(number: int, text: str) -> Step | None:
+    """Line ``number`` of a log as a :class:`Step` (None: the closing record); a clear error
+    when it is neither."""
     where = f"line {number}"
     try:
         raw = json.loads(text)
@@ -160,6 +235,14 @@ def parse_step(number: int, text: str) -> Step:
         raise LogFormatError(f"{where}: not JSON ({error.msg}); one JSON object a line") from None
     if not isinstance(raw, dict):
         raise LogFormatError(f"{where}: expected a JSON object with {', '.join(FIELDS)}")
+    if END in raw:
+        if raw != {END: True, "transitions": raw.get("transitions")} or not isinstance(
+            raw["transitions"], int
+        ):
+            raise LogFormatError(
+                f'{where}: a closing record is {{"end": true, "transitions": N}}, got {text!r}'
+            )
+        return None
     missing = [name for name in FIELDS if name not in raw]
     if missing:
         raise LogFormatError(f"{where}: missing field(s) {', '.join(missing)}")
@@ -203,7 +286,8 @@ def first_difference(first: Path, second: Path) -> str | None:
     """Where two logs part (``line N: …`` with both lines, or which one is longer), or None
     when they are identical: tensor-parallel ranks in lockstep write identical logs."""
     with first.open(encoding="utf-8") as a, second.open(encoding="utf-8") as b:
-        for number, (mine, theirs) in enumerate(zip_longest(a, b), start=1):
+        steps = (filter(_is_step, a), filter(_is_step, b))  # closing records count apart
+        for number, (mine, theirs) in enumerate(zip_longest(*steps), start=1):
             if mine == theirs:
                 continue
             if mine is None or theirs is None:
@@ -211,3 +295,7 @@ def first_difference(first: Path, second: Path) -> str | None:
                 return f"line {number}: {shorter} ends there, the other goes on"
             return f"line {number}: {mine.strip()} against {theirs.strip()}"
     return None
+
+
+def _is_step(line: str) -> bool:
+    return not line.startswith('{"' + END + '"')

@@ -126,7 +126,7 @@ def test_a_numeric_flag_out_of_range_is_refused_before_any_work(
 
 def test_check_refuses_more_requests_than_pages(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["check", "--pages", "2", "--requests", "3"]) == 2
-    assert "pass --pages 3 or more" in capsys.readouterr().out
+    assert "pass --pages 3 or more" in capsys.readouterr().err
 
 
 def test_a_validation_error_prints_the_field_without_pydantics_url(
@@ -159,7 +159,7 @@ def test_an_internal_error_prints_its_traceback_and_exits_1(
     assert main(["validate", "whatever.jsonl"]) == 1
     captured = capsys.readouterr()
     assert "Traceback" in captured.err and "LifecycleError" in captured.err
-    assert "internal error" in captured.out
+    assert "internal error" in captured.err
 
 
 def test_diagram_outside_a_checkout_names_out(
@@ -167,7 +167,7 @@ def test_diagram_outside_a_checkout_names_out(
 ) -> None:
     monkeypatch.chdir(tmp_path)
     assert main(["diagram"]) == 2
-    assert "pass --out DIR" in capsys.readouterr().out
+    assert "pass --out DIR" in capsys.readouterr().err
     assert not (tmp_path / "docs").exists()
     assert main(["diagram", "--out", str(tmp_path / "here")]) == 0
     assert (tmp_path / "here" / "lifecycle.md").is_file()
@@ -199,9 +199,9 @@ def test_fuzz_tp_runs_ranks_in_lockstep(capsys: pytest.CaptureFixture[str]) -> N
 
 def test_fuzz_tp_refuses_another_target(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["fuzz", "--tp", "2", "--target", "sglang", "--steps", "10"]) == 2
-    assert "--tp fuzzes stagefate's own pipeline" in capsys.readouterr().out
+    assert "--tp fuzzes stagefate's own pipeline" in capsys.readouterr().err
     assert main(["fuzz", "--processes", "--steps", "10"]) == 2
-    assert "give it with --tp 2 or more" in capsys.readouterr().out
+    assert "give it with --tp 2 or more" in capsys.readouterr().err
 
 
 def test_text_the_cli_did_not_write_is_printed_as_written(
@@ -293,7 +293,7 @@ def test_a_command_line_that_could_not_do_what_it_says_is_refused_before_any_wor
 ) -> None:
     command = [*argv[:1], "--limit", "5", *argv[1:]] if argv[0] == "replay" else argv
     assert main(command) == 2
-    printed = " ".join(capsys.readouterr().out.split())
+    printed = " ".join(capsys.readouterr().err.split())
     assert named in printed and "internal error" not in printed
     assert "replaying" not in printed and "running bench" not in printed  # no work began
 
@@ -310,7 +310,7 @@ def test_validate_refuses_a_folder_an_empty_log_and_a_binary_file(
         (binary, f"{binary}: not a text file"),
     ):
         assert main(["validate", str(path)]) == 2
-        assert named in " ".join(capsys.readouterr().out.split())
+        assert named in " ".join(capsys.readouterr().err.split())
 
 
 def test_a_searched_speed_is_one_a_user_can_type_back() -> None:

@@ -20,6 +20,7 @@ FACE = ("stagefate.cli", "stagefate.bench", "stagefate.registry", "stagefate.tar
 LAYERS = {
     "stagefate.spec": 0,
     "stagefate.runtime": 0,
+    "stagefate.output_files": 0,
     "stagefate.statemachine": 1,
     "stagefate.transition_log": 1,
     "stagefate.metrics": 2,

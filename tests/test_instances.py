@@ -130,7 +130,7 @@ def test_what_instances_cannot_run_with_is_refused_with_the_fix(
     argv: list[str], expected: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert main(["replay", "--limit", "5", "--instances", "2", *argv]) == 2
-    assert expected in " ".join(capsys.readouterr().out.split())
+    assert expected in " ".join(capsys.readouterr().err.split())
 
 
 def test_an_instance_count_below_one_is_refused() -> None:

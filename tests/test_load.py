@@ -109,7 +109,7 @@ def test_auto_on_an_empty_trace_is_refused(
     empty = tmp_path / "empty.jsonl"
     empty.write_text("\n")
     assert main(["replay", "--trace", str(empty), "--speed", "auto"]) == 2
-    assert "holds no requests" in capsys.readouterr().out
+    assert "holds no requests" in capsys.readouterr().err
 
 
 @pytest.mark.slow

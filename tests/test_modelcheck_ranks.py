@@ -187,7 +187,7 @@ def test_check_ranks_refuses_a_fuller_host_than_the_pool(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     assert main(["check", "--ranks", "2", "--host-pages", "1", "--fuller-host", "2"]) == 2
-    assert "pass at most 1 or raise --host-pages" in capsys.readouterr().out
+    assert "pass at most 1 or raise --host-pages" in capsys.readouterr().err
 
 
 @pytest.mark.slow

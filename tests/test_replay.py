@@ -399,7 +399,7 @@ def test_cli_bad_input_is_a_clear_error_and_exit_2(
     ]
     for args, message in cases:
         assert main(["replay", *args]) == 2, args
-        printed = "".join(capsys.readouterr().out.split())  # rich wraps long lines
+        printed = "".join(capsys.readouterr().err.split())  # rich wraps long lines
         assert "".join(message.split()) in printed, args
     with pytest.raises(SystemExit) as exited:
         main(["replay", "--model", "gpt-5"])

@@ -92,16 +92,18 @@ def test_validate_names_the_first_line_where_two_ranks_logs_part(
     assert second.name == "live.rank1.jsonl"
     assert main(["validate", str(first), str(second)]) == 0
     assert "the 2 ranks' logs are identical" in " ".join(capsys.readouterr().out.split())
-    steps = [json.loads(line) for line in second.read_text().splitlines()]
+    *transitions, closing = second.read_text().splitlines()
+    steps = [json.loads(line) for line in transitions]
     # two adjacent steps of different requests, swapped: each log still follows the spec alone
     at = next(i for i in range(len(steps) - 1) if steps[i]["request"] != steps[i + 1]["request"])
     steps[at], steps[at + 1] = steps[at + 1], steps[at]
     lines = [json.dumps({**step, "seq": seq}) for seq, step in enumerate(steps, start=1)]
-    second.write_text("\n".join(lines) + "\n")
+    second.write_text("\n".join([*lines, closing]) + "\n")
     assert main(["validate", str(first), str(second)]) == 1
     out = " ".join(capsys.readouterr().out.split())
     assert f"OUT OF LOCKSTEP {first} and {second} differ at line {at + 1}:" in out
-    second.write_text("\n".join(first.read_text().splitlines()[:-1]) + "\n")
+    shorter = [*transitions[:-1], json.dumps({"end": True, "transitions": len(transitions) - 1})]
+    second.write_text("\n".join(shorter) + "\n")
     assert main(["validate", str(first), str(second)]) == 1
     assert f"{second} ends there, the other goes on" in " ".join(capsys.readouterr().out.split())
 
@@ -117,7 +119,7 @@ def test_a_policy_that_cannot_run_as_ranks_is_refused_with_the_fix(
     argv: list[str], expected: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert main(["replay", "--limit", "5", "--tp", "2", *argv]) == 2
-    assert expected in " ".join(capsys.readouterr().out.split())
+    assert expected in " ".join(capsys.readouterr().err.split())
 
 
 def test_policy_all_with_tp_replays_live_alone(capsys: pytest.CaptureFixture[str]) -> None:

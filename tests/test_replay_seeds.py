@@ -123,7 +123,7 @@ def test_bad_seeds_exit_2_and_name_the_fix(
     seeds: str, named: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert main(["replay", "--limit", "5", "--seeds", seeds]) == 2
-    out = capsys.readouterr().out
+    out = capsys.readouterr().err
     assert named in out and "--seeds 0,1,2" in out
 
 
@@ -132,7 +132,7 @@ def test_seeds_refuse_a_log_and_a_plot_without_a_sweep(
 ) -> None:
     assert main(["replay", "--limit", "5", "--seeds", "2", "--log", str(tmp_path / "l")]) == 2
     assert main(["replay", "--limit", "5", "--seeds", "2", "--plot", str(tmp_path / "p.png")]) == 2
-    out = capsys.readouterr().out
+    out = capsys.readouterr().err
     assert "drop --seeds or --log" in out and "add --sweep" in out
 
 

@@ -77,7 +77,7 @@ def test_a_bad_pin_is_refused_naming_the_key_and_the_choices(
 
 def test_config_without_the_sglang_target_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["fuzz", "--steps", "10", "--config", "host_tokens=16"]) == 2
-    assert "use them with --target sglang" in capsys.readouterr().out
+    assert "use them with --target sglang" in capsys.readouterr().err
 
 
 # ---------------------------------------------------------------------- the walk
@@ -436,7 +436,7 @@ def test_a_bad_comparison_is_refused_before_any_program_runs(
     argv: list[str], expected: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert main(["fuzz", "--target", "sglang", "--steps", "10", *argv]) == 2
-    assert expected in capsys.readouterr().out
+    assert expected in capsys.readouterr().err
 
 
 @pytest.mark.usefixtures("sglang")
@@ -447,7 +447,7 @@ def test_a_comparison_with_the_release_under_test_itself_is_refused(
 
     version = resolve(None).version
     assert main(["fuzz", "--target", "sglang", "--compare", f"release={version}"]) == 2
-    assert f"the campaign runs {version} already" in capsys.readouterr().out
+    assert f"the campaign runs {version} already" in capsys.readouterr().err
 
 
 @pytest.mark.usefixtures("sglang")

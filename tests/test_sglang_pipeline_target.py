@@ -297,12 +297,12 @@ def test_fuzz_target_sglang_without_the_install_names_the_fix(
     monkeypatch.setattr(importlib.metadata, "version", not_installed)
     monkeypatch.setenv("STAGEFATE_TARGETS", "/nonexistent")  # no release environments either
     assert main(["fuzz", "--target", "sglang", "--steps", "10"]) == 2
-    assert "make sglang" in capsys.readouterr().out
+    assert "make sglang" in capsys.readouterr().err
 
 
 def test_an_unknown_target_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["fuzz", "--target", "vllm"]) == 2
-    assert "unknown target 'vllm'; choose one of stagefate, sglang" in capsys.readouterr().out
+    assert "unknown target 'vllm'; choose one of stagefate, sglang" in capsys.readouterr().err
 
 
 @pytest.mark.slow

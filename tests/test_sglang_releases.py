@@ -89,7 +89,7 @@ def test_bad_names_exit_2_naming_the_fix(
     no_environments: Path, argv: list[str], says: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert main(argv) == 2
-    assert says in " ".join(capsys.readouterr().out.split())
+    assert says in " ".join(capsys.readouterr().err.split())
     assert not any(no_environments.iterdir())  # nothing installed, nothing half-made
 
 

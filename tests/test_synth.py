@@ -100,7 +100,7 @@ def test_trace_synth_from_the_command_line_and_the_replay_finds_its_turns(
         printed
     )
     assert main(["trace", "synth", "--conversations", "0", "--out", str(out)]) == 2
-    assert "conversations" in capsys.readouterr().out
+    assert "conversations" in capsys.readouterr().err
     options = SMALL.model_copy(update={"arrivals": "causal", "speed": 4.0})
     metrics = make_replay("live", load_trace(COMMITTED), options).run()
     assert metrics.arrivals.turns == 61 == metrics.arrivals.turns_less_partial_block

@@ -152,9 +152,9 @@ def test_a_malformed_line_is_a_clear_error_naming_it(
     log = tmp_path / "bad.jsonl"
     log.write_text(first + "\n" + line + "\n")
     assert main(["validate", str(log)]) == 2
-    assert message in " ".join(capsys.readouterr().out.split())
+    assert message in " ".join(capsys.readouterr().err.split())
 
 
 def test_validate_names_a_missing_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["validate", str(tmp_path / "none.jsonl")]) == 2
-    assert "does not exist" in capsys.readouterr().out
+    assert "does not exist" in capsys.readouterr().err

@@ -22,7 +22,7 @@ from pydantic import ValidationError
 from ..runtime.mooncake import MooncakeUnavailable
 from ..targets import TargetUnavailable
 from . import bench, check, diagram, fuzz, replay, spec_diff, targets, trace, validate
-from .common import console, flagged
+from .common import console, errors, flagged
 
 COMMANDS = (replay, fuzz, check, validate, diagram, spec_diff, bench, targets, trace)
 
@@ -88,13 +88,14 @@ def _run(args: argparse.Namespace) -> int:
     try:
         result: int = args.func(args)
     except USAGE_ERRORS as exc:
-        flagged("error:", usage_message(exc))
+        flagged("error:", usage_message(exc), errors)
         return 2
     except Exception:  # stagefate's own failure: the whole story, for a bug report
         traceback.print_exc()
         flagged(
             "internal error",
             "(a bug in stagefate, not in how it was called): the traceback is above",
+            errors,
         )
         return 1
     return result

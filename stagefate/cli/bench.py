@@ -73,7 +73,7 @@ def _runners(
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    from ..bench.report import write_section
+    from ..bench.report import check_report, write_section
 
     if args.device == "cuda" and not torch.cuda.is_available():
         raise ValueError("--device cuda: torch sees no GPU here; use --device cpu or auto")
@@ -85,6 +85,7 @@ def run(args: argparse.Namespace) -> int:
         if given is not None and args.which not in used_by:
             benches = " or ".join(name for name in used_by if name != "all")
             raise ValueError(f"{flag} is for bench {benches}, not {args.which}: drop it")
+    check_report(Path(args.report))  # a report it could not write is refused before the work
     runners = _runners(args.trace, args.device, args.peer, args.limit or 300)
     assert set(runners) == set(BENCHES)
     names = (

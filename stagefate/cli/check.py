@@ -11,6 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from ..output_files import write_atomically
 from ..spec import load_spec, run_static_checks
 from ..spec.generated_tests import FILE_NAME
 from ..spec.load import DEFAULT_SPEC_PATH
@@ -183,7 +184,7 @@ def _emit_tests(spec: LifecycleSpec, bounds: Bounds, source: str, out: Path, dif
     )
     if not diff:
         out.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
+        write_atomically(path, text)
         console.print(f"wrote {path}: {took}")
         return 0
     committed = path.read_text() if path.is_file() else ""

@@ -30,12 +30,20 @@ terminal's 80 columns (a sweep table piped to a file once lost its last columns)
 console = Console(
     highlight=False, markup=False, width=None if sys.stdout.isatty() else UNWRAPPED_WIDTH
 )
+errors = Console(
+    stderr=True,
+    highlight=False,
+    markup=False,
+    width=None if sys.stderr.isatty() else UNWRAPPED_WIDTH,
+)
+"""Standard error: where a refusal or a failure of the command itself goes (a finding of a
+check is the command's output, on :data:`console`)."""
 
 
-def flagged(label: str, text: str) -> None:
+def flagged(label: str, text: str, to: Console = console) -> None:
     """Print ``label`` in red, then ``text`` exactly as it is, unwrapped (one finding, one line
     to grep, whatever the terminal's width)."""
-    console.print(Text.assemble((label, "red"), " ", text), soft_wrap=True)
+    to.print(Text.assemble((label, "red"), " ", text), soft_wrap=True)
 
 
 def number(
@@ -92,6 +100,11 @@ def output_file(meaning: str, suffix: str | None = None) -> Callable[[str], str]
                 f"must name a {suffix} file ({meaning}); got {text!r}, e.g. {text}{suffix}"
             )
         _writable_folder(path.parent, meaning)
+        if path.exists() and not os.access(path, os.W_OK):
+            raise argparse.ArgumentTypeError(
+                f"{text} exists and is read-only ({meaning}); make it writable (chmod u+w) or "
+                "name another file"
+            )
         return text
 
     return parse

@@ -7,6 +7,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from ..output_files import distinct_outputs, held_outputs
 from ..registry import policy_factories
 from ..sim.costs import DEFAULT_PRESET, PRESETS
 from ..sim.instances import ROUTERS
@@ -377,11 +378,10 @@ def sglang_releases(policies: list[str], tree: str) -> dict[str, str]:
 def run(args: argparse.Namespace) -> int:
     """Check the flags, load the trace, then run the mode they ask for (one function each in
     :mod:`.replay_modes`)."""
-    from ..sim.bound import hit_rate_bound
-    from ..sim.report_json import RunDescription
     from ..sim.trace import load_trace, out_of_order
 
     asked = [] if args.sweep is None else _parse_speeds(args.sweep)
+    distinct_outputs([("--json", args.json), ("--log", args.log), ("--plot", args.plot)])
     _check_combinations(args, asked)
     seeds = [args.seed] if args.seeds is None else parse_seeds(args.seeds, args.seed)
     if len(seeds) > 1 and args.log:
@@ -423,6 +423,24 @@ def run(args: argparse.Namespace) -> int:
             "replayed are not at their arrival rank in the file); replayed in timestamp order"
             + (f" (--limit {args.limit} took the earliest arrivals)" if args.limit else "")
         )
+    with held_outputs([args.json, args.plot]):  # the log holds its own
+        return _run_mode(args, trace, policies, seeds, speeds, first, releases, sglang_env)
+
+
+def _run_mode(
+    args: argparse.Namespace,
+    trace: list[TraceRequest],
+    policies: list[str],
+    seeds: list[int],
+    speeds: list[float] | None,
+    first: ReplayOptions,
+    releases: dict[str, str],
+    sglang_env: dict[str, str],
+) -> int:
+    from ..sim.bound import hit_rate_bound
+    from ..sim.report_json import RunDescription
+
+    source = args.trace or "the embedded Mooncake slice"
     arrival_ms = trace[-1].timestamp_ms - trace[0].timestamp_ms
     bound = hit_rate_bound(trace, args.page_size, _stored(trace, args))
     report = Report(args, bound, RunDescription.of(source, trace, _arguments(args), first))

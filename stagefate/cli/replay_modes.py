@@ -20,7 +20,7 @@ from ..sim.policy import Policy
 from ..sim.replay import ReplayMetrics, ReplayOptions
 from ..sim.trace import TraceRequest
 from ..spec.load import DEFAULT_SPEC_PATH
-from ..transition_log import TransitionLog
+from ..transition_log import TransitionLog, closing_logs
 from .common import console, spec_source
 from .model_options import FieldFlag, field_values
 
@@ -148,14 +148,8 @@ def run_policies(
     targets = {name: target_for(name, options.tree) for name in policies}
     local = [name for name, target in targets.items() if target is None or target.here]
     opened = {name: TransitionLog.open(path) for name, path in design_logs.items() if name in local}
-    try:
-        with environment_set(sglang_env):
-            replays = replay_policies(
-                trace, policy_factories(local), options, console, logs, opened
-            )
-    finally:
-        for log in opened.values():
-            log.close()
+    with closing_logs(opened.values()), environment_set(sglang_env):
+        replays = replay_policies(trace, policy_factories(local), options, console, logs, opened)
     written = {name: (log.spec or DEFAULT_SPEC_PATH, log.seq) for name, log in opened.items()}
     results = {}
     for name, target in targets.items():
@@ -377,20 +371,17 @@ def one_run(
     design_logs = {
         name: design_log_path(Path(args.log), name) for name in (releases if args.log else {})
     }
-    try:
+    with closing_logs(logs):
         results, ran, written = run_policies(
             trace, policies, first, sglang_env, [[log] for log in logs], design_logs
         )
-    finally:
-        for log in logs:
-            log.close()
-        if logs:
-            console.print(
-                f"wrote {', '.join(map(str, paths))} ({logs[0].seq:,} transitions"
-                + (" each" if len(logs) > 1 else "")
-                + f"; `stagefate validate {' '.join(map(str, paths))}`"
-                + (": identical logs say the ranks kept lockstep)" if len(logs) > 1 else ")")
-            )
+    if logs:
+        console.print(
+            f"wrote {', '.join(map(str, paths))} ({logs[0].seq:,} transitions"
+            + (" each" if len(logs) > 1 else "")
+            + f"; `stagefate validate {' '.join(map(str, paths))}`"
+            + (": identical logs say the ranks kept lockstep)" if len(logs) > 1 else ")")
+        )
     for name, (spec, transitions) in written.items():
         console.print(
             f"wrote {design_logs[name]} ({name}'s {transitions:,} transitions in its design's "

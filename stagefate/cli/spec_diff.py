@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from ..output_files import write_atomically
 from ..spec import load_spec
 from ..spec.load import DEFAULT_SPEC_PATH
 from ..spec.spec_diff import spec_diff
@@ -34,7 +35,7 @@ def _path(name: str) -> Path:
 def run(args: argparse.Namespace) -> int:
     page = spec_diff(load_spec(_path(args.a)), load_spec(_path(args.b)))
     if args.out:
-        Path(args.out).write_text(page)
+        write_atomically(args.out, page)
         console.print(f"wrote {args.out}")
     else:
         console.print(page, soft_wrap=True)

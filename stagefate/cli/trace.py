@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 from typing import Any
 
+from ..output_files import write_atomically
 from ..sim.synth import SynthOptions
 from .common import console, output_file
 
@@ -43,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
 
     options = SynthOptions(**{name: getattr(args, name) for name in SynthOptions.model_fields})
     requests = synthesize(options)
-    Path(args.out).write_text(write_jsonl(requests), encoding="utf-8")
+    write_atomically(args.out, write_jsonl(requests))
     found = infer_turns(as_read(requests))
     follow_ups = sum(1 for request in requests if request.turn)
     console.print(

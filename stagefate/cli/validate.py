@@ -72,6 +72,11 @@ def _validate(path: Path, spec: LifecycleSpec) -> bool:
     if summary.violation is not None:
         flagged("INVALID", f"{path}:{summary.violation}")
         return False
+    if not summary.lines and not summary.closed:
+        raise ValueError(
+            f"transition log {path} holds no transition (blank lines only); pass a log a run "
+            "wrote with --log FILE"
+        )
     ended = ", ".join(f"{reason} {n:,}" for reason, n in summary.ended.most_common()) or "none"
     live = ", ".join(f"{state} {n:,}" for state, n in summary.live.most_common()) or "none"
     console.print(
@@ -80,4 +85,12 @@ def _validate(path: Path, spec: LifecycleSpec) -> bool:
         f"still live: {live}",
         soft_wrap=True,
     )
+    if not summary.closed:
+        flagged(
+            "CUT SHORT",
+            f"{path} has no closing record: the run that wrote it stopped before it finished "
+            "(a crash, Ctrl-C, a server killed), so the records still live may never have "
+            "ended; its lines follow the spec as far as they go",
+        )
+        return False
     return True

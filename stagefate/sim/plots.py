@@ -6,6 +6,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from ..output_files import atomic_output
 from .replay import ReplayMetrics
 from .spread import SeedRuns, Spread
 
@@ -75,7 +76,8 @@ def write_plot(results: dict[str, ReplayMetrics], path: Path) -> None:
     requests = next(iter(results.values())).requests
     figure.suptitle(f"stagefate replay: {requests:,} requests")
     figure.tight_layout()
-    figure.savefig(path, dpi=110)
+    with atomic_output(path, binary=True) as handle:
+        figure.savefig(handle, dpi=110, format="png")
     plt.close(figure)
 
 
@@ -132,5 +134,6 @@ def _sweep_plot(sweep: Mapping[float, SeedRuns], path: Path, title: str) -> None
         axis.legend()
     figure.suptitle(title)
     figure.tight_layout()
-    figure.savefig(path, dpi=110)
+    with atomic_output(path, binary=True) as handle:
+        figure.savefig(handle, dpi=110, format="png")
     plt.close(figure)

@@ -26,6 +26,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from ..output_files import write_atomically
 from .bound import TraceBound
 from .instances import InstancesMetrics
 from .replay import ReplayMetrics, ReplayOptions
@@ -84,7 +85,7 @@ def write_report(
         "bound": bound.model_dump(),
         **body,
     }
-    path.write_text(json.dumps(payload, indent=2) + "\n")
+    write_atomically(path, json.dumps(payload, indent=2) + "\n")
 
 
 def policies_body(results: Mapping[str, ReplayMetrics | InstancesMetrics]) -> dict[str, Any]:

@@ -160,7 +160,7 @@ def one_logged_program(log_path: str) -> str:
     """A scripted program through this interpreter's release with its design log on
     (:mod:`.design_log`), written to ``log_path``: a whole fill, an abort while querying, a hold
     let go by an abort, an abort while reading, a hit too short. The design's spec (a path)."""
-    from ...transition_log import TransitionLog
+    from ...transition_log import TransitionLog, closing_logs
     from .design_log import design_path, watch_design
     from .fuzz_config import PAGE, FuzzConfig
     from .machine import SEQUENCES, fuzz_world
@@ -168,7 +168,7 @@ def one_logged_program(log_path: str) -> str:
     driver = fuzz_world(FuzzConfig(), namespaces=(None,))
     try:
         log = TransitionLog.open(log_path)
-        try:
+        with closing_logs([log]):
             watch_design(driver, log)
             driver.issue("fill", SEQUENCES[0], None)
             driver.settle(3)
@@ -187,8 +187,6 @@ def one_logged_program(log_path: str) -> str:
             driver.publish(SEQUENCES[1][:PAGE], None)
             driver.issue("short", SEQUENCES[1], None, stale=True)
             driver.settle(3)
-        finally:
-            log.close()
         return str(design_path(driver.consumer.cache.buffer_pipeline))
     finally:
         driver.close()
