@@ -15,8 +15,11 @@ from .extras import TOOLS, refused_without
 def entry() -> int:
     if refused_without(TOOLS, "stagefate's command line", "the runtime path needs none of them"):
         return 2
-    from .cli import main
-
+    try:
+        from .cli import main  # torch's import takes seconds: a Ctrl-C may land in it
+    except KeyboardInterrupt:
+        print("interrupted: stagefate stopped (Ctrl-C) before it began", file=sys.stderr)
+        return 130
     return main()
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import signal
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
@@ -260,11 +261,14 @@ def pool_size(jobs: int | None, runs: int) -> int:
     return max(1, min(jobs or os.cpu_count() or 1, runs))
 
 
-def _one_thread() -> None:
+def _pool_worker() -> None:
     """A pool worker's torch runs one intra-op thread: the processes are the parallelism (two
-    workers of two threads each on two cores take 3x as long as one thread each)."""
+    workers of two threads each on two cores take 3x as long as one thread each). Ctrl-C is
+    the parent's to handle (it stops the pool): a worker ignores it, so an interrupt prints
+    one line, not a traceback a worker."""
     import torch
 
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     torch.set_num_threads(1)
 
 
@@ -327,7 +331,8 @@ def replay_in_processes(
     workers = pool_size(jobs, len(runs))
     # spawn, not fork: a child forked after torch ran a parallel op can hang in OpenMP
     spawn = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(workers, spawn, initializer=_one_thread) as pool:
+    pool = ProcessPoolExecutor(workers, spawn, initializer=_pool_worker)
+    try:
         futures = {
             pool.submit(_replay_task, name, trace, options, sglang_env): key
             for key, (name, options) in runs.items()
@@ -338,4 +343,13 @@ def replay_in_processes(
             results[key] = ReplayMetrics.model_validate(future.result())
             if on_done is not None:
                 on_done(*runs[key], results[key])
-        return {key: results[key] for key in runs}
+    except BaseException:  # Ctrl-C or a failed run: stop the workers now, not after the rest
+        # (no public call ends a ProcessPoolExecutor's workers before Python 3.14's
+        # terminate_workers; they ignore SIGINT, so without it the shutdown waits their runs)
+        workers_running: dict[int, Any] = getattr(pool, "_processes", None) or {}
+        for process in list(workers_running.values()):
+            process.terminate()
+        pool.shutdown(wait=True, cancel_futures=True)
+        raise
+    pool.shutdown()
+    return {key: results[key] for key in runs}

@@ -487,4 +487,3 @@ def test_the_bound_counts_what_a_persistent_l3_held_before_the_run(
     assert first["bound"]["store_tokens"] == 0 and "held before the run" not in outs[0]
     assert second["bound"]["store_tokens"] > 0 and "or the L3 held before the run" in outs[1]
     assert second["policies"]["live"]["hit_rate"] <= second["bound"]["hit_rate"]
-

@@ -98,8 +98,7 @@ def check_markers(text: str, path: Path) -> None:
             open_name = None
             continue
         problem = (
-            f"line {line} opens section {name!r} inside {open_name!r} (opened at line "
-            f"{opened_at})"
+            f"line {line} opens section {name!r} inside {open_name!r} (opened at line {opened_at})"
             if not closing
             else f"line {line} closes section {name!r}, which is not open"
         )

@@ -3,7 +3,8 @@
 Exit status: 0 success; 1 a check failed (a violation, a stale diagram, a finding) or stagefate
 itself failed (the traceback is printed: a bug to report, not a usage error); 2 bad usage (a flag
 out of range, a file that is not there, a malformed spec or trace, a target not installed), with
-a message that names the flag or the file and the fix.
+a message that names the flag or the file and the fix; 130 interrupted (Ctrl-C: one line, the
+workers stopped, no output left under its name). Refusals and failures go to standard error.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ from .common import console, errors, flagged
 
 COMMANDS = (replay, fuzz, check, validate, diagram, spec_diff, bench, targets, trace)
 
+INTERRUPTED = 130
+"""The shell's status for a command stopped by SIGINT (128 + 2)."""
 USAGE_ERRORS = (ValueError, OSError, TargetUnavailable, MooncakeUnavailable)
 """What bad input raises (a SpecError and a TraceError are ValueErrors): exit 2, no traceback."""
 
@@ -87,6 +90,13 @@ def sglang_log_file() -> Iterator[None]:
 def _run(args: argparse.Namespace) -> int:
     try:
         result: int = args.func(args)
+    except KeyboardInterrupt:
+        flagged(
+            "interrupted:",
+            f"stagefate {args.command} stopped (Ctrl-C); what it would have written was not",
+            errors,
+        )
+        return INTERRUPTED
     except USAGE_ERRORS as exc:
         flagged("error:", usage_message(exc), errors)
         return 2

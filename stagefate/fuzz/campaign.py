@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import hypothesis.core as hypothesis_core
 from hypothesis import settings
 from hypothesis.database import DirectoryBasedExampleDatabase
+from hypothesis.reporting import current_reporter, with_reporter
 from hypothesis.stateful import RuleBasedStateMachine, run_state_machine_as_test
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -35,6 +37,24 @@ class CampaignResult:
     seconds: float
     failure: BaseException | None
     unreached: list[Edge]
+
+
+@contextmanager
+def reported_unless_interrupted() -> Iterator[None]:
+    """What Hypothesis reports while a batch runs, printed when it ends, and dropped when it
+    was interrupted: Ctrl-C is not a failure to reproduce, yet Hypothesis says "You can
+    reproduce this failure by adding @seed(...)" for any exception."""
+    held: list[object] = []
+    report = current_reporter()
+    with with_reporter(held.append):
+        try:
+            yield
+        except KeyboardInterrupt:
+            held.clear()
+            raise
+        finally:
+            for message in held:
+                report(message)
 
 
 def run_campaign(
@@ -92,7 +112,8 @@ def run_batches(
                 database=DirectoryBasedExampleDatabase(str(DATABASE)),
             )
             try:
-                run_state_machine_as_test(machine, settings=batch_settings)
+                with reported_unless_interrupted():
+                    run_state_machine_as_test(machine, settings=batch_settings)
             except Exception as error:  # Hypothesis has printed the minimal failing program
                 failure = error
             examples += batch

@@ -42,6 +42,7 @@ from ..statemachine.config import PipelineConfig
 from ..statemachine.group import Group, LocalGroup, TorchGroup
 from ..statemachine.lockstep import RankAgreement
 from ..statemachine.pipeline import BufferPipeline
+from .campaign import reported_unless_interrupted
 from .gloo import run_ranks_over_gloo
 from .invariants import (
     assert_books_close,
@@ -460,7 +461,8 @@ def _campaign_rank(
     )
     while True:
         try:
-            run_state_machine_as_test(machine, settings=batch)
+            with reported_unless_interrupted():
+                run_state_machine_as_test(machine, settings=batch)
         except Exception as error:  # the failing program has been printed by Hypothesis
             failure = f"{type(error).__name__}: {error}"
         programs += BATCH_PROGRAMS
