@@ -17,7 +17,7 @@ import queue
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Literal, NamedTuple, Protocol
+from typing import Literal, NamedTuple, Protocol, runtime_checkable
 
 from .copy import FINISHED, CopyHandle
 
@@ -63,6 +63,15 @@ class IOExecutor(Protocol):
     def close(self) -> None: ...
 
 
+@runtime_checkable
+class Closable(Protocol):
+    """An executor that knows it was closed (both of stagefate's): the pipeline then refuses
+    calls before they change anything, rather than failing inside a transition."""
+
+    @property
+    def closed(self) -> bool: ...
+
+
 def _completion(op: IOOp, result: IOResult) -> Completion:
     return Completion(op.op_id, op.kind, result.tokens, result.aux_complete)
 
@@ -73,6 +82,11 @@ class ManualIO:
     def __init__(self) -> None:
         self._queued: dict[int, IOOp] = {}
         self._done: list[Completion] = []
+        self._closed = False
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
 
     def submit(self, op: IOOp) -> None:
         self._queued[op.op_id] = op
@@ -123,6 +137,7 @@ class ManualIO:
 
     def close(self) -> None:
         self._queued.clear()
+        self._closed = True
 
 
 @dataclass
@@ -139,6 +154,7 @@ class ThreadedIO:
     _results: queue.SimpleQueue[Completion] = field(default_factory=queue.SimpleQueue)
     _loads: list[_Launched] = field(default_factory=list)
     _in_flight: int = 0
+    _closed: bool = False
 
     def __post_init__(self) -> None:
         self._pool = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="stagefate-io")
@@ -177,5 +193,10 @@ class ThreadedIO:
     def pending(self) -> int:
         return self._in_flight + len(self._loads)
 
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
     def close(self) -> None:
+        self._closed = True
         self._pool.shutdown(wait=True)

@@ -64,6 +64,13 @@ class PipelineConfig(BaseModel):
             return _DTYPE_NAMES[value]
         if not isinstance(value, torch.dtype):
             raise ValueError(f"dtype must be a torch.dtype such as torch.float16, got {value!r}")
+        if value not in _DTYPE_NAMES.values():
+            # the pools, the copy engine and every L3 backend move these; others (fp8, ints)
+            # would fail at the first write-through, after the work began
+            raise ValueError(
+                f"dtype {value} is not one that stagefate's pools and every L3 backend "
+                f"store; use one of {[str(dtype) for dtype in _DTYPE_NAMES.values()]}"
+            )
         return value
 
     @field_validator("page_size", "layers", "kv_heads", "head_dim", "io_workers", "tp_size")

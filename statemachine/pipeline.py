@@ -68,6 +68,7 @@ from ..runtime import (
 )
 from ..runtime.engine import EngineCache
 from ..runtime.hashing import rank_storage_keys
+from ..runtime.io import Closable
 from ..runtime.pools import SlotPool
 from ..runtime.prefix_tree import Node, PrefixMatch, PrefixTree, TreeFactory, locked
 from ..runtime.storage import open_storage
@@ -225,6 +226,7 @@ class BufferPipeline:
         A live request id returns its current state and issues nothing. A span below
         ``prefetch_threshold`` ends at once as ``released`` (``declined_too_short``).
         """
+        self._check_open()
         key = TokenKey.of(tokens)
         self._check_request_id(req_id)
         namespace = namespace_of(extra_key, cache_salt)
@@ -280,6 +282,7 @@ class BufferPipeline:
         Under tensor parallelism every rank polls every pass: the ranks first agree that they
         fired the same transitions, then act only on completions every rank has, with what they
         agreed of them (:class:`~.lockstep.RankAgreement`)."""
+        self._check_open()
         self.polls += 1
         agreement = self._agreement
         completions = self.io.drain()
@@ -318,6 +321,7 @@ class BufferPipeline:
         Returns an empty tensor when the live prefix moved since the plan (the hold is released
         as ``dropped``) or the device pool cannot hold the tail (``device_capacity``).
         """
+        self._check_open()
         if not isinstance(prefix_indices, torch.Tensor) or prefix_indices.dtype != torch.int64:
             raise TypeError(
                 "prefix_indices must be the int64 device indices of the request's prefix "
@@ -561,6 +565,15 @@ class BufferPipeline:
                 req_id, record.state, event, self.machine.legal_events(record.state)
             )
         return record
+
+    def _check_open(self) -> None:
+        """A call that may submit IO is refused, changing nothing, once the IO is closed."""
+        io = self.io
+        if isinstance(io, Closable) and io.closed:
+            raise RuntimeError(
+                "this pipeline's IO executor was closed (io.close()), so it can submit no "
+                "more reads or copies; build a new BufferPipeline to go on"
+            )
 
     def _on_completion(self, completion: Completion) -> None:
         record = self._ops.pop(completion.op_id, None)

@@ -190,6 +190,12 @@ def test_below_threshold_is_declined_at_issue() -> None:
         ("dtype", "float8", "dtype 'float8' is not supported"),
         ("device", "tpu", "device must be 'auto', 'cpu' or 'cuda"),
         ("io", "async", "manual"),
+        # issue 54's probe: absurd values the API once accepted
+        ("page_size", True, "valid integer"),
+        ("host_tokens", 0, "host_tokens=0 is smaller than one page"),
+        ("host_tokens", 2, "smaller than one page .page_size=4.: the pool could hold nothing"),
+        ("device_tokens", 64.0, "valid integer"),
+        ("dtype", torch.float8_e4m3fn, "is not one that stagefate's pools and every L3"),
     ],
 )
 def test_invalid_config_names_the_field_and_the_fix(
@@ -197,3 +203,18 @@ def test_invalid_config_names_the_field_and_the_fix(
 ) -> None:
     with pytest.raises(ValidationError, match=message):
         PipelineConfig(**{"page_size": 4, field: value})  # type: ignore[arg-type]
+
+
+def test_a_call_after_the_io_was_closed_is_refused_changing_nothing() -> None:
+    pair = staged_pair()
+    consumer = pair.consumer
+    before = snapshot(consumer)
+    consumer.io.close()
+    for call in (
+        consumer.poll,
+        lambda: consumer.prefetch_from_storage("new", seq_of(5, 1, start=50), 0),
+        lambda: consumer.init_load_back("r", EMPTY),
+    ):
+        with pytest.raises(RuntimeError, match=r"IO executor was closed \(io.close\(\)\)"):
+            call()
+    assert snapshot(consumer) == before

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
 from pathlib import Path
 
@@ -286,11 +288,27 @@ def test_an_output_path_that_cannot_be_written_is_refused_before_any_work(
         (["bench", "copy", "--trace", "t.jsonl"], "--trace is for bench replay, not copy"),
         (["bench", "all", "--limit", "5"], "--limit is for bench vllm, not all"),
         (["targets", "--force"], "drop the release and --force"),
+        # issue 54's probe: absurd values once accepted
+        (["replay", "--host-tokens", "8"], "--host-tokens 8 is below one page"),
+        (["replay", "--host-tokens", "128"], "below --prefetch-threshold 256"),
+        (["replay", "--tp", "3"], "tensor_parallel=3 does not divide Llama-3.1-8B's kv_heads=8"),
+        (["replay", "--seeds", "100000000"], "--seeds 100,000,000: each seed is a whole replay"),
+        (["replay", "--json", "{tmp}/x", "--log", "{tmp}/x"], "--json and --log both name"),
+        (["replay", "--costs", "{tmp}/huge.yaml"], "each figure of the cost model is finite"),
+        (["replay", "--trace", "{tmp}/far.jsonl"], "timestamp must be a finite number of ms"),
+        (["replay", "--trace", "{tmp}/fifo"], "is not a regular file (a pipe or a device"),
+        (["validate", "{tmp}/blank.jsonl"], "holds no transition (blank lines only)"),
     ],
 )
 def test_a_command_line_that_could_not_do_what_it_says_is_refused_before_any_work(
-    argv: list[str], named: str, capsys: pytest.CaptureFixture[str]
+    argv: list[str], named: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
+    (tmp_path / "huge.yaml").write_text("l3_latency_ms: 1.0e+300\n")
+    row = {"timestamp": 1e300, "input_length": 1, "output_length": 1, "hash_ids": [1]}
+    (tmp_path / "far.jsonl").write_text(json.dumps(row) + "\n")
+    os.mkfifo(tmp_path / "fifo")
+    (tmp_path / "blank.jsonl").write_text("\n \n\n")
+    argv = [arg.replace("{tmp}", str(tmp_path)) for arg in argv]
     command = [*argv[:1], "--limit", "5", *argv[1:]] if argv[0] == "replay" else argv
     assert main(command) == 2
     printed = " ".join(capsys.readouterr().err.split())
@@ -338,3 +356,19 @@ def test_piped_tables_keep_their_natural_width(capsys: pytest.CaptureFixture[str
     lines = capsys.readouterr().out.splitlines()
     assert any(all(column in line for column in columns) for line in lines)  # one header line
     assert all("…" not in line for line in lines)
+
+
+@pytest.mark.parametrize(
+    ("argv", "named"),
+    [
+        (["replay", "--speed", "1", "--speed", "2"], "--speed 1.0 and --speed 2.0 both set speed"),
+        (["fuzz", "--faults", "--no-faults"], "--faults and --no-faults both set faults"),
+        (["check", "--pages", "3", "--pages", "4"], "both set pages"),
+    ],
+)
+def test_a_flag_given_twice_is_refused_not_silently_overridden(
+    argv: list[str], named: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as refused:
+        main(argv)
+    assert refused.value.code == 2 and named in capsys.readouterr().err

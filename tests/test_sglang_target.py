@@ -185,3 +185,14 @@ def test_the_tree_bench_runs_sglang_beside_stagefate() -> None:
     assert "SGLang 0.5.23 Rust core" in header and "SGLang 0.5.23 Python core" in header
     assert "SGLang 0.5.23 RadixCache" in header
     assert "0.5.23 Rust core / stagefate" in header
+
+
+def test_a_knob_the_release_never_reads_is_refused_with_the_nearest(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``--sglang-env`` once echoed any SGLANG_ name as applied (issue 54)."""
+    knob = "SGLANG_ENABLE_HICACHE_BUFER_ANCHOR_LOCK=1"  # BUFER: a typo
+    assert main(["replay", "--limit", "5", "--policy", "sglang", "--sglang-env", knob]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "reads no such knob" in err
+    assert "did you mean SGLANG_ENABLE_HICACHE_BUFFER_ANCHOR_LOCK?" in err

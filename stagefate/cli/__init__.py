@@ -23,7 +23,7 @@ from pydantic import ValidationError
 from ..runtime.mooncake import MooncakeUnavailable
 from ..targets import TargetUnavailable
 from . import bench, check, diagram, fuzz, replay, spec_diff, targets, trace, validate
-from .common import console, errors, flagged
+from .common import Parser, console, errors, flagged
 
 COMMANDS = (replay, fuzz, check, validate, diagram, spec_diff, bench, targets, trace)
 
@@ -34,10 +34,10 @@ USAGE_ERRORS = (ValueError, OSError, TargetUnavailable, MooncakeUnavailable)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="stagefate", description="Staged KV-cache prefetch lifecycle: spec, checks, jobs."
     )
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
     for command in COMMANDS:
         command.add_parser(sub)
     return parser
@@ -72,6 +72,7 @@ def sglang_log_file() -> Iterator[None]:
     from ..targets.sglang.logs import LOG_ENV, lines_in, route_sglang_logs
 
     path = Path(tempfile.gettempdir()) / f"stagefate-sglang-{os.getpid()}.log"
+    path.unlink(missing_ok=True)  # an earlier process's, which had this pid: not this run's
     before = os.environ.get(LOG_ENV)
     os.environ[LOG_ENV] = str(path)
     route_sglang_logs()

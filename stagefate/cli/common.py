@@ -178,3 +178,65 @@ def spec_source(spec_path: Path) -> str:
         return str(spec_path.resolve().relative_to(checkout_root()))
     except ValueError:
         return str(spec_path)
+
+
+_GIVEN = "_flags_given"
+"""Where :class:`StoreOnce` keeps the flags a command line gave (dropped after parsing)."""
+
+
+def _note_given(
+    parser: argparse.ArgumentParser, namespace: argparse.Namespace, dest: str, shown: str
+) -> None:
+    given: dict[str, str] = namespace.__dict__.setdefault(_GIVEN, {})
+    if dest in given:
+        parser.error(
+            f"{given[dest]} and {shown} both set {dest.replace('_', '-')}: one would silently "
+            "win; give it once"
+        )
+    given[dest] = shown
+
+
+class StoreOnce(argparse.Action):
+    """``store``, refusing a flag given twice (``--speed 1 --speed 2`` once kept the last)."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        if option_string is not None:
+            _note_given(parser, namespace, self.dest, f"{option_string} {values}")
+        setattr(namespace, self.dest, values)
+
+
+class OnOrOffOnce(argparse.BooleanOptionalAction):
+    """``--x`` / ``--no-x``, refusing both (or either twice) on one command line."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        if option_string is not None:
+            _note_given(parser, namespace, self.dest, option_string)
+        super().__call__(parser, namespace, values, option_string)
+
+
+class Parser(argparse.ArgumentParser):
+    """stagefate's argument parser: a plain value flag (``store``) may be given once."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.register("action", None, StoreOnce)
+        self.register("action", "store", StoreOnce)
+
+    def parse_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: None = None
+    ) -> argparse.Namespace:
+        parsed = super().parse_args(args, namespace)
+        vars(parsed).pop(_GIVEN, None)
+        return parsed

@@ -12,6 +12,7 @@ from rich.text import Text
 
 from ..registry import TREES, split
 from .common import (
+    OnOrOffOnce,
     add_sglang_env,
     console,
     count,
@@ -47,7 +48,7 @@ def add_parser(sub: Any) -> None:
     fuzz.add_argument(
         "--seed", type=count("the campaign's seed"), default=0, help="seeds Hypothesis (default 0)"
     )
-    fuzz.add_argument("--faults", action=argparse.BooleanOptionalAction, default=True)
+    fuzz.add_argument("--faults", action=OnOrOffOnce, default=True)
     fuzz.add_argument("--profile", default="fuzz", choices=["ci", "dev", "fuzz", "repro"])
     fuzz.add_argument(
         "--log",
@@ -302,6 +303,7 @@ def _fuzz_sglang(args: argparse.Namespace, database: Path) -> int:
     """The campaign in the process of the release ``--target`` names (this one, or its own
     environment's: the same command runs there, the release named)."""
     from ..registry import target_for
+    from ..targets.sglang.environments import check_knobs
     from ..targets.sglang.worker import command_in, environment_set
 
     if args.tree == "stagefate":
@@ -309,6 +311,7 @@ def _fuzz_sglang(args: argparse.Namespace, database: Path) -> int:
     sglang_env = parse_sglang_env(args.sglang_env)
     found = target_for(args.target, args.tree)
     assert found is not None
+    check_knobs(sglang_env, [found])
     if not found.here:
         return command_in(
             found, ["fuzz", *args.argv, "--target", f"sglang=={found.version}"], {**sglang_env}

@@ -149,6 +149,20 @@ def _check_pools(args: argparse.Namespace) -> None:
                 f"most; the pool is allocated for real): pass a smaller {flag}"
             )
     page = args.page_size
+    if args.host_tokens is not None and args.host_tokens < max(page, args.prefetch_threshold):
+        least, why = (
+            (page, f"below one page ({page:,} tokens, --page-size): it could stage nothing")
+            if args.host_tokens < page
+            else (
+                args.prefetch_threshold,
+                f"below --prefetch-threshold {args.prefetch_threshold:,}: it could stage no span "
+                "long enough to fetch",
+            )
+        )
+        raise ValueError(
+            f"--host-tokens {args.host_tokens:,} is {why}, so every L3 hit would be declined; "
+            f"pass --host-tokens {least} or more"
+        )
     for flag, tokens in (
         ("--max-prefill-tokens", args.max_prefill_tokens),
         ("--chunked-prefill-size", args.chunked_prefill_size),
@@ -399,6 +413,12 @@ def run(args: argparse.Namespace) -> int:
     policies = _policies(args.policy, args.storage, args.releases, args.tp)
     sglang_env = parse_sglang_env(args.sglang_env)
     releases = sglang_releases(policies, args.tree)  # an uninstalled release is refused here
+    if sglang_env:
+        from ..registry import target_for
+        from ..targets.sglang.environments import check_knobs
+
+        used = [target_for(policy, args.tree) for policy in policies]
+        check_knobs(sglang_env, [target for target in used if target is not None])
     if args.instances > 1:
         _check_instances(args, policies, seeds, asked)
     if args.log and (asked or ("live" not in policies and not releases)):
@@ -484,6 +504,10 @@ def _check_instances(
         raise ValueError(f"{fix} replays one speed and one seed: drop --seeds and --sweep")
 
 
+MAX_SEEDS = 1000
+"""The most replays ``--seeds N`` asks for (a hundred million once started, silently)."""
+
+
 def parse_seeds(text: str, first: int) -> list[int]:
     """``--seeds``: a count N (``first`` … ``first + N - 1``) or a list of distinct seeds."""
     fix = "pass a count of at least 1 (--seeds 3) or distinct seeds (--seeds 0,1,2)"
@@ -495,6 +519,11 @@ def parse_seeds(text: str, first: int) -> list[int]:
     if len(numbers) == 1:
         if numbers[0] < 1:
             raise ValueError(f"--seeds {text}: a count must be at least 1; {fix}")
+        if numbers[0] > MAX_SEEDS:
+            raise ValueError(
+                f"--seeds {numbers[0]:,}: each seed is a whole replay of every policy (seconds to "
+                f"minutes each); at most {MAX_SEEDS:,}, and a spread needs a handful (3 to 10)"
+            )
         return list(range(first, first + numbers[0]))
     if any(n < 0 for n in numbers) or len(set(numbers)) != len(numbers):
         raise ValueError(f"--seeds {text!r}: seeds are distinct and not negative; {fix}")

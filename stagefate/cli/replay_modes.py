@@ -116,7 +116,10 @@ def replay_options(args: argparse.Namespace, speed: float) -> ReplayOptions:
     if args.tp > 1 and costs.tensor_parallel != args.tp:
         one_gpu = re.sub(r"^\d+x |\s*\(TP \d+\)$", "", costs.gpu)  # "4x H200 SXM (TP 4)"
         gpus = f"{args.tp}x {one_gpu} (TP {args.tp})"
-        costs = costs.model_copy(update={"tensor_parallel": args.tp, "gpu": gpus})
+        # validated anew (model_copy checks nothing): the ranks must divide the KV heads
+        costs = type(costs).model_validate(
+            {**costs.model_dump(), "tensor_parallel": args.tp, "gpu": gpus}
+        )
     return ReplayOptions(
         **field_values(args, FIELD_FLAGS, ReplayOptions),
         speed=speed,

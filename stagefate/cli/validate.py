@@ -35,6 +35,11 @@ def run(args: argparse.Namespace) -> int:
     for path in paths:
         if path.is_dir():
             raise ValueError(f"transition log {path} is a folder; pass the log file in it")
+        if path.exists() and not path.is_file():
+            raise ValueError(
+                f"transition log {path} is not a regular file (a pipe or a device: it is read "
+                "twice to compare ranks); save it to a file and pass that"
+            )
         if not path.is_file():
             raise ValueError(f"transition log {path} does not exist; write one with --log FILE")
         if not path.stat().st_size:

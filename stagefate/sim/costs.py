@@ -34,10 +34,14 @@ The figures compare policies on one trace; they do not predict a deployment's la
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+MAX_COST = 1e9
+"""The largest figure a cost model takes (1e300 once became an internal error)."""
 
 
 class CostModel(BaseModel):
@@ -72,6 +76,25 @@ class CostModel(BaseModel):
     l3_channels: int = Field(2, ge=1)
     """Storage operations (existence queries and reads) served at once; the rest queue FIFO."""
     h2d_gb_per_s: float = Field(50.0, gt=0)
+
+    @model_validator(mode="after")
+    def _within_reason(self) -> CostModel:
+        for name, value in self:
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                continue
+            if not math.isfinite(value) or value > MAX_COST:
+                raise ValueError(
+                    f"{name}={value!r}: each figure of the cost model is finite and at most "
+                    f"{MAX_COST:.0e} (in its unit: ms, GB, GB/s, TFLOPS, billions); past it, "
+                    "the engine's clock cannot step"
+                )
+        if self.kv_heads % self.tensor_parallel:
+            raise ValueError(
+                f"tensor_parallel={self.tensor_parallel} does not divide {self.model}'s "
+                f"kv_heads={self.kv_heads}: each rank holds kv_heads / tensor_parallel heads; "
+                "pick a divisor"
+            )
+        return self
 
     # ------------------------------------------------------------------ derived
 
@@ -151,9 +174,14 @@ def load_costs(preset: str = DEFAULT_PRESET, path: Path | str | None = None) -> 
         return base
     file = Path(path)
     if not file.is_file():
-        raise ValueError(
-            f"cost file {file} does not exist; pass --costs PATH to a YAML or JSON file"
+        what = (
+            "is a folder"
+            if file.is_dir()
+            else "is not a regular file (a pipe or a device)"
+            if file.exists()
+            else "does not exist"
         )
+        raise ValueError(f"cost file {file} {what}; pass --costs PATH to a YAML or JSON file")
     try:
         overrides = yaml.safe_load(file.read_text())  # YAML reads JSON too
     except yaml.YAMLError as error:
@@ -163,7 +191,10 @@ def load_costs(preset: str = DEFAULT_PRESET, path: Path | str | None = None) -> 
     try:
         return CostModel.model_validate({**base.model_dump(), **overrides})
     except ValidationError as error:
-        fields = ", ".join(".".join(map(str, e["loc"])) for e in error.errors())
+        problems = "; ".join(
+            f"{'.'.join(map(str, e['loc'])) or 'value'}: {e['msg'].removeprefix('Value error, ')}"
+            for e in error.errors()
+        )
         names = ", ".join(sorted(CostModel.model_fields))
-        message = f"cost file {file}: bad field(s) {fields}; the fields are {names}"
+        message = f"cost file {file}: {problems} (the fields are {names})"
         raise ValueError(message) from None

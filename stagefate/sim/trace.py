@@ -9,7 +9,6 @@ the trace: token ``j`` of block ``h`` is ``h * 512 + j``.
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
@@ -53,6 +52,11 @@ def load_trace(path: Path | str | None = None, limit: int | None = None) -> list
     trace_path = default_trace_path() if path is None else Path(path)
     if trace_path.is_dir():
         raise TraceError(f"trace {trace_path} is a folder; pass --trace PATH to a .jsonl file")
+    if trace_path.exists() and not trace_path.is_file():
+        raise TraceError(
+            f"trace {trace_path} is not a regular file (a pipe or a device: it is read more "
+            "than once); save it to a .jsonl file and pass that"
+        )
     if not trace_path.is_file():
         raise TraceError(f"trace {trace_path} does not exist; pass --trace PATH to a .jsonl file")
     try:
@@ -94,6 +98,9 @@ def out_of_order(trace: Sequence[TraceRequest]) -> int:
 
 MAX_TOKENS = 1 << 24
 """The longest prompt or output a trace line may give (16 M tokens, past every model's context)."""
+MAX_TIMESTAMP_MS = 1e12
+"""The latest arrival a trace line may give: about 32 years of ms (past it, a timestamp is a
+unit mistake, and the engine's clock would lose its sub-ms steps)."""
 MAX_HASH_ID = 1 << 53
 """The largest hash id: JSON's exact integers (a block's token ids, ``id * 512 + j``, stay far
 inside int64)."""
@@ -121,8 +128,11 @@ def _parse(path: Path, number: int, line: str, index: int) -> TraceRequest:
     timestamp, length, output = row["timestamp"], row["input_length"], row["output_length"]
     hash_ids = row["hash_ids"]
     # (JSON's true is an int to Python, and its NaN and Infinity are floats: both refused)
-    if not _number(timestamp) or not 0 <= timestamp < math.inf:
-        raise TraceError(f"{where}: timestamp must be a finite non-negative number of ms")
+    if not _number(timestamp) or not 0 <= timestamp <= MAX_TIMESTAMP_MS:
+        raise TraceError(
+            f"{where}: timestamp must be a finite number of ms from 0 to {MAX_TIMESTAMP_MS:.0e} "
+            f"(a year is 3e10), got {timestamp!r}"
+        )
     for field, value, least in (("input_length", length, 1), ("output_length", output, 0)):
         if not _whole(value) or not least <= value <= MAX_TOKENS:
             raise TraceError(

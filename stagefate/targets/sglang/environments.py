@@ -21,13 +21,17 @@ run one prefetch through the release's pipeline there, so an interrupted install
 
 from __future__ import annotations
 
+import difflib
+import functools
 import importlib.metadata
+import importlib.util
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -249,3 +253,38 @@ def _build(version: str, partial: Path, say: Callable[[str], None]) -> None:
     )
     ready = {"version": version, "torch": TORCH, "stagefate": own}
     (partial / READY).write_text(json.dumps(ready) + "\n")
+
+
+_KNOB = re.compile(rb"SGLANG_[A-Z0-9_]+")
+
+
+@functools.cache
+def release_knobs(target: Installed) -> frozenset[str]:
+    """Every ``SGLANG_…`` name the release's own sources spell: the knobs it can read (read off
+    its files, not imported: a release of another environment is not importable here)."""
+    if target.here:
+        spec = importlib.util.find_spec("sglang")
+        roots = [Path(p) for p in (spec.submodule_search_locations or [])] if spec else []
+    else:
+        env = target.python.parent.parent
+        roots = list(env.glob("lib/python*/site-packages/sglang"))
+    names: set[str] = set()
+    for root in roots:
+        for source in root.rglob("*.py"):
+            names.update(match.decode() for match in _KNOB.findall(source.read_bytes()))
+    return frozenset(names)
+
+
+def check_knobs(knobs: Iterable[str], targets: Iterable[Installed]) -> None:
+    """Refuse a ``--sglang-env`` knob a release never reads (it would be echoed as applied and
+    change nothing), naming the nearest it does read."""
+    for target in targets:
+        known = release_knobs(target)
+        for knob in knobs:
+            if knob not in known:
+                near = difflib.get_close_matches(knob, sorted(known), n=1)
+                hint = f"; did you mean {near[0]}?" if near else ""
+                raise ValueError(
+                    f"--sglang-env {knob}: SGLang {target.version} reads no such knob (none of "
+                    f"its sources names it){hint}"
+                )
