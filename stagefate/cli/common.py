@@ -196,8 +196,10 @@ def _note_given(
     given[dest] = shown
 
 
-class StoreOnce(argparse.Action):
-    """``store``, refusing a flag given twice (``--speed 1 --speed 2`` once kept the last)."""
+class _GivenOnce(argparse.Action):
+    """An action that refuses its flag (or its ``--no-`` twin) a second time on one line."""
+
+    takes_value = True
 
     def __call__(
         self,
@@ -207,23 +209,24 @@ class StoreOnce(argparse.Action):
         option_string: str | None = None,
     ) -> None:
         if option_string is not None:
-            _note_given(parser, namespace, self.dest, f"{option_string} {values}")
+            shown = f"{option_string} {values}" if self.takes_value else option_string
+            _note_given(parser, namespace, self.dest, shown)
+        super().__call__(parser, namespace, values, option_string)
+
+
+class _Store(argparse.Action):
+    def __call__(self, parser: Any, namespace: argparse.Namespace, values: Any, *_: Any) -> None:
         setattr(namespace, self.dest, values)
 
 
-class OnOrOffOnce(argparse.BooleanOptionalAction):
+class StoreOnce(_GivenOnce, _Store):
+    """``store``, refusing a flag given twice (``--speed 1 --speed 2`` once kept the last)."""
+
+
+class OnOrOffOnce(_GivenOnce, argparse.BooleanOptionalAction):
     """``--x`` / ``--no-x``, refusing both (or either twice) on one command line."""
 
-    def __call__(
-        self,
-        parser: argparse.ArgumentParser,
-        namespace: argparse.Namespace,
-        values: Any,
-        option_string: str | None = None,
-    ) -> None:
-        if option_string is not None:
-            _note_given(parser, namespace, self.dest, option_string)
-        super().__call__(parser, namespace, values, option_string)
+    takes_value = False
 
 
 class Parser(argparse.ArgumentParser):
