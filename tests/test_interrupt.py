@@ -63,12 +63,16 @@ def test_ctrl_c_stops_a_pool_of_replays_and_its_workers(tmp_path: Path) -> None:
     for line in process.stdout:  # the pool is running once it says so
         if "in up to 2 processes" in line:
             break
-    time.sleep(3)
-    listed = subprocess.run(
-        ["pgrep", "-P", str(process.pid)], capture_output=True, text=True, check=False
-    )
-    workers = [int(pid) for pid in listed.stdout.split()]
-    assert workers, "the pool's workers are running"
+    workers: list[int] = []
+    deadline = time.monotonic() + 60  # spawned workers import torch first: slow on a busy machine
+    while len(workers) < 2 and time.monotonic() < deadline:
+        time.sleep(0.5)
+        listed = subprocess.run(
+            ["pgrep", "-P", str(process.pid)], capture_output=True, text=True, check=False
+        )
+        workers = [int(pid) for pid in listed.stdout.split()]
+    assert len(workers) >= 2, "the pool's workers are running"
+    time.sleep(2)  # into their replays
     process.send_signal(signal.SIGINT)
     started = time.monotonic()
     _, err = process.communicate(timeout=60)
