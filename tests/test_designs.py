@@ -146,3 +146,25 @@ def test_the_committed_comparisons_are_what_spec_diff_prints(page: str) -> None:
     a, b = COMPARED[page]
     committed = (Path(__file__).parents[1] / "docs" / "designs" / page).read_text()
     assert committed == spec_diff(spec(a), spec(b)), f"run `stagefate spec-diff` for {page}"  # type: ignore[arg-type]
+
+
+def test_a_designs_known_finding_is_reported_and_one_no_longer_found_fails(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """0.5.19 keeps the hit that parks for ever (its known finding, found as KNOWN); a design
+    that lists a finding the checker does not find fails, so the list cannot go stale."""
+    small = ["--pages", "3", "--requests", "2", "--issues", "1"]
+    main(["check", "--spec", str(DESIGNS / "sglang-0.5.19.yaml"), *small])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "KNOWN progress: r0 in 'parked' never ends" in out
+    assert "the design's known finding, reproduced: 'A hit larger than the host pool" in out
+    listed = _yaml("sglang-0.5.23").replace(
+        "  releases:",
+        "  known_findings:\n    - {invariant: progress, finding: stale}\n  releases:",
+        1,
+    )
+    stale = tmp_path / "stale.yaml"
+    stale.write_text(listed)
+    assert main(["check", "--spec", str(stale), *small]) == 1
+    out = " ".join(capsys.readouterr().out.split())
+    assert "NOT FOUND the design lists 'stale' as breaking 'progress'" in out
