@@ -98,8 +98,12 @@ class TransitionLog:
         if self._closed:
             return
         self._closed = True
-        self.sink.write(json.dumps({END: True, "transitions": self.seq}) + "\n")
+        self.sink.write(self.closing_record())
         self._finish(self._output.commit if self._output else self.sink.close)
+
+    def closing_record(self) -> str:
+        """The line that ends a whole log of the :attr:`seq` transitions written so far."""
+        return json.dumps({END: True, "transitions": self.seq}) + "\n"
 
     def abandon(self) -> None:
         """The run stopped short: no closing record; a log of a run is removed, a live log

@@ -71,8 +71,10 @@ def sglang_log_file() -> Iterator[None]:
     after."""
     from ..targets.sglang.logs import LOG_ENV, lines_in, route_sglang_logs
 
-    path = Path(tempfile.gettempdir()) / f"stagefate-sglang-{os.getpid()}.log"
-    path.unlink(missing_ok=True)  # an earlier process's, which had this pid: not this run's
+    # a file of this run's own: one named by the pid alone may be an earlier process's
+    made, name = tempfile.mkstemp(prefix=f"stagefate-sglang-{os.getpid()}-", suffix=".log")
+    os.close(made)
+    path = Path(name)
     before = os.environ.get(LOG_ENV)
     os.environ[LOG_ENV] = str(path)
     route_sglang_logs()
@@ -86,6 +88,8 @@ def sglang_log_file() -> Iterator[None]:
         logged = lines_in(path)
         if logged:
             console.print(f"SGLang's own log: {logged:,} lines in {path}", soft_wrap=True)
+        else:
+            path.unlink(missing_ok=True)  # SGLang said nothing: no file left behind
 
 
 def _run(args: argparse.Namespace) -> int:

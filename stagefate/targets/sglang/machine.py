@@ -65,6 +65,7 @@ from hypothesis.stateful import (
 from rich.console import Console
 
 from ...fuzz.world import NAMESPACES, sequences
+from ...output_files import write_atomically
 from ...transition_log import TransitionLog, validate_log
 from . import require
 from .design_log import design_path, load_design, watch_design
@@ -176,7 +177,8 @@ class SGLangPipelineFuzzer(RuleBasedStateMachine):
         self.hit_metrics = HitMetrics()
         cache.storage_metrics_collector = self.metrics = ReadTokens(passed_on=self.hit_metrics)
         self.design_log = io.StringIO()
-        watch_design(driver, TransitionLog(self.design_log))
+        self.design_transitions = TransitionLog(self.design_log)
+        watch_design(driver, self.design_transitions)
         self.queries_queued = 0
         queries = cache.cache_controller.prefetch_queue
         put = queries.put
@@ -504,7 +506,7 @@ class SGLangPipelineFuzzer(RuleBasedStateMachine):
     def _follows_its_design(self) -> None:
         lines = self.design_log.getvalue()
         if self.log_path is not None and lines:  # (a program that fired nothing keeps the last)
-            Path(self.log_path).write_text(lines)
+            write_atomically(self.log_path, lines + self.design_transitions.closing_record())
         path = design_path(self.pipeline)
         summary = validate_log(lines.splitlines(), load_design(path))
         assert summary.violation is None, (
