@@ -372,3 +372,10 @@ def test_a_flag_given_twice_is_refused_not_silently_overridden(
     with pytest.raises(SystemExit) as refused:
         main(argv)
     assert refused.value.code == 2 and named in capsys.readouterr().err
+
+
+def test_a_command_re_run_in_another_environment_drops_the_flag_it_sets_anew() -> None:
+    from stagefate.cli.fuzz import without_flag
+
+    argv = ["--steps", "1", "--target", "sglang", "--seed", "0", "--target=sglang==0.5.19"]
+    assert without_flag(argv, "--target") == ["--steps", "1", "--seed", "0"]

@@ -299,6 +299,21 @@ def _report_waste(waste: Comparison) -> None:
         console.print(program_text(calls, SEQUENCES), soft_wrap=True, markup=False, highlight=False)
 
 
+def without_flag(argv: list[str], flag: str) -> list[str]:
+    """``argv`` less every ``flag VALUE`` and ``flag=VALUE`` (a command re-run elsewhere with
+    that flag set anew: given twice, it would be refused)."""
+    kept: list[str] = []
+    skip = False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg == flag:
+            skip = True
+        elif not arg.startswith(f"{flag}="):
+            kept.append(arg)
+    return kept
+
+
 def _fuzz_sglang(args: argparse.Namespace, database: Path) -> int:
     """The campaign in the process of the release ``--target`` names (this one, or its own
     environment's: the same command runs there, the release named)."""
@@ -313,9 +328,8 @@ def _fuzz_sglang(args: argparse.Namespace, database: Path) -> int:
     assert found is not None
     check_knobs(sglang_env, [found])
     if not found.here:
-        return command_in(
-            found, ["fuzz", *args.argv, "--target", f"sglang=={found.version}"], {**sglang_env}
-        )
+        pinned = [*without_flag(args.argv, "--target"), "--target", f"sglang=={found.version}"]
+        return command_in(found, ["fuzz", *pinned], {**sglang_env})
     from ..fuzz.world import NAMESPACES
     from ..targets.sglang.findings import proposed_fixes, set_aside
     from ..targets.sglang.fuzz_config import parse_pins
