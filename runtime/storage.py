@@ -81,6 +81,13 @@ class ReportsDamage(Protocol):
         ...
 
 
+@runtime_checkable
+class HoldsConnections(Protocol):
+    """A backend with a client to shut (Mooncake's); memory and files hold none."""
+
+    def close(self) -> None: ...
+
+
 def _check_pairs(keys: Sequence[str], tensors: Sequence[torch.Tensor]) -> None:
     if len(keys) != len(tensors):
         raise ValueError(

@@ -481,11 +481,15 @@ def _stored(trace: list[TraceRequest], args: argparse.Namespace) -> dict[int, in
     if args.storage == "memory":
         return None
     from ..runtime.pools import KVLayout
-    from ..runtime.storage import open_storage
+    from ..runtime.storage import HoldsConnections, open_storage
     from ..sim.bound import stored_pages
 
     storage = open_storage(args.storage, KVLayout(1, args.tp, 1), args.page_size)
-    return stored_pages(trace, args.page_size, storage, args.tp)
+    try:
+        return stored_pages(trace, args.page_size, storage, args.tp)
+    finally:
+        if isinstance(storage, HoldsConnections):
+            storage.close()  # the run's pipelines open their own
 
 
 def _check_instances(
