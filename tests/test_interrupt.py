@@ -93,3 +93,23 @@ def _alive(pid: int) -> bool:
         return "State:\tZ" not in status.read_text()  # a zombie has ended
     except OSError:
         return False
+
+
+def test_a_fuzz_program_cut_short_leaves_no_log_one_that_ended_a_whole_one(
+    tmp_path: Path,
+) -> None:
+    from stagefate.fuzz.machine import configured
+
+    log = tmp_path / "program.jsonl"
+    machine = configured(log_path=str(log))()
+    machine.setup(knobs={}, window=None)
+    with pytest.raises(KeyboardInterrupt):
+        try:
+            raise KeyboardInterrupt
+        finally:  # as Hypothesis runs it
+            machine.teardown()
+    assert list(tmp_path.iterdir()) == []
+    ended = configured(log_path=str(log))()
+    ended.setup(knobs={}, window=None)
+    ended.teardown()
+    assert log.read_text() == '{"end": true, "transitions": 0}\n'

@@ -16,6 +16,7 @@ counted in :data:`~.tally.TALLY` so a campaign can report which spec edges it re
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
@@ -439,7 +440,13 @@ class PipelineFuzzer(RuleBasedStateMachine):
         if close is not None:
             close()
         log: TransitionLog | None = getattr(self, "log", None)
-        if log is not None:
+        if log is None:
+            return
+        # Hypothesis runs teardown in a finally: under Ctrl-C the program was cut short, and its
+        # log must not read as a whole one (a failing program's is whole up to its failure)
+        if isinstance(sys.exc_info()[1], KeyboardInterrupt):
+            log.abandon()
+        else:
             log.close()
 
     # ------------------------------------------------------------------ invariants
