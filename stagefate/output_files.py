@@ -20,6 +20,17 @@ from pathlib import Path
 from typing import IO, Any, ClassVar
 
 
+def _umask() -> int:
+    """The process's umask (reading it means setting it: done once, at import, before any
+    thread of the run could create a file meanwhile)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+_UMASK = _umask()
+
+
 class OutputBusy(ValueError):
     """Another run is writing the same output path."""
 
@@ -100,10 +111,11 @@ class AtomicFile:
         """The whole file is written: it takes the final name (the umask's usual mode)."""
         try:
             self.handle.close()
-            umask = os.umask(0)
-            os.umask(umask)
-            self.temporary.chmod(0o666 & ~umask)  # mkstemp makes it 0600
+            self.temporary.chmod(0o666 & ~_UMASK)  # mkstemp makes it 0600
             os.replace(self.temporary, self.path)
+        except BaseException:
+            self.temporary.unlink(missing_ok=True)  # (a full disk, say): nothing left over
+            raise
         finally:
             self._release()
 
