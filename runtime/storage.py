@@ -18,7 +18,6 @@ import hashlib
 import json
 import os
 import struct
-import tempfile
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -27,6 +26,7 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 import torch
 
+from ..output_files import atomic_output
 from .pages import copy_pages_into, page_shape_in
 from .pools import KVLayout, numpy_view, tensor_of_view
 
@@ -279,15 +279,9 @@ class FileStorage:
             if path.exists():
                 continue  # content-addressed: an existing page already holds these bytes
             self._mkdir(path.parent)
-            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
-            try:
-                with os.fdopen(fd, "wb") as handle:
-                    os.fchmod(handle.fileno(), self.file_mode)  # mkstemp makes it 0600
-                    handle.write(_encode(tensor))
-                os.replace(tmp, path)
-            except BaseException:
-                Path(tmp).unlink(missing_ok=True)
-                raise
+            # no output lock: a page is content-addressed, so two writers write the same bytes
+            with atomic_output(path, binary=True, lock=False, mode=self.file_mode) as handle:
+                handle.write(_encode(tensor))
             with self._lock:
                 if key in self._healing:
                     self._healing.discard(key)
@@ -298,19 +292,19 @@ class FileStorage:
             self._path(key).unlink(missing_ok=True)
 
     def damage_report(self) -> str:
-        """What this store found wrong with its pages, in words ("" when nothing was)."""
-        return damage_words(self.damaged, self.rewritten, self.unreadable)
-
-
-def damage_words(damaged: int, rewritten: int, unreadable: int) -> str:
-    """``3 pages damaged, removed, 2 rewritten; 1 page unreadable (permissions)``, or ""."""
-    parts = []
-    if damaged:
-        again = "rewritten" if rewritten == damaged else f"{rewritten:,} rewritten"
-        parts.append(f"{_pages(damaged)} damaged, removed, {again}")
-    if unreadable:
-        parts.append(f"{_pages(unreadable)} unreadable (permissions: see FileStorage's modes)")
-    return "; ".join(parts)
+        """What this store found wrong with its pages, in words ("" when nothing was):
+        ``3 pages damaged, removed, 2 rewritten; 1 page unreadable (permissions: …)``."""
+        parts = []
+        if self.damaged:
+            again = (
+                "rewritten" if self.rewritten == self.damaged else f"{self.rewritten:,} rewritten"
+            )
+            parts.append(f"{_pages(self.damaged)} damaged, removed, {again}")
+        if self.unreadable:
+            parts.append(
+                f"{_pages(self.unreadable)} unreadable (permissions: see FileStorage's modes)"
+            )
+        return "; ".join(parts)
 
 
 def _pages(count: int) -> str:

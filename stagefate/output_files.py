@@ -92,10 +92,14 @@ class OutputLock:
 
 class AtomicFile:
     """A file written beside ``path`` and renamed onto it by :meth:`commit` (or removed by
-    :meth:`abandon`); ``lock``: hold an :class:`OutputLock` on ``path`` meanwhile."""
+    :meth:`abandon`); ``lock``: hold an :class:`OutputLock` on ``path`` meanwhile; ``mode``:
+    the file's permissions once in place (None: what the umask gives any new file)."""
 
-    def __init__(self, path: Path | str, binary: bool = False, lock: bool = True) -> None:
+    def __init__(
+        self, path: Path | str, binary: bool = False, lock: bool = True, mode: int | None = None
+    ) -> None:
         self.path = Path(path)
+        self.mode = 0o666 & ~_UMASK if mode is None else mode
         self._lock = OutputLock(self.path).acquire() if lock else None
         try:
             fd, temporary = tempfile.mkstemp(dir=self.path.parent, prefix=f".{self.path.name}.")
@@ -108,10 +112,10 @@ class AtomicFile:
         )
 
     def commit(self) -> None:
-        """The whole file is written: it takes the final name (the umask's usual mode)."""
+        """The whole file is written: it takes the final name, with its :attr:`mode`."""
         try:
             self.handle.close()
-            self.temporary.chmod(0o666 & ~_UMASK)  # mkstemp makes it 0600
+            self.temporary.chmod(self.mode)  # mkstemp makes it 0600
             os.replace(self.temporary, self.path)
         except BaseException:
             self.temporary.unlink(missing_ok=True)  # (a full disk, say): nothing left over
@@ -134,10 +138,12 @@ class AtomicFile:
 
 
 @contextlib.contextmanager
-def atomic_output(path: Path | str, binary: bool = False) -> Iterator[IO[Any]]:
+def atomic_output(
+    path: Path | str, binary: bool = False, lock: bool = True, mode: int | None = None
+) -> Iterator[IO[Any]]:
     """A handle whose content becomes ``path`` if the block ends normally, and nothing if it
-    raises (KeyboardInterrupt included)."""
-    output = AtomicFile(path, binary)
+    raises (KeyboardInterrupt included); ``lock`` and ``mode`` as :class:`AtomicFile`'s."""
+    output = AtomicFile(path, binary, lock, mode)
     try:
         yield output.handle
     except BaseException:
