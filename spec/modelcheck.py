@@ -77,6 +77,16 @@ from .search import Search, StateT, StepT, attempts, breadth_first, path_to
 
 _EVICT = Step("world", -1, "evict")
 _PUBLISH = Step("world", -1, "publish")
+_DRAIN_PLACE = {
+    move: place
+    for place, move in enumerate(
+        ("load", "read", "exists", "commit", "consume", "plan_consume", "plan", "evict")
+    )
+}
+"""The progress check's drain (:meth:`ModelChecker.progress_failure`), each move's place in it:
+IO completing in full first, then the pass's IO commit, then admission (a consume before a
+plan, so a planned hold is taken rather than re-planned), and last the eviction a scheduler
+makes when admission is short of device memory."""
 
 
 @dataclass
@@ -515,18 +525,13 @@ class ModelChecker:
 
     # ------------------------------------------------------------------ progress
 
-    _DRAIN_ORDER = ("load", "read", "exists", "commit", "consume", "plan_consume", "plan", "evict")
-    """The scheduler's drain: IO completing in full first, then the pass's IO commit, then
-    admission (a consume before a plan, so a planned hold is taken rather than re-planned),
-    and last the eviction a scheduler makes when admission is short of device memory."""
-
     def progress_failure(self, search: Search[State, Step]) -> tuple[list[Step], Violation] | None:
         """The ``progress`` invariant: from every state reached, with no new issue, abort,
         release or publish, the IO completing and the scheduler polling and admitting (evicting
         for it) lead every live record to its end.
 
         From each state (breadth first, so the first failure has the shortest prefix) the drain
-        takes the first move of :data:`_DRAIN_ORDER` that changes the state, until no record is
+        takes the first move of :data:`_DRAIN_PLACE` that changes the state, until no record is
         live; a state whose drain ended is remembered, so each state is drained once. A drain
         that finds no move, or comes back to a state it passed, is a record that never ends:
         the path to the state, then the drain's moves, is the counterexample."""
@@ -558,9 +563,9 @@ class ModelChecker:
 
     def _drain_move(self, state: State, edges: set[Edge]) -> tuple[Step, State] | None:
         """The drain's move from ``state`` and where it leads (None: no move changes it)."""
-        rank = {wanted: place for place, wanted in enumerate(self._DRAIN_ORDER)}
+        place = _DRAIN_PLACE
         moves = sorted(
-            (rank[step.kind if step.what == "full" else step.what], order, step)
+            (place[step.kind if step.what == "full" else step.what], order, step)
             for order, step in enumerate(self.actions(state))
             if step.what in ("full", "commit", "evict") or step.kind == "live"
         )

@@ -177,6 +177,13 @@ class Step:
     reason: str | None
 
 
+@dataclass(frozen=True)
+class ClosingRecord:
+    """The last line of a whole log: how many transitions it holds."""
+
+    transitions: int
+
+
 def validate_log(lines: Iterable[str], spec: LifecycleSpec) -> LogSummary:
     """Check a transition log against ``spec``; stops at the first violation (its line).
 
@@ -197,12 +204,11 @@ def validate_log(lines: Iterable[str], spec: LifecycleSpec) -> LogSummary:
             summary.violation = Violation(number, "a line after the log's closing record")
             break
         step = parse_step(number, text)
-        if step is None:  # the closing record
-            closing = json.loads(text)["transitions"]
-            if closing != summary.lines:
+        if isinstance(step, ClosingRecord):
+            if step.transitions != summary.lines:
                 summary.violation = Violation(
                     number,
-                    f"the closing record counts {closing} transitions, the log holds "
+                    f"the closing record counts {step.transitions} transitions, the log holds "
                     f"{summary.lines}",
                 )
                 break
@@ -229,8 +235,8 @@ def validate_log(lines: Iterable[str], spec: LifecycleSpec) -> LogSummary:
     return summary
 
 
-def parse_step(number: int, text: str) -> Step | None:
-    """Line ``number`` of a log as a :class:`Step` (None: the closing record); a clear error
+def parse_step(number: int, text: str) -> Step | ClosingRecord:
+    """Line ``number`` of a log as a :class:`Step` or its :class:`ClosingRecord`; a clear error
     when it is neither."""
     where = f"line {number}"
     try:
@@ -246,7 +252,7 @@ def parse_step(number: int, text: str) -> Step | None:
             raise LogFormatError(
                 f'{where}: a closing record is {{"end": true, "transitions": N}}, got {text!r}'
             )
-        return None
+        return ClosingRecord(raw["transitions"])
     missing = [name for name in FIELDS if name not in raw]
     if missing:
         raise LogFormatError(f"{where}: missing field(s) {', '.join(missing)}")

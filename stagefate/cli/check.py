@@ -273,15 +273,13 @@ def _model_check(
         console.print("shortest counterexample:")
         for number, step in enumerate(result.counterexample or [], start=1):
             console.print(f"  {number}. {step}")
-        if finding is not None:
-            console.print(
-                f"the design's known finding, reproduced: {finding!r} (docs/sglang-findings.md)"
-            )
-        elif ranks == 1:
-            _print_program(spec, spec_path, bounds)
+        if finding is None:
+            if ranks == 1:
+                _print_program(spec, spec_path, bounds)
             return 1
-        else:
-            return 1
+        console.print(
+            f"the design's known finding, reproduced: {finding!r} (docs/sglang-findings.md)"
+        )
     for invariant, finding in known.items():
         flagged(
             "NOT FOUND",

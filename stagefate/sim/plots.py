@@ -76,9 +76,7 @@ def write_plot(results: dict[str, ReplayMetrics], path: Path) -> None:
     requests = next(iter(results.values())).requests
     figure.suptitle(f"stagefate replay: {requests:,} requests")
     figure.tight_layout()
-    with atomic_output(path, binary=True) as handle:
-        figure.savefig(handle, dpi=110, format="png")
-    plt.close(figure)
+    _save(figure, path)
 
 
 def write_sweep_plot(sweep: dict[float, dict[str, ReplayMetrics]], path: Path) -> None:
@@ -134,6 +132,11 @@ def _sweep_plot(sweep: Mapping[float, SeedRuns], path: Path, title: str) -> None
         axis.legend()
     figure.suptitle(title)
     figure.tight_layout()
+    _save(figure, path)
+
+
+def _save(figure: Any, path: Path) -> None:
+    """The figure as a PNG at ``path``, written whole or not at all; then let go."""
     with atomic_output(path, binary=True) as handle:
         figure.savefig(handle, dpi=110, format="png")
-    plt.close(figure)
+    _pyplot().close(figure)
