@@ -43,12 +43,17 @@ diagram: $(STAMP)
 
 # SGLang 0.5.23 as a target (stagefate/targets/sglang, docs/sglang.md): the wheel without its
 # dependencies (they pin torch 2.14.1's CUDA build), then only what its imports need (extra
-# sglang-deps). Without it the target's tests skip and name this command.
+# sglang-deps) and what its engine imports (extra sglang-engine; xgrammar without its own, which
+# pull triton). Last, its engine serves one prompt from L3 here, and the outcome is recorded
+# (`stagefate targets` shows it; a failure is the engine tests' to report, not the install's).
+# Without it the target's tests skip and name this command.
 SGLANG_STAMP := $(VENV)/.sglang
 sglang: $(SGLANG_STAMP)
 $(SGLANG_STAMP): $(STAMP)
 	$(BIN)/pip install -q --no-deps sglang==0.5.23
-	$(BIN)/pip install -q -e '.[sglang-deps]'
+	$(BIN)/pip install -q -e '.[sglang-deps,sglang-engine]'
+	$(BIN)/pip install -q --no-deps xgrammar==0.2.7
+	$(BIN)/stagefate targets engine sglang==0.5.23 || echo "SGLang 0.5.23's engine does not serve here (recorded)"
 	touch $(SGLANG_STAMP)
 
 # The seed's own release, 0.5.19, in an environment of its own (one sglang per interpreter;

@@ -1,8 +1,10 @@
 """``stagefate targets``: the engines stagefate can drive, and their environments.
 
 ``stagefate targets`` lists every SGLang release with buffer mode (what its pipeline is, where it
-is installed) and vLLM; ``stagefate targets install sglang==V`` builds a release's environment
-(docs/sglang.md, "Releases"), ``stagefate targets install vllm`` vLLM's (docs/vllm.md).
+is installed, whether its engine serves here) and vLLM; ``stagefate targets install sglang==V``
+builds a release's environment (docs/sglang.md, "Releases"), ``stagefate targets install vllm``
+vLLM's (docs/vllm.md); ``stagefate targets engine sglang==V`` checks again that the release's own
+engine serves here (docs/sglang.md, "SGLang's engine").
 """
 
 from __future__ import annotations
@@ -18,9 +20,15 @@ from .common import console, flagged
 def add_parser(sub: Any) -> None:
     targets = sub.add_parser("targets", help="list the SGLang releases and vLLM; install one")
     targets.add_argument(
-        "action", nargs="?", choices=["list", "install"], default="list", help="default: list"
+        "action",
+        nargs="?",
+        choices=["list", "install", "engine"],
+        default="list",
+        help="default: list; engine: start the release's engine and record whether it serves",
     )
-    targets.add_argument("release", nargs="?", help="install: sglang==V (one of the list) or vllm")
+    targets.add_argument(
+        "release", nargs="?", help="install: sglang==V (one of the list) or vllm; engine: sglang==V"
+    )
     targets.add_argument(
         "--force", action="store_true", help="install: rebuild an environment that is ready"
     )
@@ -46,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
             )
         ready = installed()
         table = Table(title="SGLang releases with buffer mode")
-        for column in ("release", "API", "built", "buffer mode", "installed"):
+        for column in ("release", "API", "built", "buffer mode", "installed", "its engine"):
             table.add_column(column)
         for version, release in RELEASES.items():
             found = ready.get(version)
@@ -55,10 +63,13 @@ def run(args: argparse.Namespace) -> int:
                 if found is None
                 else ("this environment" if found.here else str(environment(version)))
             )
-            table.add_row(version, release.generation, release.built, release.holds, place)
+            engine = "" if found is None else _engine_cell(found)
+            table.add_row(version, release.generation, release.built, release.holds, place, engine)
         console.print(table)
         console.print(_vllm_line())
         return 0
+    if args.action == "engine":
+        return _check_engine(args.release)
     if args.release in ("vllm", f"vllm=={vllm.VERSION}"):
         return _install_vllm(args.force)
     if not args.release:
@@ -76,6 +87,31 @@ def run(args: argparse.Namespace) -> int:
         return 1
     console.print(f"SGLang {version} is ready in {path}")
     return 0
+
+
+def _engine_cell(found: Any) -> str:
+    from ..targets.sglang.engine.serving import check_command, recorded
+
+    check = recorded(found)
+    if check is None:
+        return f"not checked: {check_command(found.version)}"
+    return "serves" if check.serves else f"does not serve: {check.detail.splitlines()[0]}"
+
+
+def _check_engine(name: str | None) -> int:
+    from ..targets.sglang.engine.serving import check_engine
+    from ..targets.sglang.environments import resolve
+    from ..targets.sglang.releases import split_name
+
+    version = split_name(name, ("sglang",))[1] if name else None
+    target = resolve(version)
+    console.print(f"SGLang {target.version}: starting its engine (about 30 s here)")
+    check = check_engine(target)
+    if check.serves:
+        console.print(f"SGLang {target.version}'s engine serves: {check.detail}")
+        return 0
+    flagged("error:", f"SGLang {target.version}'s engine does not serve here:\n{check.detail}")
+    return 1
 
 
 def _vllm_line() -> str:

@@ -16,7 +16,11 @@ run one prefetch through the release's pipeline there, so an interrupted install
    stagefate's; :data:`_NO_DEPS` without their dependencies;
 4. what stagefate itself needs to run there (its own dependencies, but pygraphviz, which only
    draws diagrams). stagefate's code is not installed: the worker runs the caller's, through
-   ``PYTHONPATH``, so both sides always run the same stagefate.
+   ``PYTHONPATH``, so both sides always run the same stagefate;
+5. what SGLang's engine imports beyond that (stagefate's ``sglang-engine`` extra, at the
+   wheel's pins), then one check that the engine serves from L3 there
+   (:mod:`.engine.serving`): its outcome is recorded, not required, since a release whose engine
+   cannot start here still drives its tree and pipeline.
 """
 
 from __future__ import annotations
@@ -177,7 +181,16 @@ def _ready(path: Path) -> bool:
         ready = json.loads((path / READY).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return False
-    return isinstance(ready, dict) and ready.get("stagefate") == worker_requirements()
+    return (
+        isinstance(ready, dict)
+        and ready.get("stagefate") == worker_requirements()
+        and ready.get("engine") == engine_requirements()
+    )
+
+
+def engine_requirements() -> list[str]:
+    """What SGLang's engine imports beyond the pipeline (the ``sglang-engine`` extra)."""
+    return sorted(f"{r.name}{r.specifier}" for r in _own_requirements("sglang-engine"))
 
 
 def _pinned(
@@ -246,12 +259,19 @@ def _build(version: str, partial: Path, say: Callable[[str], None]) -> None:
     step("their import-only packages", [*pip, "--no-deps", *_pinned(list(_NO_DEPS), {}, wheel)])
     own = worker_requirements()
     step("what stagefate needs there", [*pip, *own])
+    engine = {_canonical(r.name): r for r in _own_requirements("sglang-engine")}
+    step("what its engine imports", [*pip, *_pinned(list(engine), engine, wheel)])
     step(
         "one prefetch through its pipeline, in the worker",
         [str(python), "-m", "stagefate.targets.sglang.worker", "--check", version],
         env=worker_environment(python),
     )
-    ready = {"version": version, "torch": TORCH, "stagefate": own}
+    from .engine.serving import check_engine
+
+    say("its engine, serving a prompt from L3 (recorded, not required)")
+    served = check_engine(Installed(version, python, here=False))
+    say(f"engine: {'serves' if served.serves else 'does not serve'}: {served.detail}")
+    ready = {"version": version, "torch": TORCH, "stagefate": own, "engine": engine_requirements()}
     (partial / READY).write_text(json.dumps(ready) + "\n")
 
 

@@ -1,0 +1,144 @@
+"""The process that holds one SGLang engine and answers commands, one JSON line each way.
+
+Run by a release's interpreter (``python -m stagefate.targets.sglang.engine.driver``) with the
+environment of :func:`.settings.engine_environment`, so the engine's spawned processes find the
+stand-ins at interpreter start. Its first line in is ``{"settings": {...}, "work": FOLDER}``
+(the model is written to ``FOLDER/model``); it answers ``{"ready": true}`` once the engine
+serves. Then each line in is a command, each line out its answer (``{"error": TRACEBACK}`` when
+it raised; the engine keeps serving):
+
+* ``generate``: ``prompts`` (token-id lists), ``max_new_tokens``, optional ``rids`` and
+  ``abort_after_s`` (``{rid: seconds}``: the tokenizer manager aborts that request then), sent
+  together; per prompt its output ids, their logprobs, SGLang's cache split and finish reason;
+* ``flush``: ``flush_cache()``, retried until SGLang accepts it (it refuses while busy);
+* ``books``: the scheduler's :mod:`.books` report over ``collective_rpc``, with ``rids``;
+* ``shutdown``.
+
+SGLang prints to standard output too; the answers travel on a copy of the original descriptor
+and everything else, the engine's children included, writes to standard error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from .model import write_model
+from .settings import EngineSettings
+
+FLUSH_TRIES = 50
+
+
+class Driver:
+    def __init__(self, settings: EngineSettings, work: Path) -> None:
+        import sglang
+
+        self.work = work
+        model = write_model(work / "model")
+        self.engine = sglang.Engine(**settings.arguments(model))
+
+    def generate(
+        self,
+        prompts: list[list[int]],
+        max_new_tokens: int,
+        rids: list[str] | None = None,
+        abort_after_s: dict[str, float] | None = None,
+    ) -> list[dict[str, Any]]:
+        engine = self.engine
+        sampling = {"max_new_tokens": max_new_tokens, "temperature": 0.0}
+
+        async def one(prompt: list[int], rid: str | None) -> dict[str, Any]:
+            out = await engine.async_generate(
+                input_ids=prompt, sampling_params=sampling, return_logprob=True, rid=rid
+            )
+            meta = out["meta_info"]
+            return {
+                "rid": meta.get("id", rid),
+                "output_ids": out["output_ids"],
+                "logprobs": [entry[0] for entry in meta.get("output_token_logprobs", [])],
+                "cached": meta.get("cached_tokens_details"),
+                "cached_tokens": meta.get("cached_tokens"),
+                "finish_reason": meta.get("finish_reason"),
+            }
+
+        async def abort(rid: str, after: float) -> None:
+            await asyncio.sleep(after)
+            engine.tokenizer_manager.abort_request(rid=rid)
+
+        async def everything() -> list[dict[str, Any]]:
+            names: list[str | None] = list(rids) if rids else [None] * len(prompts)
+            aborts = [abort(rid, after) for rid, after in (abort_after_s or {}).items()]
+            results = await asyncio.gather(
+                *(one(p, r) for p, r in zip(prompts, names, strict=True)), *aborts
+            )
+            return list(results[: len(prompts)])
+
+        return engine.loop.run_until_complete(everything())  # type: ignore[no-any-return]
+
+    def flush(self) -> bool:
+        for _ in range(FLUSH_TRIES):
+            answer = self.engine.flush_cache()
+            if getattr(answer, "success", True):
+                return True
+            time.sleep(0.1)
+        return False
+
+    def books(self, rids: list[str] | None = None) -> dict[str, Any]:
+        handle, name = tempfile.mkstemp(dir=self.work, suffix=".json")
+        os.close(handle)
+        try:
+            self.engine.collective_rpc("stagefate_books", path=name, rids=list(rids or []))
+            return json.loads(Path(name).read_text(encoding="utf-8"))  # type: ignore[no-any-return]
+        finally:
+            os.unlink(name)
+
+    def shutdown(self) -> None:
+        self.engine.shutdown()
+
+
+def _answer(driver: Driver, command: dict[str, Any]) -> Any:
+    op = command.pop("op")
+    if op == "generate":
+        return driver.generate(**command)
+    if op == "flush":
+        return driver.flush()
+    if op == "books":
+        return driver.books(**command)
+    raise ValueError(f"unknown command {op!r}")
+
+
+def main() -> None:
+    answers = os.fdopen(os.dup(1), "w", encoding="utf-8")
+    os.dup2(2, 1)  # SGLang's prints, and every child's, go to stderr
+    sys.stdout = sys.stderr
+    first = json.loads(sys.stdin.readline())
+    driver = Driver(EngineSettings(**first["settings"]), Path(first["work"]))
+
+    def say(value: Any) -> None:
+        answers.write(json.dumps(value) + "\n")
+        answers.flush()
+
+    say({"ready": True})
+    try:
+        for line in sys.stdin:
+            command = json.loads(line)
+            if command.get("op") == "shutdown":
+                break
+            try:
+                say({"ok": _answer(driver, command)})
+            except Exception:
+                say({"error": traceback.format_exc()})
+    finally:
+        driver.shutdown()
+        say({"closed": True})
+
+
+if __name__ == "__main__":
+    main()
