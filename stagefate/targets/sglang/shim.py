@@ -23,8 +23,9 @@ Each stand-in says what it replaces and why; none of them decides anything SGLan
 * Classes of either stand-in accept any arguments (0.5.19's fp8 kernel module builds
   ``triton.Config({...}, num_warps=...)`` at import) and keep none.
 
-Four patches let the buffer-mode pipeline run on a CPU (:func:`patch_for_cpu`, applied by the
-pipeline driver only):
+Five patches let the buffer-mode pipeline and the engine run on a CPU (:func:`patch_for_cpu`,
+applied by the pipeline driver and, in the engine's scheduler process, by
+:mod:`.engine.standins`):
 
 * ``host_memory_budget_bytes`` refuses a host pool larger than the machine's free memory (less
   a reserve, split among local ranks). The pools here hold one layer, one head and one dim (a
@@ -42,6 +43,11 @@ pipeline driver only):
   launches the triton kernel ``alloc_extend_kernel`` unconditionally up to 0.5.21; 0.5.22 and
   later run SGLang's own torch twin of it, ``alloc_extend_naive`` (same module, in every
   release), where the platform has no triton. Up to 0.5.21 the kernel's launch runs that twin.
+* The same allocator's ``alloc_decode`` (every decode step of the engine) launches
+  ``alloc_decode_kernel`` unconditionally up to 0.5.21, and those releases ship no torch twin of
+  it: the launch runs :func:`_alloc_decode`, the kernel's rule in torch (a request whose next
+  token starts a page takes the next free page, in batch order; any other continues after its
+  last slot).
 """
 
 from __future__ import annotations
@@ -226,8 +232,38 @@ class _NaiveAllocExtend:
         return launch
 
 
+def _alloc_decode(
+    seq_lens: Any,
+    last_loc: Any,
+    free_pages: Any,
+    out_indices: Any,
+    bs_upper: int,
+    page_size: int,
+) -> None:
+    """``alloc_decode_kernel``'s rule in torch: the slot of each request's next token."""
+    import torch
+
+    opens_page = (seq_lens - 1) % page_size == 0
+    rank = torch.cumsum(opens_page.to(torch.int64), 0) - 1
+    if len(free_pages):  # none free: the caller sees too few pages and discards the answer
+        page = free_pages[rank.clamp(0, len(free_pages) - 1)]
+        out_indices.copy_(torch.where(opens_page, page * page_size, last_loc + 1))
+    else:
+        out_indices.copy_(last_loc + 1)
+
+
+class _Launch:
+    """``kernel[grid](...)`` run as a torch function of the same arguments."""
+
+    def __init__(self, function: Callable[..., None]) -> None:
+        self.function = function
+
+    def __getitem__(self, grid: Any) -> Callable[..., None]:
+        return self.function
+
+
 def patch_for_cpu() -> None:
-    """Apply the four buffer-mode patches of the module docstring (once)."""
+    """Apply the five patches of the module docstring (once)."""
     global _patched
     if _patched:
         return
@@ -253,4 +289,5 @@ def patch_for_cpu() -> None:
 
     if "use_triton_kernels" not in inspect.getsource(paged.PagedTokenToKVPoolAllocator):
         paged.alloc_extend_kernel = _NaiveAllocExtend(paged.alloc_extend_naive)
+        paged.alloc_decode_kernel = _Launch(_alloc_decode)
     _patched = True

@@ -18,6 +18,7 @@ from types import TracebackType
 from typing import Any
 
 from ..environments import Installed
+from .model import shared_model
 from .settings import EngineSettings, engine_environment
 
 DRIVER = "stagefate.targets.sglang.engine.driver"
@@ -52,7 +53,8 @@ class SGLangEngine:
                 text=True,
             )
         try:
-            self._send({"settings": settings.as_json(), "work": str(self.work)})
+            model = str(shared_model())
+            self._send({"settings": settings.as_json(), "model": model, "work": str(self.work)})
             ready = self._receive()
         except BaseException:
             self.close()

@@ -2,8 +2,8 @@
 
 Run by a release's interpreter (``python -m stagefate.targets.sglang.engine.driver``) with the
 environment of :func:`.settings.engine_environment`, so the engine's spawned processes find the
-stand-ins at interpreter start. Its first line in is ``{"settings": {...}, "work": FOLDER}``
-(the model is written to ``FOLDER/model``); it answers ``{"ready": true}`` once the engine
+stand-ins at interpreter start. Its first line in is ``{"settings": {...}, "model": FOLDER,
+"work": FOLDER}``; it answers ``{"ready": true}`` once the engine
 serves. Then each line in is a command, each line out its answer (``{"error": TRACEBACK}`` when
 it raised; the engine keeps serving):
 
@@ -30,18 +30,16 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from .model import write_model
 from .settings import EngineSettings
 
 FLUSH_TRIES = 50
 
 
 class Driver:
-    def __init__(self, settings: EngineSettings, work: Path) -> None:
+    def __init__(self, settings: EngineSettings, model: Path, work: Path) -> None:
         import sglang
 
         self.work = work
-        model = write_model(work / "model")
         self.engine = sglang.Engine(**settings.arguments(model))
 
     def generate(
@@ -119,7 +117,7 @@ def main() -> None:
     os.dup2(2, 1)  # SGLang's prints, and every child's, go to stderr
     sys.stdout = sys.stderr
     first = json.loads(sys.stdin.readline())
-    driver = Driver(EngineSettings(**first["settings"]), Path(first["work"]))
+    driver = Driver(EngineSettings(**first["settings"]), Path(first["model"]), Path(first["work"]))
 
     def say(value: Any) -> None:
         answers.write(json.dumps(value) + "\n")

@@ -10,7 +10,10 @@ over 2 KV heads); about 1 MB in bfloat16.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import shutil
+import tempfile
 from pathlib import Path
 
 import torch
@@ -73,6 +76,25 @@ def _weights() -> dict[str, torch.Tensor]:
     weights["model.norm.weight"] = ones(HIDDEN)
     weights["lm_head.weight"] = drawn(VOCAB, HIDDEN)
     return weights
+
+
+def shared_model() -> Path:
+    """The model in one folder every engine here shares (under the targets folder), written on
+    first use. SGLang's file L3 names a page by the model's path too: engines that share L3
+    must serve the model from the same path."""
+    from ..environments import targets_dir
+
+    digest = hashlib.sha256(json.dumps([CONFIG, SEED, WEIGHT_STD]).encode()).hexdigest()[:12]
+    folder = targets_dir() / "models" / f"tiny-llama-{digest}"
+    if not (folder / "model.safetensors").is_file():
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        partial = Path(tempfile.mkdtemp(prefix=folder.name + ".", dir=folder.parent))
+        write_model(partial)
+        try:
+            partial.rename(folder)
+        except OSError:  # another engine wrote it first: the same bytes
+            shutil.rmtree(partial, ignore_errors=True)
+    return folder
 
 
 def write_model(folder: Path) -> Path:

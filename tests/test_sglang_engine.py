@@ -1,0 +1,244 @@
+"""SGLang's buffer mode proven end to end in SGLang's own engine (slow; docs/sglang.md,
+"SGLang's engine").
+
+Each release whose engine serves here (its install recorded so: ``stagefate targets``) starts
+four engines per module, shared by its tests: buffer mode under each prefetch stop policy and
+one without HiCache, the reference every output is held to. Greedy decoding of the tiny model
+(random weights: its tokens depend on the KV it reads). After each test, SGLang's own idle and
+leak checks and stagefate's look at its books (every per-request structure empty, the bounce
+buffer whole) pass, read inside the scheduler's process.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from stagefate.targets.sglang.engine.client import SGLangEngine
+from stagefate.targets.sglang.engine.server import SGLangServer
+from stagefate.targets.sglang.engine.serving import check_command, recorded
+from stagefate.targets.sglang.engine.settings import EngineSettings, PrefetchPolicy
+from stagefate.targets.sglang.environments import Installed, install_command, installed
+from stagefate.targets.sglang.releases import NEWEST, RELEASES
+
+pytestmark = pytest.mark.slow
+
+POOL = EngineSettings(max_total_tokens=512, chunked_prefill_size=128)
+"""A device pool of 512 tokens: a burst of eight 256-token requests does not fit, so the tree
+evicts while reads are in flight."""
+SETTLE_S = 60.0
+
+
+def _serving(version: str) -> Installed:
+    target = installed().get(version)
+    if target is None:
+        pytest.skip(f"SGLang {version} is not installed: {install_command(version)}")
+    check = recorded(target)
+    if check is None:
+        pytest.skip(f"SGLang {version}'s engine was never checked: {check_command(version)}")
+    if not check.serves:
+        pytest.skip(f"SGLang {version}'s engine does not serve here: {check.detail}")
+    return target
+
+
+@pytest.fixture(scope="module", params=list(RELEASES))
+def release(request: pytest.FixtureRequest) -> Installed:
+    return _serving(request.param)
+
+
+@pytest.fixture(scope="module")
+def plain(release: Installed) -> Iterator[SGLangEngine]:
+    with SGLangEngine(release, _with(buffer_mode=False)) as engine:
+        yield engine
+
+
+@pytest.fixture(scope="module")
+def buffered(release: Installed) -> Iterator[SGLangEngine]:
+    with SGLangEngine(release, POOL) as engine:
+        yield engine
+
+
+def _with(**change: Any) -> EngineSettings:
+    return EngineSettings(**(POOL.as_json() | change))
+
+
+def settled_books(engine: SGLangEngine, rids: list[str]) -> dict[str, Any]:
+    """The scheduler's books once it and its pipeline are idle, checked whole."""
+    deadline = time.monotonic() + SETTLE_S
+    while True:
+        books = engine.books(rids)
+        pipeline = books["pipeline"]
+        if books["fully_idle"] and (pipeline is None or pipeline["idle"]):
+            break
+        assert time.monotonic() < deadline, f"the engine did not go idle: {books}"
+        time.sleep(0.2)
+    assert books["sglang_checks"]["problems"] == []
+    assert set(books["sglang_checks"]["warnings"].values()) == {0}
+    assert books["per_request"] == {}, "a structure still names a finished request"
+    if pipeline is not None:
+        assert pipeline["held"] == {}
+        assert books["host"]["available"] == books["host"]["size"], "the bounce is not whole"
+    return books
+
+
+def tokens(seed: int, length: int) -> list[int]:
+    """A prompt of ``length`` token ids drawn from ``seed`` (the model's vocabulary is 1,000)."""
+    return [(seed * 7919 + position * 104_729) % 997 + 3 for position in range(length)]
+
+
+def conversation(engine: SGLangEngine, seed: int, turns: int, flush: bool) -> list[dict[str, Any]]:
+    """A multi-turn conversation: each turn's prompt is the history, the last answer and 24 new
+    tokens; ``flush`` empties the device cache before each turn (the history then comes from
+    L3)."""
+    history = tokens(seed, 40)
+    answers = []
+    for turn in range(turns):
+        if flush:
+            engine.flush()
+        answer = engine.generate([history], rids=[f"conv{seed}-{turn}"])[0]
+        answers.append(answer)
+        history = history + answer["output_ids"] + tokens(seed + turn + 1, 24)
+    return answers
+
+
+def storage(answer: dict[str, Any]) -> int:
+    return int((answer["cached"] or {}).get("storage", 0))
+
+
+def test_the_newest_release_serves_here() -> None:
+    """``make sglang`` installs 0.5.23 and records whether its engine serves: it must."""
+    target = installed().get(NEWEST)
+    if target is None:
+        pytest.skip(f"SGLang {NEWEST} is not installed: make sglang")
+    check = recorded(target)
+    assert check is not None and check.serves, check
+
+
+def test_a_conversation_is_answered_the_same_with_buffer_mode_on_and_off(
+    plain: SGLangEngine, buffered: SGLangEngine
+) -> None:
+    reference = conversation(plain, seed=1, turns=3, flush=False)
+    from_l3 = conversation(buffered, seed=1, turns=3, flush=True)
+    assert [a["output_ids"] for a in from_l3] == [a["output_ids"] for a in reference]
+    assert storage(from_l3[0]) == 0
+    assert all(storage(answer) > 0 for answer in from_l3[1:]), from_l3
+    settled_books(buffered, [a["rid"] for a in from_l3])
+
+
+def test_a_prompt_repeated_after_a_flush_is_served_from_l3(buffered: SGLangEngine) -> None:
+    prompt = tokens(2, 64)
+    first = buffered.generate([prompt], rids=["repeat-first"])[0]
+    buffered.flush()
+    second = buffered.generate([prompt], rids=["repeat-second"])[0]
+    assert second["cached"] == {
+        "device": 0,
+        "host": 0,
+        "storage": 60,  # whole pages of 4, one token left to compute
+        "storage_backend": "HiCacheFile",
+    }
+    assert second["output_ids"] == first["output_ids"]
+    assert second["logprobs"] == first["logprobs"]
+    settled_books(buffered, ["repeat-first", "repeat-second"])
+
+
+def test_other_kv_in_l3_changes_the_output(buffered: SGLangEngine) -> None:
+    """Control: the pages of one prompt overwritten with another's, the same prompt after a
+    flush still takes its hit from L3, and answers otherwise."""
+    l3 = buffered.l3
+    before = set(l3.iterdir())
+    victim = tokens(3, 64)
+    honest = buffered.generate([victim], rids=["victim"])[0]
+    settled_books(buffered, ["victim"])
+    victim_pages = sorted(set(l3.iterdir()) - before)
+    before = set(l3.iterdir())
+    buffered.generate([tokens(4, 64)], rids=["donor"])
+    settled_books(buffered, ["donor"])
+    donor_pages = sorted(set(l3.iterdir()) - before)
+    assert victim_pages and len(donor_pages) >= len(victim_pages)
+    for page, donor in zip(victim_pages, donor_pages, strict=False):
+        page.write_bytes(donor.read_bytes())
+    buffered.flush()
+    lied_to = buffered.generate([victim], rids=["victim-again"])[0]
+    assert storage(lied_to) == 60
+    assert lied_to["output_ids"] != honest["output_ids"]
+    settled_books(buffered, ["victim", "donor", "victim-again"])
+
+
+@pytest.mark.parametrize("policy", ["best_effort", "timeout"])
+def test_each_prefetch_stop_policy_serves_the_same_tokens(
+    release: Installed, plain: SGLangEngine, policy: PrefetchPolicy
+) -> None:
+    """(``wait_complete`` is the shared engine's policy, above.)"""
+    reference = conversation(plain, seed=5, turns=2, flush=False)
+    with SGLangEngine(release, _with(prefetch_policy=policy)) as engine:
+        answers = conversation(engine, seed=5, turns=2, flush=True)
+        assert [a["output_ids"] for a in answers] == [a["output_ids"] for a in reference]
+        settled_books(engine, [a["rid"] for a in answers])
+
+
+def test_a_burst_sharing_a_prefix_under_eviction(
+    plain: SGLangEngine, buffered: SGLangEngine
+) -> None:
+    """Eight requests sharing a 192-token prefix, each with its own 64-token tail, all in L3,
+    sent together at a device pool of 512 tokens: reads in flight while siblings publish the
+    same prefix and the tree evicts to admit them."""
+    shared = tokens(6, 192)
+    prompts = [shared + tokens(100 + i, 64) for i in range(8)]
+    rids = [f"burst-{i}" for i in range(8)]
+    reference = plain.generate(prompts, rids=rids)
+    buffered.generate(prompts, rids=[f"warm-{i}" for i in range(8)])
+    buffered.flush()
+    answers = buffered.generate(prompts, rids=rids)
+    assert [a["output_ids"] for a in answers] == [a["output_ids"] for a in reference]
+    assert sum(storage(a) for a in answers) > 0
+    early = conversation(buffered, seed=1, turns=1, flush=False)[0]
+    assert (early["cached"] or {}).get("device", 0) < 36, "the burst evicted nothing"
+    settled_books(buffered, rids + [f"warm-{i}" for i in range(8)])
+
+
+def test_an_abort_while_a_prefetch_is_in_flight(
+    plain: SGLangEngine, buffered: SGLangEngine
+) -> None:
+    prompt = tokens(7, 400)
+    reference = plain.generate([prompt], rids=["long"])[0]
+    buffered.generate([prompt], rids=["long-warm"])
+    buffered.flush()
+    aborted = buffered.generate(
+        [prompt], rids=["long-aborted"], abort_after_s={"long-aborted": 0.05}
+    )
+    assert aborted[0]["finish_reason"]["type"] == "abort", aborted
+    settled_books(buffered, ["long-warm", "long-aborted"])
+    again = buffered.generate([prompt], rids=["long-again"])[0]
+    assert again["output_ids"] == reference["output_ids"]
+    settled_books(buffered, ["long-again"])
+
+
+def test_a_conversation_through_sglangs_http_server(
+    release: Installed, plain: SGLangEngine
+) -> None:
+    reference = conversation(plain, seed=8, turns=3, flush=False)
+    with SGLangServer(release, POOL) as server:
+        history = tokens(8, 40)
+        for turn, expected in enumerate(reference):
+            server.flush()
+            answer = server.generate(history)
+            assert answer["output_ids"] == expected["output_ids"]
+            if turn:
+                assert answer["meta_info"]["cached_tokens_details"]["storage"] > 0
+            history = history + answer["output_ids"] + tokens(8 + turn + 1, 24)
+        assert server.alive(), "SGLang's idle leak check (strict here) ended the server"
+
+
+def test_l3_given_to_a_second_engine_serves_it_warm(release: Installed, tmp_path: Path) -> None:
+    prompt = tokens(9, 64)
+    with SGLangEngine(release, POOL, l3=tmp_path / "l3") as first:
+        written = first.generate([prompt], rids=["writer"])[0]
+        settled_books(first, ["writer"])
+    with SGLangEngine(release, POOL, l3=tmp_path / "l3") as second:
+        read = second.generate([prompt], rids=["reader"])[0]
+        assert storage(read) == 60 and read["output_ids"] == written["output_ids"]
+        settled_books(second, ["reader"])
