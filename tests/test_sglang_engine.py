@@ -242,3 +242,33 @@ def test_l3_given_to_a_second_engine_serves_it_warm(release: Installed, tmp_path
         read = second.generate([prompt], rids=["reader"])[0]
         assert storage(read) == 60 and read["output_ids"] == written["output_ids"]
         settled_books(second, ["reader"])
+
+
+RETRIES = 3
+
+
+def test_a_retry_under_an_aborted_requests_id_loses_its_l3_hit(buffered: SGLangEngine) -> None:
+    """docs/sglang-findings.md, "An aborted request's leftover revokes the next prefetch of its
+    id", through SGLang's engine: a 1,000-token prompt in L3, sent, aborted at once, and sent
+    again under the same rid as soon as SGLang's tokenizer accepts the id (the first answer is
+    back). The retry computes all it could have read (no cache hit at all), while the same
+    prompt under a new id after a flush reads 996 tokens from L3. The abort's timing is the
+    engine's: of :data:`RETRIES` tries, one suffices (every try lost it here)."""
+    prompt = tokens(12, 1000)
+    buffered.generate([prompt], rids=["retry-warm"])
+    rids = ["retry-warm"]
+    lost = 0
+    for attempt in range(RETRIES):
+        buffered.flush()
+        rid = f"retry-{attempt}"
+        aborted, retried = buffered.generate(
+            [prompt, prompt], rids=[rid, rid], abort_after_s={rid: 0.0}, start_after=[None, 0]
+        )
+        assert aborted["finish_reason"]["type"] == "abort"
+        lost += storage(retried) == 0
+        buffered.flush()
+        control = buffered.generate([prompt], rids=[f"control-{attempt}"])[0]
+        assert storage(control) == 996
+        rids += [rid, f"control-{attempt}"]
+    assert lost >= 1, "the retry kept its L3 hit every time: the finding did not reproduce"
+    settled_books(buffered, rids)

@@ -104,14 +104,17 @@ class SGLangEngine:
         max_new_tokens: int = 8,
         rids: list[str] | None = None,
         abort_after_s: dict[str, float] | None = None,
+        start_after: list[int | None] | None = None,
     ) -> list[dict[str, Any]]:
-        """Send ``prompts`` together; each one's answer (see :mod:`.driver`), in order."""
+        """Send ``prompts`` together (but those ``start_after`` holds back); each one's answer
+        (see :mod:`.driver`), in order."""
         return self._call(  # type: ignore[no-any-return]
             "generate",
             prompts=prompts,
             max_new_tokens=max_new_tokens,
             rids=rids,
             abort_after_s=abort_after_s,
+            start_after=start_after,
         )
 
     def flush(self) -> None:

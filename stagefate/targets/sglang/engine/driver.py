@@ -7,9 +7,11 @@ stand-ins at interpreter start. Its first line in is ``{"settings": {...}, "mode
 serves. Then each line in is a command, each line out its answer (``{"error": TRACEBACK}`` when
 it raised; the engine keeps serving):
 
-* ``generate``: ``prompts`` (token-id lists), ``max_new_tokens``, optional ``rids`` and
-  ``abort_after_s`` (``{rid: seconds}``: the tokenizer manager aborts that request then), sent
-  together; per prompt its output ids, their logprobs, SGLang's cache split and finish reason;
+* ``generate``: ``prompts`` (token-id lists), ``max_new_tokens``, optional ``rids``,
+  ``abort_after_s`` (``{rid: seconds}``: the tokenizer manager aborts that request then) and
+  ``start_after`` (per prompt, the index of a prompt whose answer must come back before it is
+  sent, or None), sent together otherwise; per prompt its output ids, their logprobs, SGLang's
+  cache split and finish reason;
 * ``flush``: ``flush_cache()``, retried until SGLang accepts it (it refuses while busy);
 * ``books``: the scheduler's :mod:`.books` report over ``collective_rpc``, with ``rids``;
 * ``shutdown``.
@@ -48,11 +50,23 @@ class Driver:
         max_new_tokens: int,
         rids: list[str] | None = None,
         abort_after_s: dict[str, float] | None = None,
+        start_after: list[int | None] | None = None,
     ) -> list[dict[str, Any]]:
         engine = self.engine
         sampling = {"max_new_tokens": max_new_tokens, "temperature": 0.0}
+        answered = [asyncio.Event() for _ in prompts]
+        waits = start_after or [None] * len(prompts)
 
-        async def one(prompt: list[int], rid: str | None) -> dict[str, Any]:
+        async def one(index: int, prompt: list[int], rid: str | None) -> dict[str, Any]:
+            first = waits[index]
+            if first is not None:
+                await answered[first].wait()
+            try:
+                return await ask(prompt, rid)
+            finally:
+                answered[index].set()
+
+        async def ask(prompt: list[int], rid: str | None) -> dict[str, Any]:
             out = await engine.async_generate(
                 input_ids=prompt, sampling_params=sampling, return_logprob=True, rid=rid
             )
@@ -74,7 +88,8 @@ class Driver:
             names: list[str | None] = list(rids) if rids else [None] * len(prompts)
             aborts = [abort(rid, after) for rid, after in (abort_after_s or {}).items()]
             results = await asyncio.gather(
-                *(one(p, r) for p, r in zip(prompts, names, strict=True)), *aborts
+                *(one(i, p, r) for i, (p, r) in enumerate(zip(prompts, names, strict=True))),
+                *aborts,
             )
             return list(results[: len(prompts)])
 
