@@ -9,6 +9,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+import pytest
 import torch
 import yaml
 from hypothesis import HealthCheck, Phase, settings
@@ -142,3 +143,20 @@ def looking_past_sglangs_open_findings() -> Iterator[None]:
         for fix in proposed_fixes(set_aside(SGLANG_STILL_OPEN)):
             fixes.enter_context(fix())
         yield
+
+
+def engine_target(version: str) -> Any:
+    """SGLang ``version``'s installed release, when its engine serves here (its install
+    recorded so); else the test skips, naming the command that fixes it."""
+    from stagefate.targets.sglang.engine.serving import check_command, recorded
+    from stagefate.targets.sglang.environments import install_command, installed
+
+    target = installed().get(version)
+    if target is None:
+        pytest.skip(f"SGLang {version} is not installed: {install_command(version)}")
+    check = recorded(target)
+    if check is None:
+        pytest.skip(f"SGLang {version}'s engine was never checked: {check_command(version)}")
+    if not check.serves:
+        pytest.skip(f"SGLang {version}'s engine does not serve here: {check.detail}")
+    return target

@@ -245,28 +245,31 @@ def _host_pool(driver: Any) -> Any:
 
 
 @pytest.mark.usefixtures("sglang")
-def test_one_read_lands_while_the_others_are_held_past_it() -> None:
-    """The world orders completions: r1's read lands first, r0's is held past it (and past
-    r0's abort and a new request under its id), then lands and frees its bounce once."""
+def test_the_oldest_query_and_read_go_first_the_others_held_past_them() -> None:
+    """SGLang's storage threads take their queues first in first out: the world answers the
+    oldest query alone, lands the oldest read alone (r0's), and holds r1's read past r1's abort
+    and a new request under its id; then it lands and frees its bounce once."""
     from stagefate.targets.sglang.machine import SEQUENCES, fuzz_world
 
     driver = fuzz_world(FuzzConfig(), namespaces=(None,))
     try:
-        reads = driver.consumer.cache.cache_controller.prefetch_buffer
+        controller = driver.consumer.cache.cache_controller
+        queries, reads = controller.prefetch_queue, controller.prefetch_buffer
         driver.issue("r0", SEQUENCES[0], None)
         driver.issue("r1", SEQUENCES[1], None)
-        driver.run_existence_queries(which=1)  # r1's query is answered first
+        driver.run_existence_queries(only_oldest=True)  # r0's query alone
+        assert [op.request_id for op in queries.queue] == ["r1"]
         driver.run_existence_queries()
-        driver.tick()  # both commits: both reads queued, r1's first
-        assert [op.request_id for op in reads.queue] == ["r1", "r0"]
-        driver.run_reads(which=0)
-        assert [op.request_id for op in reads.queue] == ["r0"]
-        driver.abort("r0")
-        driver.issue("r0", SEQUENCES[2], None, fresh=True)
+        driver.tick()  # both commits: both reads queued, r0's first
+        assert [op.request_id for op in reads.queue] == ["r0", "r1"]
+        driver.run_reads(only_oldest=True)
+        assert [op.request_id for op in reads.queue] == ["r1"]
+        driver.abort("r1")
+        driver.issue("r1", SEQUENCES[2], None, fresh=True)
         assert driver.slot_problems() == []
         driver.settle()
-        assert driver.admit("r1") > 0
-        driver.admit("r0")
+        assert driver.admit("r0") > 0
+        driver.admit("r1")
         driver.settle()
         assert driver.slot_problems() == []
         assert driver.pipeline_host_available() == driver.baseline_host

@@ -175,47 +175,6 @@ def _id_reused_while_its_read_lands_crashes_the_pass(driver: SteppedSGLang) -> s
     )
 
 
-def _retracted_requests_old_query_is_taken_for_its_reissue(
-    driver: SteppedSGLang,
-) -> str | None:
-    """issue r0 (sequence 0); admit r0 (best_effort: admitted, its query still queued); pump;
-    retract r0 (re-issued under its handle); issue r1 (sequence 1, 'tenant-b'); a pass; admit
-    r0; retract r0 again; answer r0's newest query, the others held; pump; then the scheduler
-    goes on, trying admission each pass, until everything ended: no exception out of SGLang's
-    code, and every bounce slot freed once."""
-    driver.issue("r0", SEQUENCES[0], None)
-    driver.admit("r0")
-    driver.tick()
-    driver.settle(rounds=1)
-    driver.retract("r0")
-    driver.issue("r1", SEQUENCES[1], "tenant-b")
-    driver.tick()
-    driver.admit("r0")
-    driver.tick()
-    driver.retract("r0")
-    driver.run_existence_queries(2)
-    try:
-        driver.settle(rounds=1)
-        for _ in range(3):
-            driver.settle(rounds=1)
-            for rid, request in driver.requests.items():
-                if request.state == "waiting":
-                    driver.admit(rid)
-        for rid, request in driver.requests.items():
-            if request.state == "waiting":
-                driver.abort(rid)
-        driver.settle_until_idle()
-    except AssertionError as error:  # SGLang's own host-pool check: the pass dies here
-        return f"SGLang's host pool refused a free: {str(error)[:120]}"
-    available = driver.pipeline_host_available()
-    if available == driver.baseline_host:
-        return None
-    return (
-        f"the host pool has {available} of its {driver.baseline_host} tokens free once "
-        "everything ended: a retracted attempt's bounce was never freed"
-    )
-
-
 def _unusable_fetch_leaves_its_trimmed_head_unexported(driver: SteppedSGLang) -> str | None:
     """issue r0 (sequence 0); a sibling publishes r0's first page; pump (the IO commit trims
     that page off the read); every L3 object dropped; settle (the read lands nothing); admit
@@ -374,17 +333,6 @@ FINDINGS = {
             _unusable_fetch_leaves_its_trimmed_head_unexported,
             proposed_fix=_unusable_fetch_resolves_what_is_left,
             set_aside="unusable_fetch",
-        ),
-        Finding(
-            "retracted_requests_old_query_is_taken_for_its_reissue",
-            "0.5.19",
-            None,
-            "no exception out of SGLang's code; every bounce slot freed once",
-            _NOT_FIXED,
-            _retracted_requests_old_query_is_taken_for_its_reissue,
-            FuzzConfig(prefetch_policy="best_effort", anchor_lock=False),
-            _superseded_operation_names_no_request,
-            "id_reuse",
         ),
         Finding(
             "aborted_parked_hit_revokes_its_ids_next_prefetch",

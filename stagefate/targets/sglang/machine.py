@@ -280,18 +280,21 @@ class SGLangPipelineFuzzer(RuleBasedStateMachine):
     def run_reads(self, failing: bool) -> None:
         self.driver.run_reads(failing)
 
+    # SGLang answers existence queries on one thread (``prefetch_thread_func``) and reads on
+    # another (``prefetch_io_aux_func``), each taking its queue first in first out, cancelled
+    # operations included: one of each may be done while the rest wait, never a later one
+    # before an earlier one (docs/sglang.md, "The fuzzer's world").
     @precondition(lambda self: self._queued("prefetch_queue") > 1)
-    @rule(which=st.integers(0, 7))
-    def answer_one_query(self, which: int) -> None:
-        """One existence query (``which``, modulo the queue) is answered, the others held past
-        it."""
-        self.driver.run_existence_queries(which)
+    @rule()
+    def answer_next_query(self) -> None:
+        """The oldest existence query is answered, the others still queued."""
+        self.driver.run_existence_queries(only_oldest=True)
 
     @precondition(lambda self: self._queued("prefetch_buffer") > 1)
-    @rule(which=st.integers(0, 7), failing=st.sampled_from((False, False, False, True)))
-    def land_one_read(self, which: int, failing: bool) -> None:
-        """One read (``which``, modulo the queue) lands, the others held past it."""
-        self.driver.run_reads(failing, which)
+    @rule(failing=st.sampled_from((False, False, False, True)))
+    def land_next_read(self, failing: bool) -> None:
+        """The oldest read lands, the others still queued."""
+        self.driver.run_reads(failing, only_oldest=True)
 
     def _queued(self, name: str) -> int:
         return int(getattr(self.driver.consumer.cache.cache_controller, name).qsize())

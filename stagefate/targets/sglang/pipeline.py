@@ -361,18 +361,19 @@ class SteppedSGLang(ABC):
     # ------------------------------------------------------------------ the storage threads
 
     def _run_body(
-        self, side: Side, body: Callable[[], None], work: Any, which: int | None = None
+        self, side: Side, body: Callable[[], None], work: Any, only_oldest: bool = False
     ) -> None:
-        """Run a thread ``body`` until its ``work`` queue is empty; ``which``: on the item at that
-        position only (modulo the queue), the others held back, in their order, ahead of what
-        the body queued."""
+        """Run a thread ``body`` until its ``work`` queue is empty; ``only_oldest``: on the
+        oldest item only, the others held back, in their order, ahead of what the body queued.
+        SGLang's storage threads take their queues first in first out, so no other item may go
+        first."""
         controller = side.cache.cache_controller
         saved = controller.storage_stop_event
         controller.storage_stop_event = _SetWhenEmpty(work)
         held: list[Any] = []
-        if which is not None and not work.empty():
+        if only_oldest and not work.empty():
             held = list(work.queue)
-            chosen = held.pop(which % len(held))
+            chosen = held.pop(0)
             work.queue.clear()
             work.queue.append(chosen)
         try:
@@ -382,24 +383,27 @@ class SteppedSGLang(ABC):
             if held:
                 work.queue.extendleft(reversed(held))
 
-    def run_existence_queries(self, which: int | None = None) -> None:
-        """The queued L3 existence queries (``which``: only that one)."""
+    def run_existence_queries(self, only_oldest: bool = False) -> None:
+        """The queued L3 existence queries (``only_oldest``: the oldest one alone)."""
         controller = self.consumer.cache.cache_controller
         self._run_body(
-            self.consumer, controller.prefetch_thread_func, controller.prefetch_queue, which
+            self.consumer, controller.prefetch_thread_func, controller.prefetch_queue, only_oldest
         )
 
-    def run_reads(self, failing: bool = False, which: int | None = None) -> None:
+    def run_reads(self, failing: bool = False, only_oldest: bool = False) -> None:
         """The queued L3 reads and their acks; ``failing``: every page read fails as an IO
-        error does in SGLang's file backend (its ``get`` returns None); ``which``: only that
-        read, the others held past it."""
+        error does in SGLang's file backend (its ``get`` returns None); ``only_oldest``: the
+        oldest read alone, the others still queued."""
         controller = self.consumer.cache.cache_controller
         backend = controller.storage_backend
         if failing:
             backend.get = lambda key, target_location, target_sizes=None: None
         try:
             self._run_body(
-                self.consumer, controller.prefetch_io_aux_func, controller.prefetch_buffer, which
+                self.consumer,
+                controller.prefetch_io_aux_func,
+                controller.prefetch_buffer,
+                only_oldest,
             )
         finally:
             if failing:

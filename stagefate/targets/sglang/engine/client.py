@@ -13,6 +13,7 @@ import json
 import shutil
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -23,6 +24,7 @@ from .settings import EngineSettings, engine_environment
 
 DRIVER = "stagefate.targets.sglang.engine.driver"
 LOG_TAIL = 25
+IDLE_WAIT_S = 60.0
 _NOISE = "Ignore import error when loading sglang.srt.models."
 """SGLang's line for each model module that needs sgl_kernel's ops (not the tiny Llama's)."""
 
@@ -105,9 +107,13 @@ class SGLangEngine:
         rids: list[str] | None = None,
         abort_after_s: dict[str, float] | None = None,
         start_after: list[int | None] | None = None,
+        salts: list[str | None] | None = None,
+        timeout_s: float | None = None,
     ) -> list[dict[str, Any]]:
         """Send ``prompts`` together (but those ``start_after`` holds back); each one's answer
         (see :mod:`.driver`), in order."""
+        if timeout_s is not None and (rids is None or None in rids):
+            raise ValueError("timeout_s aborts a late request by its id: give every prompt a rid")
         return self._call(  # type: ignore[no-any-return]
             "generate",
             prompts=prompts,
@@ -115,16 +121,33 @@ class SGLangEngine:
             rids=rids,
             abort_after_s=abort_after_s,
             start_after=start_after,
+            salts=salts,
+            timeout_s=timeout_s,
         )
 
     def flush(self) -> None:
-        """Empty the device tree and pools (not L3), as ``flush_cache`` does."""
+        """Empty the device tree and pools (not L3), as ``flush_cache`` does, once the engine is
+        idle (:meth:`wait_idle`): a write-through still on its way to L3 arrives first."""
+        self.wait_idle()
         if not self._call("flush"):
             raise EngineFailed("SGLang refused to flush its cache (it stayed busy)")
 
     def books(self, rids: list[str] | None = None) -> dict[str, Any]:
         """The scheduler's books (:mod:`.books`), naming any structure that holds ``rids``."""
         return self._call("books", rids=rids)  # type: ignore[no-any-return]
+
+    def wait_idle(self, rids: list[str] | None = None, timeout_s: float = IDLE_WAIT_S) -> Any:
+        """The books (:meth:`books`) once the scheduler is fully idle and buffer mode has
+        nothing queued, staged or in flight (its write-throughs to L3 included)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            books = self.books(rids)
+            pipeline = books["pipeline"]
+            if books["fully_idle"] and (pipeline is None or pipeline["idle"]):
+                return books
+            if time.monotonic() > deadline:
+                raise EngineFailed(f"the engine did not go idle in {timeout_s:.0f} s: {books}")
+            time.sleep(0.1)
 
     def close(self) -> None:
         """Shut the engine down and remove its folder (an L3 given by the caller stays)."""

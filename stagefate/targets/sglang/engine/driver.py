@@ -10,8 +10,12 @@ it raised; the engine keeps serving):
 * ``generate``: ``prompts`` (token-id lists), ``max_new_tokens``, optional ``rids``,
   ``abort_after_s`` (``{rid: seconds}``: the tokenizer manager aborts that request then) and
   ``start_after`` (per prompt, the index of a prompt whose answer must come back before it is
-  sent, or None), sent together otherwise; per prompt its output ids, their logprobs, SGLang's
-  cache split and finish reason;
+  sent, or None), ``salts`` (per prompt, SGLang's ``cache_salt``: a tenant's namespace) and
+  ``timeout_s`` (a request not answered by then, :data:`ANSWER_TIMEOUT_S` unless given, is
+  aborted when it has a rid and reported ``timed_out``: a request SGLang never answers must not
+  hold the driver for ever), sent
+  together otherwise; per prompt its output ids, their logprobs, SGLang's cache split and
+  finish reason;
 * ``flush``: ``flush_cache()``, retried until SGLang accepts it (it refuses while busy);
 * ``books``: the scheduler's :mod:`.books` report over ``collective_rpc``, with ``rids``;
 * ``shutdown``.
@@ -35,6 +39,7 @@ from typing import Any
 from .settings import EngineSettings
 
 FLUSH_TRIES = 50
+ANSWER_TIMEOUT_S = 120.0
 
 
 class Driver:
@@ -51,24 +56,37 @@ class Driver:
         rids: list[str] | None = None,
         abort_after_s: dict[str, float] | None = None,
         start_after: list[int | None] | None = None,
+        salts: list[str | None] | None = None,
+        timeout_s: float | None = None,
     ) -> list[dict[str, Any]]:
         engine = self.engine
         sampling = {"max_new_tokens": max_new_tokens, "temperature": 0.0}
         answered = [asyncio.Event() for _ in prompts]
         waits = start_after or [None] * len(prompts)
 
+        salted = salts or [None] * len(prompts)
+
         async def one(index: int, prompt: list[int], rid: str | None) -> dict[str, Any]:
             first = waits[index]
             if first is not None:
                 await answered[first].wait()
             try:
-                return await ask(prompt, rid)
+                answer = ask(prompt, rid, salted[index])
+                return await asyncio.wait_for(answer, timeout_s or ANSWER_TIMEOUT_S)
+            except TimeoutError:
+                if rid is not None:
+                    engine.tokenizer_manager.abort_request(rid=rid)
+                return {"rid": rid, "timed_out": True}
             finally:
                 answered[index].set()
 
-        async def ask(prompt: list[int], rid: str | None) -> dict[str, Any]:
+        async def ask(prompt: list[int], rid: str | None, salt: str | None) -> dict[str, Any]:
             out = await engine.async_generate(
-                input_ids=prompt, sampling_params=sampling, return_logprob=True, rid=rid
+                input_ids=prompt,
+                sampling_params=sampling,
+                return_logprob=True,
+                rid=rid,
+                cache_salt=salt,
             )
             meta = out["meta_info"]
             return {

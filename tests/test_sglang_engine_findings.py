@@ -1,0 +1,34 @@
+"""docs/sglang-findings.md through SGLang's own engine (slow): each finding the engine can
+reach, by its public calls alone, on every release whose engine serves here, must show its
+symptom exactly on the releases the finding's record says hold it
+(:mod:`stagefate.targets.sglang.engine.findings`)."""
+
+from __future__ import annotations
+
+import pytest
+
+from stagefate.targets.sglang.engine.findings import SCRIPTS, STAND_IN_ONLY, affected, reproduce
+from stagefate.targets.sglang.findings import FINDINGS
+from stagefate.targets.sglang.releases import RELEASES
+
+from .harness import engine_target
+
+
+def test_every_finding_is_tried_through_the_engine_or_says_why_not() -> None:
+    assert set(SCRIPTS) | set(STAND_IN_ONLY) == set(FINDINGS)
+    assert not set(SCRIPTS) & set(STAND_IN_ONLY)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("version", list(RELEASES))
+@pytest.mark.parametrize("name", sorted(SCRIPTS))
+def test_the_engine_shows_each_finding_on_the_releases_that_hold_it(
+    name: str, version: str
+) -> None:
+    target = engine_target(version)
+    seen = reproduce(target, name)
+    expected = affected(name, version)
+    assert seen.present == expected, (
+        f"{name} on SGLang {version}: expected {'present' if expected else 'absent'}, "
+        f"saw: {seen.seen}"
+    )
