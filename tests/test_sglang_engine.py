@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from stagefate.targets.sglang.engine.client import SGLangEngine
+from stagefate.targets.sglang.engine.findings import from_l3, prompt
 from stagefate.targets.sglang.engine.server import SGLangServer
 from stagefate.targets.sglang.engine.serving import recorded
 from stagefate.targets.sglang.engine.settings import EngineSettings, PrefetchPolicy
@@ -68,29 +69,20 @@ def settled_books(engine: SGLangEngine, rids: list[str]) -> dict[str, Any]:
     return books
 
 
-def tokens(seed: int, length: int) -> list[int]:
-    """A prompt of ``length`` token ids drawn from ``seed`` (the model's vocabulary is 1,000)."""
-    return [(seed * 7919 + position * 104_729) % 997 + 3 for position in range(length)]
-
-
 def conversation(engine: SGLangEngine, seed: int, turns: int, flush: bool) -> list[dict[str, Any]]:
     """A multi-turn conversation: each turn's prompt is the history, the last answer and 24 new
     tokens; ``flush`` empties the device cache before each turn, once the last turn's
     write-through reached L3 (the history then comes from L3, split where the device would have
     split it: a prompt computed in other chunks may round a near tie the other way)."""
-    history = tokens(seed, 40)
+    history = prompt(seed, 40)
     answers = []
     for turn in range(turns):
         if flush:
             engine.flush()
         answer = engine.generate([history], rids=[f"conv{seed}-{turn}"])[0]
         answers.append(answer)
-        history = history + answer["output_ids"] + tokens(seed + turn + 1, 24)
+        history = history + answer["output_ids"] + prompt(seed + turn + 1, 24)
     return answers
-
-
-def storage(answer: dict[str, Any]) -> int:
-    return int((answer["cached"] or {}).get("storage", 0))
 
 
 def test_the_newest_release_serves_here() -> None:
@@ -108,16 +100,16 @@ def test_a_conversation_is_answered_the_same_with_buffer_mode_on_and_off(
     reference = conversation(plain, seed=1, turns=3, flush=False)
     from_l3 = conversation(buffered, seed=1, turns=3, flush=True)
     assert [a["output_ids"] for a in from_l3] == [a["output_ids"] for a in reference]
-    assert storage(from_l3[0]) == 0
-    assert all(storage(answer) > 0 for answer in from_l3[1:]), from_l3
+    assert from_l3(from_l3[0]) == 0
+    assert all(from_l3(answer) > 0 for answer in from_l3[1:]), from_l3
     settled_books(buffered, [a["rid"] for a in from_l3])
 
 
 def test_a_prompt_repeated_after_a_flush_is_served_from_l3(buffered: SGLangEngine) -> None:
-    prompt = tokens(2, 64)
-    first = buffered.generate([prompt], rids=["repeat-first"])[0]
+    asked = prompt(2, 64)
+    first = buffered.generate([asked], rids=["repeat-first"])[0]
     buffered.flush()
-    second = buffered.generate([prompt], rids=["repeat-second"])[0]
+    second = buffered.generate([asked], rids=["repeat-second"])[0]
     assert second["cached"] == {
         "device": 0,
         "host": 0,
@@ -134,12 +126,12 @@ def test_other_kv_in_l3_changes_the_output(buffered: SGLangEngine) -> None:
     flush still takes its hit from L3, and answers otherwise."""
     l3 = buffered.l3
     before = set(l3.iterdir())
-    victim = tokens(3, 64)
+    victim = prompt(3, 64)
     honest = buffered.generate([victim], rids=["victim"])[0]
     settled_books(buffered, ["victim"])
     victim_pages = sorted(set(l3.iterdir()) - before)
     before = set(l3.iterdir())
-    buffered.generate([tokens(4, 64)], rids=["donor"])
+    buffered.generate([prompt(4, 64)], rids=["donor"])
     settled_books(buffered, ["donor"])
     donor_pages = sorted(set(l3.iterdir()) - before)
     assert victim_pages and len(donor_pages) >= len(victim_pages)
@@ -147,13 +139,13 @@ def test_other_kv_in_l3_changes_the_output(buffered: SGLangEngine) -> None:
         page.write_bytes(donor.read_bytes())
     buffered.flush()
     lied_to = buffered.generate([victim], rids=["victim-again"])[0]
-    assert storage(lied_to) == 60
+    assert from_l3(lied_to) == 60
     assert lied_to["output_ids"] != honest["output_ids"]
     settled_books(buffered, ["victim", "donor", "victim-again"])
 
 
 @pytest.mark.parametrize("policy", ["best_effort", "timeout"])
-def test_each_prefetch_stop_policy_serves_the_same_tokens(
+def test_each_prefetch_stop_policy_serves_the_same_prompt(
     release: Installed, plain: SGLangEngine, policy: PrefetchPolicy
 ) -> None:
     """(``wait_complete`` is the shared engine's policy, above.)"""
@@ -170,15 +162,15 @@ def test_a_burst_sharing_a_prefix_under_eviction(
     """Eight requests sharing a 192-token prefix, each with its own 64-token tail, all in L3,
     sent together at a device pool of 512 tokens: reads in flight while siblings publish the
     same prefix and the tree evicts to admit them."""
-    shared = tokens(6, 192)
-    prompts = [shared + tokens(100 + i, 64) for i in range(8)]
+    shared = prompt(6, 192)
+    prompts = [shared + prompt(100 + i, 64) for i in range(8)]
     rids = [f"burst-{i}" for i in range(8)]
     reference = plain.generate(prompts, rids=rids)
     buffered.generate(prompts, rids=[f"warm-{i}" for i in range(8)])
     buffered.flush()
     answers = buffered.generate(prompts, rids=rids)
     assert [a["output_ids"] for a in answers] == [a["output_ids"] for a in reference]
-    assert sum(storage(a) for a in answers) > 0
+    assert sum(from_l3(a) for a in answers) > 0
     early = conversation(buffered, seed=1, turns=1, flush=False)[0]
     assert (early["cached"] or {}).get("device", 0) < 36, "the burst evicted nothing"
     settled_books(buffered, rids + [f"warm-{i}" for i in range(8)])
@@ -187,16 +179,16 @@ def test_a_burst_sharing_a_prefix_under_eviction(
 def test_an_abort_while_a_prefetch_is_in_flight(
     plain: SGLangEngine, buffered: SGLangEngine
 ) -> None:
-    prompt = tokens(7, 400)
-    reference = plain.generate([prompt], rids=["long"])[0]
-    buffered.generate([prompt], rids=["long-warm"])
+    asked = prompt(7, 400)
+    reference = plain.generate([asked], rids=["long"])[0]
+    buffered.generate([asked], rids=["long-warm"])
     buffered.flush()
     aborted = buffered.generate(
-        [prompt], rids=["long-aborted"], abort_after_s={"long-aborted": 0.05}
+        [asked], rids=["long-aborted"], abort_after_s={"long-aborted": 0.05}
     )
     assert aborted[0]["finish_reason"]["type"] == "abort", aborted
     settled_books(buffered, ["long-warm", "long-aborted"])
-    again = buffered.generate([prompt], rids=["long-again"])[0]
+    again = buffered.generate([asked], rids=["long-again"])[0]
     assert again["output_ids"] == reference["output_ids"]
     settled_books(buffered, ["long-again"])
 
@@ -206,23 +198,23 @@ def test_a_conversation_through_sglangs_http_server(
 ) -> None:
     reference = conversation(plain, seed=8, turns=3, flush=False)
     with SGLangServer(release, POOL) as server:
-        history = tokens(8, 40)
+        history = prompt(8, 40)
         for turn, expected in enumerate(reference):
             server.flush()
             answer = server.generate(history)
             assert answer["output_ids"] == expected["output_ids"]
             if turn:
                 assert answer["meta_info"]["cached_tokens_details"]["storage"] > 0
-            history = history + answer["output_ids"] + tokens(8 + turn + 1, 24)
+            history = history + answer["output_ids"] + prompt(8 + turn + 1, 24)
         assert server.alive(), "SGLang's idle leak check (strict here) ended the server"
 
 
 def test_l3_given_to_a_second_engine_serves_it_warm(release: Installed, tmp_path: Path) -> None:
-    prompt = tokens(9, 64)
+    asked = prompt(9, 64)
     with SGLangEngine(release, POOL, l3=tmp_path / "l3") as first:
-        written = first.generate([prompt], rids=["writer"])[0]
+        written = first.generate([asked], rids=["writer"])[0]
         settled_books(first, ["writer"])
     with SGLangEngine(release, POOL, l3=tmp_path / "l3") as second:
-        read = second.generate([prompt], rids=["reader"])[0]
-        assert storage(read) == 60 and read["output_ids"] == written["output_ids"]
+        read = second.generate([asked], rids=["reader"])[0]
+        assert from_l3(read) == 60 and read["output_ids"] == written["output_ids"]
         settled_books(second, ["reader"])

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from stagefate.targets.sglang.engine.batch import Batch
 from stagefate.targets.sglang.engine.model import write_model
 from stagefate.targets.sglang.engine.server import flags
 from stagefate.targets.sglang.engine.settings import EngineSettings
@@ -76,3 +77,19 @@ def test_buffer_mode_arguments_and_their_flags() -> None:
 def test_bad_settings_name_the_field(change: dict[str, object], says: str) -> None:
     with pytest.raises(ValueError, match=says):
         EngineSettings(**change)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("shape", "says"),
+    [
+        ({"rids": ["a"]}, "rids has 1 entries for 2 prompts"),
+        ({"timeout_s": 1.0}, "give every prompt a rid"),
+        ({"rids": ["a", "b"], "abort_after_s": {"c": 0.0}}, "which no prompt's rid is"),
+        ({"start_after": [None]}, "start_after has 1 entries"),
+    ],
+)
+def test_a_batch_that_cannot_be_sent_as_asked_is_refused_naming_the_fix(
+    shape: dict[str, object], says: str
+) -> None:
+    with pytest.raises(ValueError, match=says):
+        Batch([[1], [2]], **shape)  # type: ignore[arg-type]

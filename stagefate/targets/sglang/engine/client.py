@@ -15,10 +15,11 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 from ..environments import Installed
+from .batch import Batch
+from .lifetime import ClosedOnExit
 from .model import shared_model
 from .settings import EngineSettings, engine_environment
 
@@ -33,7 +34,7 @@ class EngineFailed(RuntimeError):
     """The engine did not start, or a command raised in it; the message carries why."""
 
 
-class SGLangEngine:
+class SGLangEngine(ClosedOnExit):
     """One SGLang engine serving the tiny model (:mod:`.model`), with its own L3 folder.
 
     ``l3`` may be given to share L3 between engines (a second engine then starts warm)."""
@@ -100,30 +101,12 @@ class SGLangEngine:
             )
         return answer["ok"]
 
-    def generate(
-        self,
-        prompts: list[list[int]],
-        max_new_tokens: int = 8,
-        rids: list[str] | None = None,
-        abort_after_s: dict[str, float] | None = None,
-        start_after: list[int | None] | None = None,
-        salts: list[str | None] | None = None,
-        timeout_s: float | None = None,
-    ) -> list[dict[str, Any]]:
-        """Send ``prompts`` together (but those ``start_after`` holds back); each one's answer
-        (see :mod:`.driver`), in order."""
-        if timeout_s is not None and (rids is None or None in rids):
-            raise ValueError("timeout_s aborts a late request by its id: give every prompt a rid")
-        return self._call(  # type: ignore[no-any-return]
-            "generate",
-            prompts=prompts,
-            max_new_tokens=max_new_tokens,
-            rids=rids,
-            abort_after_s=abort_after_s,
-            start_after=start_after,
-            salts=salts,
-            timeout_s=timeout_s,
-        )
+    def generate(self, batch: Batch | list[list[int]], **shape: Any) -> list[dict[str, Any]]:
+        """Send a :class:`.batch.Batch` (or prompts, with its other fields by name); each
+        prompt's answer (see :mod:`.driver`), in order."""
+        if not isinstance(batch, Batch):
+            batch = Batch(batch, **shape)
+        return self._call("generate", batch=batch.as_json())  # type: ignore[no-any-return]
 
     def flush(self) -> None:
         """Empty the device tree and pools (not L3), as ``flush_cache`` does, once the engine is
@@ -163,14 +146,3 @@ class SGLangEngine:
             if stream is not None:
                 stream.close()
         shutil.rmtree(self.work, ignore_errors=True)
-
-    def __enter__(self) -> SGLangEngine:
-        return self
-
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        error: BaseException | None,
-        trace: TracebackType | None,
-    ) -> None:
-        self.close()

@@ -7,15 +7,10 @@ stand-ins at interpreter start. Its first line in is ``{"settings": {...}, "mode
 serves. Then each line in is a command, each line out its answer (``{"error": TRACEBACK}`` when
 it raised; the engine keeps serving):
 
-* ``generate``: ``prompts`` (token-id lists), ``max_new_tokens``, optional ``rids``,
-  ``abort_after_s`` (``{rid: seconds}``: the tokenizer manager aborts that request then) and
-  ``start_after`` (per prompt, the index of a prompt whose answer must come back before it is
-  sent, or None), ``salts`` (per prompt, SGLang's ``cache_salt``: a tenant's namespace) and
-  ``timeout_s`` (a request not answered by then, :data:`ANSWER_TIMEOUT_S` unless given, is
-  aborted when it has a rid and reported ``timed_out``: a request SGLang never answers must not
-  hold the driver for ever), sent
-  together otherwise; per prompt its output ids, their logprobs, SGLang's cache split and
-  finish reason;
+* ``generate``: ``{"batch": Batch}`` (:class:`.batch.Batch`); per prompt its output ids, their
+  logprobs, SGLang's cache split and finish reason. A request not answered within the batch's
+  ``timeout_s`` (:data:`ANSWER_TIMEOUT_S` unless given) is aborted and reported ``timed_out``:
+  one SGLang never answers must not hold the driver for ever;
 * ``flush``: ``flush_cache()``, retried until SGLang accepts it (it refuses while busy);
 * ``books``: the scheduler's :mod:`.books` report over ``collective_rpc``, with ``rids``;
 * ``shutdown``.
@@ -36,6 +31,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from .batch import Batch
 from .settings import EngineSettings
 
 FLUSH_TRIES = 50
@@ -49,22 +45,14 @@ class Driver:
         self.work = work
         self.engine = sglang.Engine(**settings.arguments(model))
 
-    def generate(
-        self,
-        prompts: list[list[int]],
-        max_new_tokens: int,
-        rids: list[str] | None = None,
-        abort_after_s: dict[str, float] | None = None,
-        start_after: list[int | None] | None = None,
-        salts: list[str | None] | None = None,
-        timeout_s: float | None = None,
-    ) -> list[dict[str, Any]]:
+    def generate(self, batch: Batch, timeout_s: float = ANSWER_TIMEOUT_S) -> list[dict[str, Any]]:
         engine = self.engine
-        sampling = {"max_new_tokens": max_new_tokens, "temperature": 0.0}
+        prompts = batch.prompts
+        sampling = {"max_new_tokens": batch.max_new_tokens, "temperature": 0.0}
         answered = [asyncio.Event() for _ in prompts]
-        waits = start_after or [None] * len(prompts)
+        waits = batch.start_after or [None] * len(prompts)
 
-        salted = salts or [None] * len(prompts)
+        salted = batch.salts or [None] * len(prompts)
 
         async def one(index: int, prompt: list[int], rid: str | None) -> dict[str, Any]:
             first = waits[index]
@@ -72,7 +60,7 @@ class Driver:
                 await answered[first].wait()
             try:
                 answer = ask(prompt, rid, salted[index])
-                return await asyncio.wait_for(answer, timeout_s or ANSWER_TIMEOUT_S)
+                return await asyncio.wait_for(answer, batch.timeout_s or timeout_s)
             except TimeoutError:
                 if rid is not None:
                     engine.tokenizer_manager.abort_request(rid=rid)
@@ -103,8 +91,8 @@ class Driver:
             engine.tokenizer_manager.abort_request(rid=rid)
 
         async def everything() -> list[dict[str, Any]]:
-            names: list[str | None] = list(rids) if rids else [None] * len(prompts)
-            aborts = [abort(rid, after) for rid, after in (abort_after_s or {}).items()]
+            names: list[str | None] = list(batch.rids) if batch.rids else [None] * len(prompts)
+            aborts = [abort(rid, after) for rid, after in (batch.abort_after_s or {}).items()]
             results = await asyncio.gather(
                 *(one(i, p, r) for i, (p, r) in enumerate(zip(prompts, names, strict=True))),
                 *aborts,
@@ -137,7 +125,7 @@ class Driver:
 def _answer(driver: Driver, command: dict[str, Any]) -> Any:
     op = command.pop("op")
     if op == "generate":
-        return driver.generate(**command)
+        return driver.generate(Batch(**command["batch"]))
     if op == "flush":
         return driver.flush()
     if op == "books":

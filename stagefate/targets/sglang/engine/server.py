@@ -19,10 +19,10 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 from ..environments import Installed
+from .lifetime import ClosedOnExit
 from .model import shared_model
 from .settings import EngineSettings, engine_environment
 
@@ -53,7 +53,7 @@ def flags(arguments: dict[str, Any]) -> list[str]:
     return argv
 
 
-class SGLangServer:
+class SGLangServer(ClosedOnExit):
     """SGLang's HTTP server serving the tiny model on a free port of 127.0.0.1."""
 
     def __init__(self, target: Installed, settings: EngineSettings) -> None:
@@ -135,14 +135,3 @@ class SGLangServer:
                 os.killpg(self._process.pid, signal.SIGKILL)
                 self._process.wait()
         shutil.rmtree(self.work, ignore_errors=True)
-
-    def __enter__(self) -> SGLangServer:
-        return self
-
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        error: BaseException | None,
-        trace: TracebackType | None,
-    ) -> None:
-        self.close()
