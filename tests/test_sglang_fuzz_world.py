@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+import torch
 
 from stagefate.cli import main
 from stagefate.targets.sglang.fuzz_config import CHOICES, PAGE, FuzzConfig, parse_pins
@@ -588,3 +589,26 @@ def test_a_reused_ids_revoked_prefetch_leaves_its_hit_tokens_unresolved_unless_f
             assert problem is not None and f"+{whole} tokens unaccounted for" in problem
     finally:
         driver.close()
+
+
+def test_the_world_retracts_the_request_sglang_would() -> None:
+    """SGLang's default retraction order (``ScheduleBatch._get_decode_retraction_order``: kept
+    by ``(len(output_ids), -len(origin_input_ids))`` descending, retracted from the end): the
+    fewest output tokens first, then the longest input. The world takes no other."""
+    from types import SimpleNamespace
+
+    from stagefate.targets.sglang.machine import SGLangPipelineFuzzer
+
+    state = SGLangPipelineFuzzer.__new__(SGLangPipelineFuzzer)
+    running = {"long-decoded": (10, 12), "short-fresh": (0, 4), "long-fresh": (0, 9)}
+    state.driver = SimpleNamespace(  # type: ignore[assignment]
+        requests={
+            rid: SimpleNamespace(state="admitted", tokens=[0] * length)
+            for rid, (_, length) in running.items()
+        },
+        decoding={rid: torch.zeros(out) for rid, (out, _) in running.items() if out},
+        loading=lambda rid: False,
+    )
+    assert state._sglangs_retraction_choice() == "long-fresh"
+    del state.driver.requests["long-fresh"]
+    assert state._sglangs_retraction_choice() == "short-fresh"

@@ -221,24 +221,36 @@ class SGLangPipelineFuzzer(RuleBasedStateMachine):
         self.issued += 1
         self.driver.issue(rid, SEQUENCES[sequence], self._namespace(namespace), stale)
 
+    def _sglangs_retraction_choice(self) -> str:
+        """The running request SGLang retracts first (``ScheduleBatch.
+        _get_decode_retraction_order``, its default policy): the fewest output tokens, then the
+        longest input. The world never retracts another: that order is the scheduler's."""
+        decoded = self.driver.decoding
+
+        def kept_before(rid: str) -> tuple[int, int]:
+            held = decoded.get(rid)
+            return (0 if held is None else len(held), -len(self.driver.requests[rid].tokens))
+
+        return min(self._retractable(), key=kept_before)
+
     @precondition(lambda self: bool(self._retractable()))
-    @rule(data=st.data())
-    def retract(self, data: st.DataObject) -> None:
-        """The running batch grew and a running request is retracted (``SteppedSGLang.retract``:
-        re-issued under the same handle, whatever of its earlier attempt is in flight)."""
-        rid = data.draw(st.sampled_from(self._retractable()), label="request")
-        self.driver.retract(rid)
+    @rule()
+    def retract(self) -> None:
+        """The running batch grew and SGLang retracts the request it picks
+        (``SteppedSGLang.retract``: re-issued under the same handle, whatever of its earlier
+        attempt is in flight)."""
+        self.driver.retract(self._sglangs_retraction_choice())
 
     @precondition(lambda self: bool(self._retractable()))
     @rule(data=st.data(), pages=st.sampled_from((1, 16, 64)))
     def decode(self, data: st.DataObject, pages: int) -> None:
         """A running request decodes ``pages`` pages more: the running batch's KV competes
         with the tree and with admissions' loads for the device pool (the scheduler evicts
-        first); when even that leaves no room, the request is retracted."""
+        first); when even that leaves no room, SGLang retracts the request it picks."""
         rid = data.draw(st.sampled_from(self._retractable()), label="request")
         if not self.driver.decode(rid, pages * PAGE):
             OUTCOMES["world: retracted, no room to decode"] += 1
-            self.driver.retract(rid)
+            self.driver.retract(self._sglangs_retraction_choice())
 
     @precondition(lambda self: bool(self._in("aborted")))
     @rule(
