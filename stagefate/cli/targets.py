@@ -86,6 +86,7 @@ def run(args: argparse.Namespace) -> int:
         flagged("error:", str(failed))
         return 1
     console.print(f"SGLang {version} is ready in {path}")
+    _check_engine(f"sglang=={version}")  # recorded; a release that cannot serve still drives
     return 0
 
 

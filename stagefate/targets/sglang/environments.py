@@ -18,9 +18,10 @@ run one prefetch through the release's pipeline there, so an interrupted install
    draws diagrams). stagefate's code is not installed: the worker runs the caller's, through
    ``PYTHONPATH``, so both sides always run the same stagefate;
 5. what SGLang's engine imports beyond that (stagefate's ``sglang-engine`` extra, at the
-   wheel's pins), then one check that the engine serves from L3 there
-   (:mod:`.engine.serving`): its outcome is recorded, not required, since a release whose engine
-   cannot start here still drives its tree and pipeline.
+   wheel's pins). Once the environment is ready, ``stagefate targets install`` checks that the
+   engine serves from L3 there (:mod:`.engine.serving`): its outcome is recorded, not
+   required, since a release whose engine cannot start here still drives its tree and
+   pipeline.
 """
 
 from __future__ import annotations
@@ -266,11 +267,6 @@ def _build(version: str, partial: Path, say: Callable[[str], None]) -> None:
         [str(python), "-m", "stagefate.targets.sglang.worker", "--check", version],
         env=worker_environment(python),
     )
-    from .engine.serving import check_engine
-
-    say("its engine, serving a prompt from L3 (recorded, not required)")
-    served = check_engine(Installed(version, python, here=False))
-    say(f"engine: {'serves' if served.serves else 'does not serve'}: {served.detail}")
     ready = {"version": version, "torch": TORCH, "stagefate": own, "engine": engine_requirements()}
     (partial / READY).write_text(json.dumps(ready) + "\n")
 
