@@ -11,6 +11,7 @@ buffer whole) pass, read inside the scheduler's process.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -56,16 +57,27 @@ def _with(**change: Any) -> EngineSettings:
     return EngineSettings(**(POOL.as_json() | change))
 
 
+_PASSES = itertools.count(10_000)
+
+
 def settled_books(engine: SGLangEngine, rids: list[str]) -> dict[str, Any]:
-    """The scheduler's books once it and its pipeline are idle, checked whole."""
+    """The scheduler's books once it and its pipeline are idle, checked whole. Where the bounce
+    is short at idle, one more request runs first: SGLang (0.5.19-0.5.21 here) can report idle
+    while an aborted read's bounce waits for its next pass, which an idle scheduler does not run;
+    the next request's pass frees it (docs/sglang.md, "SGLang's engine")."""
     books = engine.wait_idle(rids)
+    host = books["host"]
+    if host is not None and host["available"] + host["queued_for_release"] != host["size"]:
+        engine.generate([prompt(next(_PASSES), 8)], rids=[f"one-more-pass-{next(_PASSES)}"])
+        books = engine.wait_idle(rids)
     pipeline = books["pipeline"]
     assert books["sglang_checks"]["problems"] == []
     assert set(books["sglang_checks"]["warnings"].values()) == {0}
     assert books["per_request"] == {}, "a structure still names a finished request"
     if pipeline is not None:
         assert pipeline["held"] == {}
-        assert books["host"]["available"] == books["host"]["size"], "the bounce is not whole"
+        host = books["host"]
+        assert host["available"] + host["queued_for_release"] == host["size"], host
     return books
 
 
@@ -98,11 +110,11 @@ def test_a_conversation_is_answered_the_same_with_buffer_mode_on_and_off(
     plain: SGLangEngine, buffered: SGLangEngine
 ) -> None:
     reference = conversation(plain, seed=1, turns=3, flush=False)
-    from_l3 = conversation(buffered, seed=1, turns=3, flush=True)
-    assert [a["output_ids"] for a in from_l3] == [a["output_ids"] for a in reference]
-    assert from_l3(from_l3[0]) == 0
-    assert all(from_l3(answer) > 0 for answer in from_l3[1:]), from_l3
-    settled_books(buffered, [a["rid"] for a in from_l3])
+    answers = conversation(buffered, seed=1, turns=3, flush=True)
+    assert [a["output_ids"] for a in answers] == [a["output_ids"] for a in reference]
+    assert from_l3(answers[0]) == 0
+    assert all(from_l3(answer) > 0 for answer in answers[1:]), answers
+    settled_books(buffered, [a["rid"] for a in answers])
 
 
 def test_a_prompt_repeated_after_a_flush_is_served_from_l3(buffered: SGLangEngine) -> None:

@@ -13,7 +13,10 @@ RPC). It writes a JSON report to the path it is given (an RPC answers only "succ
   engine target sets) and the leak warnings SGLang counted so far;
 * ``pipeline``: buffer mode's ``is_idle()`` and every non-empty dict, list, set or deque the
   pipeline holds (its per-request books among them), by name and size;
-* ``host``: the bounce buffer's free slots against its size (whole when equal);
+* ``host``: the bounce buffer's free slots against its size, and the slots queued for release
+  (``host_mem_release_queue``: SGLang frees them at its next pass, and an idle scheduler runs
+  none, so they stay queued until the next request arrives), and every ``host_indices`` tensor
+  reachable from the cache (who holds the rest);
 * ``per_request``: every structure reachable from the tree cache that still names one of the
   given request ids (:func:`..request_books.per_request_books`).
 """
@@ -25,6 +28,7 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
+from ..object_walk import walk
 from ..request_books import per_request_books
 
 _BOOKS = (dict, list, set, deque)
@@ -42,12 +46,29 @@ def _pipeline(cache: Any) -> dict[str, Any] | None:
     return {"idle": bool(pipeline.is_idle()), "held": held}
 
 
-def _host(cache: Any) -> dict[str, int] | None:
+def _host(cache: Any) -> dict[str, Any] | None:
     controller = getattr(cache, "cache_controller", None)
     host = getattr(controller, "mem_pool_host", None)
     if host is None:
         return None
-    return {"available": int(host.available_size()), "size": int(host.size)}
+    queued = getattr(controller, "host_mem_release_queue", None)
+    releasing = sum(len(slots) for slots in getattr(queued, "queue", ()))
+    return {
+        "available": int(host.available_size()),
+        "size": int(host.size),
+        "queued_for_release": int(releasing),
+        "held_by": _bounce_holders(cache, skip=(host,)),
+    }
+
+
+def _bounce_holders(cache: Any, skip: tuple[Any, ...]) -> dict[str, int]:
+    """Every ``host_indices`` tensor reachable from the cache (SGLang's name for a bounce
+    allocation in every release), by path, with its slots: who holds the bounce now."""
+    holders: dict[str, int] = {}
+    for path, obj in walk({"tree_cache": cache}, skip=skip):
+        if path.endswith(".host_indices") and hasattr(obj, "numel"):
+            holders[path] = int(obj.numel())
+    return holders
 
 
 def _sglang_checks(scheduler: Any) -> dict[str, Any]:
