@@ -39,20 +39,22 @@ ANSWER_TIMEOUT_S = 120.0
 
 
 class Driver:
+    """One ``sglang.Engine`` serving the model, and the commands of the module's docstring."""
+
     def __init__(self, settings: EngineSettings, model: Path, work: Path) -> None:
         import sglang
 
         self.work = work
         self.engine = sglang.Engine(**settings.arguments(model))
 
-    def generate(self, batch: Batch, timeout_s: float = ANSWER_TIMEOUT_S) -> list[dict[str, Any]]:
+    def generate(self, batch: Batch) -> list[dict[str, Any]]:
         engine = self.engine
         prompts = batch.prompts
         sampling = {"max_new_tokens": batch.max_new_tokens, "temperature": 0.0}
         answered = [asyncio.Event() for _ in prompts]
         waits = batch.start_after or [None] * len(prompts)
-
         salted = batch.salts or [None] * len(prompts)
+        timeout_s = batch.timeout_s or ANSWER_TIMEOUT_S
 
         async def one(index: int, prompt: list[int], rid: str | None) -> dict[str, Any]:
             first = waits[index]
@@ -60,7 +62,7 @@ class Driver:
                 await answered[first].wait()
             try:
                 answer = ask(prompt, rid, salted[index])
-                return await asyncio.wait_for(answer, batch.timeout_s or timeout_s)
+                return await asyncio.wait_for(answer, timeout_s)
             except TimeoutError:
                 if rid is not None:
                     engine.tokenizer_manager.abort_request(rid=rid)
