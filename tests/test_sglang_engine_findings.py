@@ -19,6 +19,20 @@ def test_every_finding_is_tried_through_the_engine_or_says_why_not() -> None:
     assert not set(SCRIPTS) & set(STAND_IN_ONLY)
 
 
+@pytest.mark.parametrize(
+    ("name", "holders"),
+    [
+        ("l3_keys_ignore_the_namespace", {"0.5.19"}),
+        ("hit_larger_than_the_host_pool_waits_for_ever", {"0.5.19", "0.5.20", "0.5.21"}),
+        ("aborted_query_revokes_its_ids_next_prefetch", set(RELEASES)),
+    ],
+)
+def test_a_finding_is_held_from_the_release_it_was_found_in_until_its_fix(
+    name: str, holders: set[str]
+) -> None:
+    assert {version for version in RELEASES if affected(name, version)} == holders
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("version", list(RELEASES))
 @pytest.mark.parametrize("name", sorted(SCRIPTS))
