@@ -24,12 +24,19 @@ def per_request_books(
     entry for one of ``requests`` (rids and handles alike)."""
     found: dict[str, int] = {}
     for path, obj in walk(roots, package):
-        book = entries(obj)
-        if book is not None:
-            held = sum(_names_request(entry, requests) for entry in book)
-            if held:
-                found[path] = held
+        held = entries_for(obj, requests)
+        if held:
+            found[path] = held
     return found
+
+
+def entries_for(obj: object, requests: Collection[object]) -> int:
+    """How many entries of ``obj`` (a book, or 0 for anything else) name one of ``requests``:
+    :func:`per_request_books`' test of one object, for a caller already walking."""
+    book = entries(obj)
+    if book is None:
+        return 0
+    return sum(_names_request(entry, requests) for entry in book)
 
 
 def _names_request(entry: object, requests: Collection[object]) -> bool:

@@ -210,26 +210,22 @@ def _simulated_host_budget(*args: Any, **kwargs: Any) -> int:
     return SIMULATED_HOST_BUDGET
 
 
-class _NaiveAllocExtend:
-    """``alloc_extend_kernel[grid](...)`` run as SGLang's ``alloc_extend_naive`` (the torch
+def _alloc_extend_as_naive(naive: Callable[..., None]) -> Callable[..., None]:
+    """``alloc_extend_kernel``'s arguments passed to SGLang's ``alloc_extend_naive`` (the torch
     version of the same kernel; the kernel's extra argument is its block size)."""
 
-    def __init__(self, naive: Callable[..., None]) -> None:
-        self.naive = naive
+    def launch(
+        prefix_lens: Any,
+        seq_lens: Any,
+        last_loc: Any,
+        free_pages: Any,
+        out_indices: Any,
+        block_size: int,
+        page_size: int,
+    ) -> None:
+        naive(prefix_lens, seq_lens, last_loc, free_pages, out_indices, page_size, "cpu")
 
-    def __getitem__(self, grid: Any) -> Callable[..., None]:
-        def launch(
-            prefix_lens: Any,
-            seq_lens: Any,
-            last_loc: Any,
-            free_pages: Any,
-            out_indices: Any,
-            block_size: int,
-            page_size: int,
-        ) -> None:
-            self.naive(prefix_lens, seq_lens, last_loc, free_pages, out_indices, page_size, "cpu")
-
-        return launch
+    return launch
 
 
 def _alloc_decode(
@@ -288,6 +284,6 @@ def patch_for_cpu() -> None:
     from sglang.srt.mem_cache.allocator import paged
 
     if "use_triton_kernels" not in inspect.getsource(paged.PagedTokenToKVPoolAllocator):
-        paged.alloc_extend_kernel = _NaiveAllocExtend(paged.alloc_extend_naive)
+        paged.alloc_extend_kernel = _Launch(_alloc_extend_as_naive(paged.alloc_extend_naive))
         paged.alloc_decode_kernel = _Launch(_alloc_decode)
     _patched = True

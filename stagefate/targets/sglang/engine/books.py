@@ -18,7 +18,7 @@ RPC). It writes a JSON report to the path it is given (an RPC answers only "succ
   none, so they stay queued until the next request arrives), and every ``host_indices`` tensor
   reachable from the cache (who holds the rest);
 * ``per_request``: every structure reachable from the tree cache that still names one of the
-  given request ids (:func:`..request_books.per_request_books`).
+  given request ids (:func:`..request_books.per_request_books`' test, in the same walk).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from ..object_walk import walk
-from ..request_books import per_request_books
+from ..request_books import entries_for
 
 _BOOKS = (dict, list, set, deque)
 
@@ -46,7 +46,7 @@ def _pipeline(cache: Any) -> dict[str, Any] | None:
     return {"idle": bool(pipeline.is_idle()), "held": held}
 
 
-def _host(cache: Any) -> dict[str, Any] | None:
+def _host(cache: Any, holders: dict[str, int]) -> dict[str, Any] | None:
     controller = getattr(cache, "cache_controller", None)
     host = getattr(controller, "mem_pool_host", None)
     if host is None:
@@ -57,18 +57,25 @@ def _host(cache: Any) -> dict[str, Any] | None:
         "available": int(host.available_size()),
         "size": int(host.size),
         "queued_for_release": int(releasing),
-        "held_by": _bounce_holders(cache, skip=(host,)),
+        "held_by": holders,
     }
 
 
-def _bounce_holders(cache: Any, skip: tuple[Any, ...]) -> dict[str, int]:
-    """Every ``host_indices`` tensor reachable from the cache (SGLang's name for a bounce
-    allocation in every release), by path, with its slots: who holds the bounce now."""
+def _walked(cache: Any, rids: set[str]) -> tuple[dict[str, int], dict[str, int]]:
+    """One walk from the cache (the host pool itself not walked): every structure that names
+    one of ``rids`` (:func:`..request_books.entries_for`), and every ``host_indices`` tensor
+    (SGLang's name for a bounce allocation in every release) with its slots: who holds the
+    bounce now. Both by path."""
+    named: dict[str, int] = {}
     holders: dict[str, int] = {}
-    for path, obj in walk({"tree_cache": cache}, skip=skip):
+    pool = getattr(getattr(cache, "cache_controller", None), "mem_pool_host", None)
+    for path, obj in walk({"tree_cache": cache}, skip=() if pool is None else (pool,)):
+        held = entries_for(obj, rids)
+        if held:
+            named[path] = held
         if path.endswith(".host_indices") and hasattr(obj, "numel"):
             holders[path] = int(obj.numel())
-    return holders
+    return named, holders
 
 
 def _sglang_checks(scheduler: Any) -> dict[str, Any]:
@@ -89,12 +96,13 @@ def _sglang_checks(scheduler: Any) -> dict[str, Any]:
 def report(scheduler: Any, rids: list[str]) -> dict[str, Any]:
     """What :func:`stagefate_books` writes (see the module's docstring)."""
     cache = scheduler.tree_cache
+    named, holders = _walked(cache, set(rids))
     return {
         "fully_idle": bool(scheduler.is_fully_idle()),
         "sglang_checks": _sglang_checks(scheduler),
         "pipeline": _pipeline(cache),
-        "host": _host(cache),
-        "per_request": per_request_books({"tree_cache": cache}, set(rids)),
+        "host": _host(cache, holders),
+        "per_request": named,
     }
 
 
