@@ -133,19 +133,23 @@ def test_a_prompt_repeated_after_a_flush_is_served_from_l3(buffered: SGLangEngin
     settled_books(buffered, ["repeat-first", "repeat-second"])
 
 
+def pages_written(engine: SGLangEngine, asked: list[int], rid: str) -> tuple[Any, list[Path]]:
+    """One request's answer and the L3 pages its write-through added. The books are settled
+    first and only waited on after, so the extra pass :func:`settled_books` may run (its own
+    pages) falls outside the count."""
+    settled_books(engine, [])
+    before = set(engine.l3.iterdir())
+    answer = engine.generate([asked], rids=[rid])[0]
+    engine.wait_idle([rid])
+    return answer, sorted(set(engine.l3.iterdir()) - before)
+
+
 def test_other_kv_in_l3_changes_the_output(buffered: SGLangEngine) -> None:
     """Control: the pages of one prompt overwritten with another's, the same prompt after a
     flush still takes its hit from L3, and answers otherwise."""
-    l3 = buffered.l3
-    before = set(l3.iterdir())
     victim = prompt(3, 64)
-    honest = buffered.generate([victim], rids=["victim"])[0]
-    settled_books(buffered, ["victim"])
-    victim_pages = sorted(set(l3.iterdir()) - before)
-    before = set(l3.iterdir())
-    buffered.generate([prompt(4, 64)], rids=["donor"])
-    settled_books(buffered, ["donor"])
-    donor_pages = sorted(set(l3.iterdir()) - before)
+    honest, victim_pages = pages_written(buffered, victim, "victim")
+    _, donor_pages = pages_written(buffered, prompt(4, 64), "donor")
     assert victim_pages and len(donor_pages) >= len(victim_pages)
     for page, donor in zip(victim_pages, donor_pages, strict=False):
         page.write_bytes(donor.read_bytes())
