@@ -79,6 +79,9 @@ class PrefixView:
 class SGLangTree:
     """:class:`~stagefate.runtime.prefix_tree.PrefixTree` over SGLang's ``UnifiedRadixCache``."""
 
+    remembers_keys = True
+    """Keep every key inserted, for :meth:`nodes` (the fuzzer's byte check)."""
+
     def __init__(
         self, core: str, page_size: int, device_pool: SlotPool, cache: tuple[Any, Any] | None = None
     ) -> None:
@@ -172,7 +175,8 @@ class SGLangTree:
             raise SGLangTreeError(
                 f"SGLang's insert freed {freed.tolist()}, not the {present} tokens it already held"
             )
-        self.keys[(namespace, key.data)] = None
+        if self.remembers_keys:
+            self.keys[(namespace, key.data)] = None
         node = self.match_prefix(key, *namespace).last_node
         return present, node
 

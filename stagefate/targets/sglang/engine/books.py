@@ -12,7 +12,8 @@ RPC). It writes a JSON report to the path it is given (an RPC answers only "succ
   (``_check_req_pool``; raises under ``SGLANG_ENABLE_STRICT_MEM_CHECK_DURING_IDLE``, which the
   engine target sets) and the leak warnings SGLang counted so far;
 * ``pipeline``: buffer mode's ``is_idle()`` and every non-empty dict, list, set or deque the
-  pipeline holds (its per-request books among them), by name and size;
+  pipeline holds (its per-request books among them), by name and size; where stagefate's
+  lifecycle is the pipeline, its live records, pinned tokens, bounce and counters too;
 * ``host``: the bounce buffer's free slots against its size, and the slots queued for release
   (``host_mem_release_queue``: SGLang frees them at its next pass, and an idle scheduler runs
   none, so they stay queued until the next request arrives), and every ``host_indices`` tensor
@@ -43,7 +44,17 @@ def _pipeline(cache: Any) -> dict[str, Any] | None:
         for name, value in vars(pipeline).items()
         if isinstance(value, _BOOKS) and value
     }
-    return {"idle": bool(pipeline.is_idle()), "held": held}
+    books: dict[str, Any] = {"idle": bool(pipeline.is_idle()), "held": held}
+    life = getattr(pipeline, "_life", None)
+    if life is not None:  # stagefate's lifecycle is the pipeline (integrations.sglang)
+        bounce = life.host_pool
+        books["lifecycle"] = {
+            "live": {rid: record.state for rid, record in life.live_records.items()},
+            "pinned_tokens": life.pinned_tokens,
+            "bounce": {"available": bounce.available(), "size": bounce.capacity},
+            "stats": life.stats.model_dump(),
+        }
+    return books
 
 
 def _host(cache: Any, holders: dict[str, int]) -> dict[str, Any] | None:

@@ -46,13 +46,15 @@ class SGLangEngine(ClosedOnExit):
         self.l3 = l3 if l3 is not None else self.work / "l3"
         self.l3.mkdir(parents=True, exist_ok=True)
         self.log = self.work / "engine.log"
+        self.transitions = self.work / "transitions.jsonl"
+        """stagefate's transition log, when its lifecycle is the engine's pipeline."""
         with self.log.open("w", encoding="utf-8") as log:
             self._process = subprocess.Popen(
                 [str(target.python), "-m", DRIVER],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=log,
-                env=engine_environment(target.python, self.l3),
+                env=engine_environment(target.python, self.l3, settings, self.transitions),
                 text=True,
             )
         try:

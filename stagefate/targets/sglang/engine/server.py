@@ -66,12 +66,14 @@ class SGLangServer(ClosedOnExit):
         argv = [str(target.python), "-m", "sglang.launch_server"]
         argv += flags(settings.arguments(model) | {"host": HOST, "port": self.port})
         self.log = self.work / "server.log"
+        self.transitions = self.work / "transitions.jsonl"
+        """stagefate's transition log, when its lifecycle is the engine's pipeline."""
         with self.log.open("w", encoding="utf-8") as log:
             self._process = subprocess.Popen(
                 argv,
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                env=engine_environment(target.python, l3),
+                env=engine_environment(target.python, l3, settings, self.transitions),
                 start_new_session=True,
             )
         try:

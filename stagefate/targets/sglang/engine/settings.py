@@ -16,7 +16,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from ....integrations.sglang.settings import VARIABLE
+
 PrefetchPolicy = Literal["best_effort", "wait_complete", "timeout"]
+Lifecycle = Literal["sglang", "stagefate"]
 PREFETCH_POLICIES: tuple[PrefetchPolicy, ...] = ("best_effort", "wait_complete", "timeout")
 BOOT = Path(__file__).resolve().parent / "boot"
 """The folder whose ``sitecustomize`` puts the stand-ins in place in every engine process."""
@@ -29,6 +32,9 @@ class EngineSettings:
 
     buffer_mode: bool = True
     """HiCache buffer mode over a file L3 (False: no HiCache, the device tree alone)."""
+    lifecycle: Lifecycle = "sglang"
+    """Whose buffer-mode pipeline decides staged fetches: SGLang's own, or stagefate's
+    (:mod:`stagefate.integrations.sglang`, over its own L3 in the same folder)."""
     prefetch_policy: PrefetchPolicy = "wait_complete"
     max_total_tokens: int = 8192
     """The device pool, in tokens: small enough and the tree evicts under concurrent requests."""
@@ -46,6 +52,10 @@ class EngineSettings:
                 f"prefetch_policy {self.prefetch_policy!r}: SGLang's policies are "
                 f"{', '.join(PREFETCH_POLICIES)}"
             )
+        if self.lifecycle not in ("sglang", "stagefate"):
+            raise ValueError(f"lifecycle {self.lifecycle!r}: choose 'sglang' or 'stagefate'")
+        if self.lifecycle == "stagefate" and not self.buffer_mode:
+            raise ValueError("lifecycle='stagefate' is buffer mode's pipeline: keep buffer_mode")
         for name in ("max_total_tokens", "page_size", "max_running_requests"):
             if type(getattr(self, name)) is not int or getattr(self, name) < 1:
                 raise ValueError(f"{name} must be a positive int, got {getattr(self, name)!r}")
@@ -93,10 +103,14 @@ class EngineSettings:
         return arguments
 
 
-def engine_environment(python: Path, l3: Path) -> dict[str, str]:
+def engine_environment(
+    python: Path, l3: Path, settings: EngineSettings, transitions: Path
+) -> dict[str, str]:
     """The environment of an engine's every process: the stand-ins at interpreter start (this
     stagefate and ``boot/`` on the path), SGLang's CPU platform, the file L3's folder, and
-    SGLang's idle memory check strict (a leak raises in the scheduler instead of a warning)."""
+    SGLang's idle memory check strict (a leak raises in the scheduler instead of a warning).
+    With stagefate's lifecycle, ``STAGEFATE_SGLANG`` turns it on over the same folder, its
+    transition log written to ``transitions``."""
     env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
     env |= {
         "PYTHONPATH": os.pathsep.join((str(PACKAGE_ROOT), str(BOOT))),
@@ -105,4 +119,6 @@ def engine_environment(python: Path, l3: Path) -> dict[str, str]:
         "SGLANG_ENABLE_STRICT_MEM_CHECK_DURING_IDLE": "1",
         "TORCH_EXTENSIONS_DIR": str(python.parent.parent / "torch_extensions"),
     }
+    if settings.lifecycle == "stagefate":
+        env[VARIABLE] = json.dumps({"storage": f"file:{l3}", "log": str(transitions)})
     return env

@@ -20,6 +20,8 @@ at interpreter start (:mod:`.launch` sets that up; nothing is written into the e
 * The buffer-mode patches of :func:`..shim.patch_for_cpu` (an unpinned host pool, a torch
   ``transfer_kv_direct``), applied in the scheduler's process once its module is imported (the
   host pool is built after that, in ``Scheduler.__init__``).
+* stagefate's lifecycle as the buffer-mode pipeline, where ``STAGEFATE_SGLANG`` asks for it
+  (:func:`stagefate.integrations.sglang.pipeline.install`, at the seam where SGLang builds it).
 * :mod:`.books`' methods on SGLang's ``Scheduler`` (``stagefate_books``), called over SGLang's
   own ``collective_rpc``: stagefate's look at SGLang's books from inside the process that holds
   them.
@@ -125,9 +127,11 @@ class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
 def _scheduler_imported() -> None:
     shim.patch_for_cpu()
+    from ....integrations.sglang import pipeline
     from . import books
 
     books.attach()
+    pipeline.install()
 
 
 _installed = False

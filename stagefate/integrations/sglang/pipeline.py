@@ -1,0 +1,384 @@
+"""stagefate's lifecycle as SGLang's buffer-mode pipeline (docs/sglang.md, "stagefate in
+SGLang's engine").
+
+SGLang builds its buffer-mode pipeline once per scheduler process, at one seam:
+``TreeComponent.create_buffer_pipeline`` (called by ``UnifiedRadixCache.init_hicache``).
+:func:`install` replaces that method, when ``STAGEFATE_SGLANG`` is set, with one that returns a
+:class:`StagefateBufferPipeline`: SGLang's class, with every staged-fetch decision taken by
+stagefate's :class:`~stagefate.statemachine.pipeline.BufferPipeline` (so by a transition of
+``spec/lifecycle.yaml``) over SGLang's own tree, allocator and device KV, through the same
+engine-cache protocol the vLLM connector uses (:class:`~stagefate.runtime.engine.EngineCache`).
+
+Which SGLang call does what (the release's names, 0.5.20's API and later):
+
+* ``prefetch_from_storage`` (the scheduler, as a request enters the queue): the lifecycle's
+  ``issue`` for the uncomputed tail, its existence query on stagefate's IO threads;
+* ``check_prefetch_progress`` (admission, each pass): ``poll()``, then "not ready" while the
+  lifecycle says the prefetch is pending (query, commit, read, or waiting on a sibling);
+* ``prepare_staged_prefetch`` (admission, after the request re-matched the device tree):
+  ``plan_staged_splice`` at the device prefix SGLang has now; the plan's tokens become SGLang's
+  ``host_hit_length`` (its memory budget charges them) and its storage hit;
+* ``init_load_back`` (the prefill adder, under the prefix lock): the lifecycle's
+  ``init_load_back`` (make room, allocate from SGLang's allocator, copy the bounce into SGLang's
+  KV, insert the tail into SGLang's tree); SGLang gets the loaded length and the node the
+  request then locks;
+* ``check_hicache_events`` (every scheduler pass): ``poll()`` (IO completions, commits, acks);
+* ``release_aborted_request`` (an abort): ``release_aborted_request``.
+
+What the spec does not decide, and what the adapter does about it:
+
+* **Writes to L3.** The lifecycle reads stagefate's L3 (pages keyed by the request's namespace,
+  so one tenant never reads another's: SGLang's file keys ignore the namespace,
+  docs/sglang-findings.md). Every KV SGLang inserts into its device tree is written through
+  there, on the scheduler's thread, before the insert (pages already stored are skipped).
+  SGLang's own backup pipeline is given nothing (``enqueue_backup_intent`` drops the intent):
+  its L3 backend stays idle.
+* **Admission retries.** SGLang defers a staged request whose splice its memory budget cannot
+  take and drops the hold after ``max_staged_admission_defers`` deferrals; the adapter keeps
+  that count and releases the lifecycle's hold at the same point.
+* **Stop policy.** Only ``wait_complete``: a request waits for its prefetch. ``best_effort`` and
+  ``timeout`` end a prefetch from outside the lifecycle, which the spec has no event for yet.
+
+A read-side method of SGLang's pipeline the cache would call only from its own prefetch path
+(``try_lock_anchor``, ``allocate_and_queue_prefetch``, ``stage_completed_prefetch``, ...)
+raises: with the cache's prefetch entry points taken over, reaching one means this adapter
+missed a path of the release.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+from array import array
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+
+from ...runtime.engine import EngineCache
+from ...runtime.storage import open_storage
+from ...statemachine.config import PipelineConfig
+from ...statemachine.pipeline import BufferPipeline
+from ...targets.sglang.cache import device_prefix_indices, device_prefix_len
+from ...targets.sglang.tree import SGLangTree
+from ...transition_log import TransitionLog
+from .kv import EngineLoads, EngineSlots
+from .settings import SGLangSettings
+
+_EMPTY = torch.empty(0, dtype=torch.int64)
+
+
+class EngineTree(SGLangTree):
+    """SGLang's live tree in its engine: the engine's cache and allocator, its frees its own.
+
+    The one difference from the target's tree: during a splice's insert SGLang frees the part
+    of the value it already holds; the adapter passes the tree's own slots there, so those
+    frees are caught (and checked) instead of reaching SGLang's allocator."""
+
+    remembers_keys = False  # a serving engine inserts without end: keep nothing per key
+
+    def __init__(self, cache: Any) -> None:
+        allocator = cache.token_to_kv_pool_allocator
+        slots = EngineSlots(allocator)
+        super().__init__(cache._tree_core_backend, cache.page_size, slots, (cache, allocator))
+
+    @contextlib.contextmanager
+    def _holding_frees(self) -> Iterator[list[torch.Tensor]]:
+        held: list[torch.Tensor] = []
+        allocator = self.allocator
+
+        def hold(free_index: torch.Tensor) -> None:
+            if free_index.numel():
+                held.append(free_index.to(torch.int64).cpu())
+
+        allocator.free = hold
+        try:
+            yield held
+        finally:
+            del allocator.free  # the class's own free again
+
+
+def build_lifecycle(
+    cache: Any, settings: SGLangSettings, max_context_len: int
+) -> tuple[BufferPipeline, EngineTree]:
+    """stagefate's pipeline over SGLang's built cache: its tree, allocator and device KV, and
+    SGLang's own prefetch threshold and anchor-lock cap."""
+    from sglang.srt.environ import envs
+
+    tree = EngineTree(cache)
+    slots = tree.pool
+    assert isinstance(slots, EngineSlots)
+    layout = slots.layout
+    host = cache.cache_controller.mem_pool_host
+    config = PipelineConfig(
+        page_size=int(cache.page_size),
+        layers=layout.layers,
+        kv_heads=layout.kv_heads,
+        head_dim=layout.head_dim,
+        dtype=layout.dtype,
+        device_tokens=slots.capacity,
+        host_tokens=settings.host_tokens or int(host.size),
+        device=str(slots.device),
+        io="threaded",
+        io_workers=settings.io_workers,
+        prefetch_threshold=max(1, int(cache.prefetch_threshold)),
+        anchor_lock_cap_fraction=float(envs.SGLANG_HICACHE_BUFFER_ANCHOR_LOCK_CAP.get()),
+        max_context_len=max(1, max_context_len),
+        retry_interval=settings.retry_interval,
+        retry_max_attempts=settings.retry_max_attempts,
+        dedup_inflight=settings.dedup_inflight,
+    )
+    engine = EngineCache(lambda _page, _device, _aux: tree, slots, None, EngineLoads(slots.device))
+    storage = open_storage(settings.storage, layout, config.page_size)
+    return BufferPipeline(config, storage=storage, engine=engine), tree
+
+
+def stagefate_pipeline_class() -> type:
+    """:class:`StagefateBufferPipeline`, built over the SGLang imported here."""
+    from sglang.srt.mem_cache.base_prefix_cache import MatchPrefixParams
+    from sglang.srt.mem_cache.buffer_mode.pipeline import BufferModePipeline
+    from sglang.srt.mem_cache.radix_cache import RadixKey
+
+    class StagefateBufferPipeline(BufferModePipeline):  # type: ignore[misc]
+        """SGLang's buffer-mode pipeline, its staged-fetch decisions taken by stagefate."""
+
+        def __init__(
+            self,
+            cache: Any,
+            swa_component: Any,
+            write_backlog_cap: int,
+            max_context_len: int = 0,
+            *,
+            auxiliary_swa_component: Any = None,
+            settings: SGLangSettings,
+        ) -> None:
+            if swa_component is not None or auxiliary_swa_component is not None:
+                raise ValueError(
+                    "STAGEFATE_SGLANG serves full-attention models: this one has a "
+                    "sliding-window component; unset STAGEFATE_SGLANG to run SGLang's pipeline"
+                )
+            super().__init__(
+                cache,
+                swa_component,
+                write_backlog_cap,
+                max_context_len,
+                auxiliary_swa_component=auxiliary_swa_component,
+            )
+            self.settings = settings
+            self._max_context_len = max_context_len
+            self._life: BufferPipeline | None = None
+            self.tree: EngineTree | None = None
+            self.log: TransitionLog | None = None
+            self._splicing = False
+            self._defers: dict[str, int] = {}
+            self._insert = cache.insert
+            self._events = cache.check_hicache_events
+            cache.prefetch_from_storage = self._issue
+            cache.check_prefetch_progress = self._progress
+            cache.check_hicache_events = self._check_events
+            cache.insert = self._insert_writing_through
+
+        # -------------------------------------------------------------- the lifecycle
+
+        @property
+        def lifecycle(self) -> BufferPipeline:
+            """Built at first use: SGLang sets the prefetch threshold and builds the host pool
+            after it builds this pipeline."""
+            if self._life is None:
+                cache = self._cache
+                if cache.prefetch_stop_policy != "wait_complete":
+                    raise ValueError(
+                        f"STAGEFATE_SGLANG runs under hicache_storage_prefetch_policy="
+                        f"'wait_complete', not {cache.prefetch_stop_policy!r}"
+                    )
+                self._life, self.tree = build_lifecycle(
+                    cache, self.settings, self._max_context_len
+                )
+                if self.settings.log is not None:
+                    self.log = TransitionLog.open(self.settings.log, line_buffered=True)
+                    self._life.instruments.append(self.log)
+                atexit.register(self.close)
+            return self._life
+
+        def close(self) -> None:
+            """Stop the IO threads and close the transition log (once)."""
+            if self._life is not None:
+                self._life.io.close()
+            if self.log is not None:
+                self.log.close()
+                self.log = None
+
+        # -------------------------------------------------------------- the cache's calls
+
+        def _issue(
+            self,
+            request: Any,
+            last_host_node_id: Any,
+            new_input_tokens: list[int],
+            last_hash: Any = None,
+            prefix_keys: Any = None,
+            matched_prefix_tokens: list[int] | None = None,
+            extra_key: str | None = None,
+            cache_salt: str | None = None,
+            storage_hit_end: int | None = None,
+        ) -> None:
+            prefix = list(matched_prefix_tokens or ())
+            self.lifecycle.prefetch_from_storage(
+                request.rid, prefix + list(new_input_tokens), len(prefix), extra_key, cache_salt
+            )
+
+        def _progress(self, request: Any) -> bool:
+            life = self.lifecycle
+            life.poll()
+            return not life.prefetch_pending(request.rid)
+
+        def _check_events(self) -> None:
+            self._events()
+            self.lifecycle.poll()
+
+        def _insert_writing_through(self, params: Any) -> Any:
+            if not self._splicing:  # a splice inserts pages read from L3: stored already
+                key = params.key
+                value = params.value[: len(key)]
+                self.lifecycle.write_through(
+                    list(key.token_ids), value.to(torch.int64), key.extra_key, key.cache_salt
+                )
+            return self._insert(params)
+
+        # -------------------------------------------------------------- the pipeline's calls
+
+        def has_staged(self, request: Any) -> bool:
+            return self.lifecycle.has_hold(request.rid)
+
+        def is_idle(self) -> bool:
+            return bool(super().is_idle()) and (self._life is None or self._life.is_idle())
+
+        def reset(self) -> None:
+            super().reset()
+            life = getattr(self, "_life", None)
+            if life is not None and life.live_records:
+                raise RuntimeError(
+                    f"SGLang reset its cache while stagefate's lifecycle holds "
+                    f"{sorted(life.live_records)}: flush only an idle engine"
+                )
+
+        def enqueue_backup_intent(self, node_id: Any) -> None:
+            """Nothing to SGLang's L3: the lifecycle wrote the node's KV through at insert."""
+
+        def prepare_staged_prefetch(self, req: Any) -> bool:
+            life = self.lifecycle
+            if not life.has_hold(req.rid):
+                if not (req.host_hit_is_storage and req.host_loaded_length > 0):
+                    self._clear_storage_hit(req)
+                return True
+            tokens, _ = life.plan_staged_splice(req.rid, int(req.prefix_len))
+            if not tokens:  # the plan declined: the lifecycle released the hold
+                req.host_hit_length = 0
+                self._clear_storage_hit(req)
+                return True
+            req.host_hit_length = tokens
+            req.swa_host_hit_length = 0
+            req.mamba_host_hit_length = 0
+            req.storage_hit_length = tokens
+            req.storage_hit_start = int(req.prefix_len)
+            req.host_hit_is_storage = True
+            return True
+
+        def defer_staged_admission(self, req: Any, pool: str) -> None:
+            if not self.lifecycle.has_hold(req.rid):
+                return
+            defers = self._defers.get(req.rid, 0) + 1
+            self._defers[req.rid] = defers
+            if defers >= self.max_staged_admission_defers:
+                self.lifecycle.release_staged_hold(req.rid)
+                self._defers.pop(req.rid, None)
+                req.host_hit_length = 0
+                self._clear_storage_hit(req)
+
+        def init_load_back(self, params: Any) -> tuple[int, Any]:
+            req = params.req
+            life = self.lifecycle
+            unchanged = (0, req.last_node)
+            if not life.has_hold(req.rid):
+                return unchanged
+            self._defers.pop(req.rid, None)
+            cache = self._cache
+            base = int(req.prefix_len)
+            prefix = cache.prefix_device_indices(req).to(torch.int64).cpu()
+            self._splicing = True
+            try:
+                tail = life.init_load_back(req.rid, prefix)
+            finally:
+                self._splicing = False
+            if not tail.numel():  # the lifecycle ended the hold (dropped, device_capacity)
+                return unchanged
+            span_end = base + tail.numel()
+            key = RadixKey(
+                array("q", req.full_untruncated_fill_ids[:span_end]),
+                extra_key=req.extra_key,
+                cache_salt=req.cache_salt,
+            )
+            match = cache.match_prefix(MatchPrefixParams(key=key))
+            spliced = device_prefix_indices(cache, match)[base:span_end].to(torch.int64).cpu()
+            if device_prefix_len(match) < span_end or not torch.equal(spliced, tail):
+                raise RuntimeError(
+                    f"stagefate's splice of {req.rid} is not in SGLang's tree as loaded: "
+                    f"matched {device_prefix_len(match)} of {span_end} tokens"
+                )
+            return tail.numel(), match.last_device_node
+
+        def release_staged_hold(self, request: Any, reason: str | None = None) -> bool:
+            """SGLang's abort path asks this first; the lifecycle releases whatever the
+            request holds (a read in flight ends when it lands)."""
+            life = self.lifecycle
+            self._defers.pop(request.rid, None)
+            if life.state(request.rid) is None and not life.retry_pending(request.rid):
+                return False
+            life.release_aborted_request(request.rid)
+            return True
+
+        def _not_reached(self, *args: Any, **kwargs: Any) -> Any:
+            raise RuntimeError(
+                "SGLang's cache reached a read-side method of its own buffer pipeline while "
+                "stagefate's lifecycle owns the read side: this release has a path the adapter "
+                "does not take over (docs/sglang.md, 'stagefate in SGLang's engine')"
+            )
+
+        set_prefix_ctx = _not_reached
+        try_lock_anchor = _not_reached
+        staged_span_covered = _not_reached
+        allocate_and_queue_prefetch = _not_reached
+        stage_completed_prefetch = _not_reached
+
+    return StagefateBufferPipeline
+
+
+def install() -> bool:
+    """Make SGLang build stagefate's pipeline at its seam when ``STAGEFATE_SGLANG`` is set
+    (the settings are read and checked now); returns whether it did."""
+    settings = SGLangSettings.from_environment()
+    if settings is None:
+        return False
+    from sglang.srt.mem_cache.unified_cache.components.base import TreeComponent
+
+    pipeline_class = stagefate_pipeline_class()
+
+    def create_buffer_pipeline(
+        self: Any,
+        *,
+        swa_component: Any,
+        write_backlog_cap: int,
+        max_context_len: int = 0,
+        auxiliary_swa_component: Any = None,
+    ) -> Any:
+        return pipeline_class(
+            self.cache,
+            swa_component,
+            write_backlog_cap,
+            max_context_len,
+            auxiliary_swa_component=auxiliary_swa_component,
+            settings=settings,
+        )
+
+    TreeComponent.create_buffer_pipeline = create_buffer_pipeline
+    return True
