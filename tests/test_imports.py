@@ -209,13 +209,18 @@ def test_the_walk_sees_a_planted_cycle() -> None:
 
 
 def test_only_an_engines_own_target_imports_its_integration() -> None:
-    """``stagefate.integrations.vllm`` imports vLLM: only vLLM's target (which runs in vLLM's
-    environment) and the integration itself may import it, never the face or the core."""
+    """``stagefate.integrations.vllm`` imports vLLM, ``…sglang`` SGLang: only that engine's
+    target (which runs in its environment) and the integration itself may import one, never
+    the face, the core or another engine's."""
     offenders = {
         module
         for module, targets in import_graph().items()
         for target in targets
-        if target.startswith("stagefate.integrations")
-        and not module.startswith(("stagefate.integrations", "stagefate.targets.vllm"))
+        if _within(target, "stagefate.integrations")
+        and target != "stagefate.integrations"
+        and not any(
+            _within(module, f"{home}.{target.split('.')[2]}")
+            for home in ("stagefate.integrations", "stagefate.targets")
+        )
     }
     assert offenders == set(), f"these import an engine integration: {sorted(offenders)}"

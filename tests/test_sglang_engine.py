@@ -11,7 +11,6 @@ buffer whole) pass, read inside the scheduler's process.
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,6 +25,7 @@ from stagefate.targets.sglang.engine.settings import EngineSettings, PrefetchPol
 from stagefate.targets.sglang.environments import Installed, installed
 from stagefate.targets.sglang.releases import NEWEST, RELEASES
 
+from .engine_checks import conversation, pages_written, settled_books
 from .harness import engine_target
 
 pytestmark = pytest.mark.slow
@@ -55,46 +55,6 @@ def buffered(release: Installed) -> Iterator[SGLangEngine]:
 
 def _with(**change: Any) -> EngineSettings:
     return EngineSettings(**(POOL.as_json() | change))
-
-
-_PASSES = itertools.count(10_000)
-
-
-def settled_books(engine: SGLangEngine, rids: list[str]) -> dict[str, Any]:
-    """The scheduler's books once it and its pipeline are idle, checked whole. Where the bounce
-    is short at idle, one more request runs first: SGLang (0.5.19-0.5.21 here) can report idle
-    while an aborted read's bounce waits for its next pass, which an idle scheduler does not run;
-    the next request's pass frees it (docs/sglang.md, "SGLang's engine")."""
-    books = engine.wait_idle(rids)
-    host = books["host"]
-    if host is not None and host["available"] + host["queued_for_release"] != host["size"]:
-        engine.generate([prompt(next(_PASSES), 8)], rids=[f"one-more-pass-{next(_PASSES)}"])
-        books = engine.wait_idle(rids)
-    pipeline = books["pipeline"]
-    assert books["sglang_checks"]["problems"] == []
-    assert set(books["sglang_checks"]["warnings"].values()) == {0}
-    assert books["per_request"] == {}, "a structure still names a finished request"
-    if pipeline is not None:
-        assert pipeline["held"] == {}
-        host = books["host"]
-        assert host["available"] + host["queued_for_release"] == host["size"], host
-    return books
-
-
-def conversation(engine: SGLangEngine, seed: int, turns: int, flush: bool) -> list[dict[str, Any]]:
-    """A multi-turn conversation: each turn's prompt is the history, the last answer and 24 new
-    tokens; ``flush`` empties the device cache before each turn, once the last turn's
-    write-through reached L3 (the history then comes from L3, split where the device would have
-    split it: a prompt computed in other chunks may round a near tie the other way)."""
-    history = prompt(seed, 40)
-    answers = []
-    for turn in range(turns):
-        if flush:
-            engine.flush()
-        answer = engine.generate([history], rids=[f"conv{seed}-{turn}"])[0]
-        answers.append(answer)
-        history = history + answer["output_ids"] + prompt(seed + turn + 1, 24)
-    return answers
 
 
 def test_the_newest_release_serves_here() -> None:
@@ -131,17 +91,6 @@ def test_a_prompt_repeated_after_a_flush_is_served_from_l3(buffered: SGLangEngin
     assert second["output_ids"] == first["output_ids"]
     assert second["logprobs"] == first["logprobs"]
     settled_books(buffered, ["repeat-first", "repeat-second"])
-
-
-def pages_written(engine: SGLangEngine, asked: list[int], rid: str) -> tuple[Any, list[Path]]:
-    """One request's answer and the L3 pages its write-through added. The books are settled
-    first and only waited on after, so the extra pass :func:`settled_books` may run (its own
-    pages) falls outside the count."""
-    settled_books(engine, [])
-    before = set(engine.l3.iterdir())
-    answer = engine.generate([asked], rids=[rid])[0]
-    engine.wait_idle([rid])
-    return answer, sorted(set(engine.l3.iterdir()) - before)
 
 
 def test_other_kv_in_l3_changes_the_output(buffered: SGLangEngine) -> None:

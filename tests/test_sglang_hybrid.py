@@ -42,7 +42,7 @@ def hybrid(request: pytest.FixtureRequest) -> Iterator[Any]:
 
 def _window_peers(driver: Any) -> Any:
     """The SWA slots the tree maps r0's sequence to (0: none), in token order."""
-    from stagefate.targets.sglang.cache import device_prefix_indices
+    from stagefate.integrations.sglang.tree import device_prefix_indices
     from stagefate.targets.sglang.hybrid import swa_peers
 
     request = driver.requests["r0"]

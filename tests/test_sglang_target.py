@@ -30,14 +30,15 @@ try:
 except TargetUnavailable as missing:
     pytest.skip(f"{missing}", allow_module_level=True)
 
-from stagefate.targets.sglang.tree import SGLangTree, SGLangTreeError
+from stagefate.integrations.sglang.tree import SGLangTree, SGLangTreeError
+from stagefate.targets.sglang.tree import new_sglang_tree
 
 CORES = ["python", "rust"]
 
 
 def _tree(core: str, slots: int = 64, page: int = 4) -> SGLangTree:
     pool = DevicePool(KVLayout(layers=1, kv_heads=1, head_dim=1), slots, "cpu")
-    return SGLangTree(core, page, pool)
+    return new_sglang_tree(core, page, pool)
 
 
 def test_the_stand_ins_leave_torch_and_transformers_deciding_for_themselves() -> None:
@@ -134,9 +135,11 @@ def test_the_stateful_fuzzer_holds_on_sglang_trees(core: str) -> None:
             calls["lock"] += 1
             return super().inc_lock_ref(node)
 
-    on_sglang = configured(
-        tree_factory=lambda page, pool, aux: Counting(core, page, pool), windows=(None,)
-    )
+    def counting_tree(page: int, pool: Any, _aux: Any) -> Counting:
+        built = new_sglang_tree(core, page, pool)
+        return Counting(built.cache, built.allocator, pool)
+
+    on_sglang = configured(tree_factory=counting_tree, windows=(None,))
     run_state_machine_as_test(on_sglang, settings=fuzz_settings(examples=12, steps=60))
     assert calls["evict"] > 0 and calls["lock"] > 0
 

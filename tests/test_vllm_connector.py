@@ -315,7 +315,7 @@ def test_over_the_openai_server_a_conversation_gets_the_same_tokens_and_a_valid_
 
 def test_a_scaled_trace_request_keeps_shared_blocks_shared_and_fits_the_context() -> None:
     from stagefate.sim.trace import TraceRequest
-    from stagefate.targets.vllm.workloads import MAX_PROMPT, in_batches, scaled_prompt
+    from stagefate.targets.workloads import MAX_PROMPT, in_batches, scaled_prompt
 
     first = TraceRequest(0, 0.0, input_length=1000, output_length=1, hash_ids=(7, 8))
     second = TraceRequest(1, 1.0, input_length=600, output_length=1, hash_ids=(7, 9))
@@ -328,7 +328,7 @@ def test_a_scaled_trace_request_keeps_shared_blocks_shared_and_fits_the_context(
 
 
 def test_conversation_turns_extend_the_last_and_share_the_system_prompt() -> None:
-    from stagefate.targets.vllm.workloads import BLOCK, conversations
+    from stagefate.targets.workloads import BLOCK, conversations
 
     chats = conversations(3, 3)
     assert all(chat[k + 1][: len(chat[k])] == chat[k] for chat in chats for k in range(2))
@@ -354,7 +354,7 @@ def test_a_prefix_vllm_computes_while_its_read_is_in_flight_is_declined() -> Non
 def test_two_vllm_instances_share_one_l3(tmp_path: Path) -> None:
     """Instance one computes and writes through; instance two, another process over the same
     L3 (files), serves the same prompts from it with the same tokens."""
-    from stagefate.targets.vllm.workloads import conversations
+    from stagefate.targets.workloads import conversations
 
     prompts = [chat[0] for chat in conversations(3, 1, seed=5)]
     shared = {"storage": f"file:{tmp_path / 'l3'}", "prompts": prompts}
@@ -369,7 +369,7 @@ def test_two_vllm_instances_at_once_share_one_mooncake_store(tmp_path: Path) -> 
     """Instance one stores through Mooncake and stays up (the pages live in the segment it
     mounted); instance two, another process started meanwhile, serves the same prompts from
     those pages with the same tokens."""
-    from stagefate.targets.vllm.workloads import conversations
+    from stagefate.targets.workloads import conversations
 
     mooncake = _mooncake_or_skip()
     prompts = [chat[0] for chat in conversations(3, 1, seed=5)]

@@ -27,7 +27,7 @@ from typing import Any
 from ..sim.trace import load_trace
 from ..targets.vllm import environment as vllm
 from ..targets.vllm.environment import PEERS, STAGEFATE
-from ..targets.vllm.workloads import BLOCK, conversations, in_batches, scaled_prompt
+from ..targets.workloads import BLOCK, conversations, in_batches, scaled_prompt
 from .report import Section, table
 
 KV_BLOCKS = 128

@@ -33,6 +33,9 @@ What the spec does not decide, and what the adapter does about it:
   there, on the scheduler's thread, before the insert (pages already stored are skipped).
   SGLang's own backup pipeline is given nothing (``enqueue_backup_intent`` drops the intent):
   its L3 backend stays idle.
+* **Waiting on a sibling.** A prefetch declined because a sibling is reading its span's head
+  keeps its request out of admission until that read lands or ends; the request then issues
+  again, at the device prefix it has now, for the rest (``check_prefetch_progress``).
 * **Admission retries.** SGLang defers a staged request whose splice its memory budget cannot
   take and drops the hold after ``max_staged_admission_defers`` deferrals; the adapter keeps
   that count and releases the lifecycle's hold at the same point.
@@ -48,9 +51,7 @@ missed a path of the release.
 from __future__ import annotations
 
 import atexit
-import contextlib
 from array import array
-from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -59,55 +60,24 @@ from ...runtime.engine import EngineCache
 from ...runtime.storage import open_storage
 from ...statemachine.config import PipelineConfig
 from ...statemachine.pipeline import BufferPipeline
-from ...targets.sglang.cache import device_prefix_indices, device_prefix_len
-from ...targets.sglang.tree import SGLangTree
 from ...transition_log import TransitionLog
 from .kv import EngineLoads, EngineSlots
 from .settings import SGLangSettings
+from .tree import SGLangTree, device_prefix_indices, device_prefix_len
 
 _EMPTY = torch.empty(0, dtype=torch.int64)
 
 
-class EngineTree(SGLangTree):
-    """SGLang's live tree in its engine: the engine's cache and allocator, its frees its own.
-
-    The one difference from the target's tree: during a splice's insert SGLang frees the part
-    of the value it already holds; the adapter passes the tree's own slots there, so those
-    frees are caught (and checked) instead of reaching SGLang's allocator."""
-
-    remembers_keys = False  # a serving engine inserts without end: keep nothing per key
-
-    def __init__(self, cache: Any) -> None:
-        allocator = cache.token_to_kv_pool_allocator
-        slots = EngineSlots(allocator)
-        super().__init__(cache._tree_core_backend, cache.page_size, slots, (cache, allocator))
-
-    @contextlib.contextmanager
-    def _holding_frees(self) -> Iterator[list[torch.Tensor]]:
-        held: list[torch.Tensor] = []
-        allocator = self.allocator
-
-        def hold(free_index: torch.Tensor) -> None:
-            if free_index.numel():
-                held.append(free_index.to(torch.int64).cpu())
-
-        allocator.free = hold
-        try:
-            yield held
-        finally:
-            del allocator.free  # the class's own free again
-
-
 def build_lifecycle(
     cache: Any, settings: SGLangSettings, max_context_len: int
-) -> tuple[BufferPipeline, EngineTree]:
+) -> tuple[BufferPipeline, SGLangTree]:
     """stagefate's pipeline over SGLang's built cache: its tree, allocator and device KV, and
     SGLang's own prefetch threshold and anchor-lock cap."""
     from sglang.srt.environ import envs
 
-    tree = EngineTree(cache)
-    slots = tree.pool
-    assert isinstance(slots, EngineSlots)
+    allocator = cache.token_to_kv_pool_allocator
+    slots = EngineSlots(allocator)
+    tree = SGLangTree(cache, allocator, slots, remember_keys=False)
     layout = slots.layout
     host = cache.cache_controller.mem_pool_host
     config = PipelineConfig(
@@ -167,10 +137,14 @@ def stagefate_pipeline_class() -> type:
             self.settings = settings
             self._max_context_len = max_context_len
             self._life: BufferPipeline | None = None
-            self.tree: EngineTree | None = None
+            self.tree: SGLangTree | None = None
             self.log: TransitionLog | None = None
             self._splicing = False
             self._defers: dict[str, int] = {}
+            self._asked: dict[str, tuple[list[int], str | None, str | None]] = {}
+            """What each request waiting for admission asked for (to issue again, woken)."""
+            self._woken_later: set[str] = set()
+            """Requests declined while a sibling reads their span's head."""
             self._insert = cache.insert
             self._events = cache.check_hicache_events
             cache.prefetch_from_storage = self._issue
@@ -191,9 +165,7 @@ def stagefate_pipeline_class() -> type:
                         f"STAGEFATE_SGLANG runs under hicache_storage_prefetch_policy="
                         f"'wait_complete', not {cache.prefetch_stop_policy!r}"
                     )
-                self._life, self.tree = build_lifecycle(
-                    cache, self.settings, self._max_context_len
-                )
+                self._life, self.tree = build_lifecycle(cache, self.settings, self._max_context_len)
                 if self.settings.log is not None:
                     self.log = TransitionLog.open(self.settings.log, line_buffered=True)
                     self._life.instruments.append(self.log)
@@ -223,14 +195,38 @@ def stagefate_pipeline_class() -> type:
             storage_hit_end: int | None = None,
         ) -> None:
             prefix = list(matched_prefix_tokens or ())
+            tokens = prefix + list(new_input_tokens)
+            self._asked[request.rid] = (tokens, extra_key, cache_salt)
             self.lifecycle.prefetch_from_storage(
-                request.rid, prefix + list(new_input_tokens), len(prefix), extra_key, cache_salt
+                request.rid, tokens, len(prefix), extra_key, cache_salt
             )
 
         def _progress(self, request: Any) -> bool:
+            """Ready unless the prefetch is pending. One declined while a sibling reads its
+            span's head waits; woken (the sibling's span landed or ended), it issues again
+            at the device prefix it has now, for the rest, as the vLLM connector does."""
+            rid = request.rid
             life = self.lifecycle
             life.poll()
-            return not life.prefetch_pending(request.rid)
+            if life.prefetch_pending(rid):
+                if life.state(rid) is None:  # no record: it waits on a sibling's read
+                    self._woken_later.add(rid)
+                return False
+            if rid in self._woken_later:
+                self._woken_later.discard(rid)
+                tokens, extra_key, cache_salt = self._asked[rid]
+                matched = self.tree_matched(tokens, extra_key, cache_salt)
+                if matched < len(tokens) - len(tokens) % self._cache.page_size:
+                    life.prefetch_from_storage(rid, tokens, matched, extra_key, cache_salt)
+                    if life.prefetch_pending(rid):
+                        return False
+            self._asked.pop(rid, None)
+            return True
+
+        def tree_matched(self, tokens: list[int], extra_key: str | None, salt: str | None) -> int:
+            """Tokens of ``tokens`` on the device in SGLang's tree now."""
+            assert self.tree is not None
+            return int(self.tree.match_prefix(tokens, extra_key, salt).length)
 
         def _check_events(self) -> None:
             self._events()
@@ -332,6 +328,8 @@ def stagefate_pipeline_class() -> type:
             request holds (a read in flight ends when it lands)."""
             life = self.lifecycle
             self._defers.pop(request.rid, None)
+            self._asked.pop(request.rid, None)
+            self._woken_later.discard(request.rid)
             if life.state(request.rid) is None and not life.retry_pending(request.rid):
                 return False
             life.release_aborted_request(request.rid)
@@ -359,8 +357,15 @@ def install() -> bool:
     settings = SGLangSettings.from_environment()
     if settings is None:
         return False
+    from sglang.srt.mem_cache.buffer_mode.pipeline import BufferModePipeline
     from sglang.srt.mem_cache.unified_cache.components.base import TreeComponent
 
+    if not hasattr(BufferModePipeline, "prepare_staged_prefetch"):
+        raise ValueError(
+            "STAGEFATE_SGLANG takes over the buffer-mode API of SGLang 0.5.20 and later "
+            "(prepare_staged_prefetch); this release has 0.5.19's (plan_staged_splice): serve "
+            "it with its own pipeline (unset STAGEFATE_SGLANG) or use 0.5.20 or later"
+        )
     pipeline_class = stagefate_pipeline_class()
 
     def create_buffer_pipeline(

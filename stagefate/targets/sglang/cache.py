@@ -13,11 +13,8 @@ from typing import Any
 
 import torch
 
+from ...integrations.sglang.tree import SGLangTreeError
 from ...runtime.pools import SlotPool
-
-
-class SGLangTreeError(RuntimeError):
-    """SGLang did something the adapter's contract forbids (the message says what)."""
 
 
 class CoreFallback(RuntimeError):
@@ -46,8 +43,7 @@ def pool_bridge_class() -> type:
     ``bind(pool)``: frees go to ``pool`` (a double free or a foreign slot raises there) and
     ``alloc`` refuses: the tree adapter's tree never allocates, the pipeline does.
     ``bind(pool, allocates=True)``: ``alloc`` draws from ``pool`` too, for an SGLang pipeline
-    that shares the pool with the replay's engine. While ``held`` is a list, frees are collected
-    there instead (the part of an insert's value the caller keeps).
+    that shares the pool with the replay's engine.
     """
     from sglang.srt.mem_cache.allocator import TokenToKVPoolAllocator
 
@@ -55,13 +51,9 @@ def pool_bridge_class() -> type:
         def bind(self, pool: SlotPool, allocates: bool = False) -> None:
             self.stagefate_pool = pool
             self.allocates = allocates
-            self.held: list[torch.Tensor] | None = None
 
         def free(self, free_index: torch.Tensor) -> None:
             if free_index.numel() == 0:
-                return
-            if self.held is not None:  # during an insert: the caller's part, kept by the caller
-                self.held.append(free_index.to(torch.int64).cpu())
                 return
             self.stagefate_pool.free(free_index.to(torch.int64).cpu())
 
@@ -135,22 +127,3 @@ def unified_cache(core: str, swa_window: int | None = None, **params: Any) -> tu
             "needs Linux and torch 2.11 to 2.14"
         )
     return cache, init
-
-
-def match_counts_tokens(match: Any) -> bool:
-    """Whether a ``match_prefix`` result counts its device tokens (``device_prefix_len``,
-    0.5.22 and later) rather than returning their slots (``device_indices``, up to 0.5.21)."""
-    return getattr(match, "device_prefix_len", None) is not None
-
-
-def device_prefix_len(match: Any) -> int:
-    """Tokens of a ``match_prefix`` result on the device."""
-    return int(match.device_prefix_len) if match_counts_tokens(match) else len(match.device_indices)
-
-
-def device_prefix_indices(cache: Any, match: Any) -> torch.Tensor:
-    """The device slots of a ``match_prefix`` result, in token order."""
-    if not match_counts_tokens(match):
-        return match.device_indices  # type: ignore[no-any-return]
-    slots: torch.Tensor = cache.path_device_indices(match.last_device_node)
-    return slots[: int(match.device_prefix_len)]

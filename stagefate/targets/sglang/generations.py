@@ -28,8 +28,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ...integrations.sglang.tree import (
+    device_prefix_indices,
+    device_prefix_len,
+    match_counts_tokens,
+)
 from . import require
-from .cache import device_prefix_indices, device_prefix_len, match_counts_tokens
 from .pipeline import Request, SteppedSGLang, retry_settings
 
 Due = tuple[str, int | None]

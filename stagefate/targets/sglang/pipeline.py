@@ -52,15 +52,10 @@ from typing import Any, Literal
 import torch
 
 from ...fuzz.world import mark
+from ...integrations.sglang.tree import device_prefix_indices, device_prefix_len
 from ...runtime.pools import SlotPool
 from . import require, shim
-from .cache import (
-    device_prefix_indices,
-    device_prefix_len,
-    pool_bridge_class,
-    tiny_kv_pool,
-    unified_cache,
-)
+from .cache import pool_bridge_class, tiny_kv_pool, unified_cache
 from .hit_accounting import WorldLoads, keeps_hit_metrics
 from .hybrid import (
     SlidingWindow,

@@ -3,13 +3,13 @@
 Theory of operation
 -------------------
 The engine's tree *is* the consumer cache of a :class:`~.pipeline.SteppedSGLang` (seen through
-the :class:`~.tree.SGLangTree` adapter), and the engine's device pool is the stagefate pool that
-SGLang's allocator draws from and frees into. So the engine's inserts, locks and evictions and
-SGLang's own load-backs act on one tree and one pool, and the engine, trace, cost model and IO
-clock are the ones ``live`` and ``blind`` run on. The release is the one this interpreter
-imports (another runs in its own environment's process, :mod:`.worker`); the calls below are
-its scheduler's, in its order (``scheduler.py``), spelled as its API generation spells them
-(:mod:`.generations`):
+the :class:`~stagefate.integrations.sglang.tree.SGLangTree` adapter), and the engine's device
+pool is the stagefate pool that SGLang's allocator draws from and frees into. So the engine's
+inserts, locks and evictions and SGLang's own load-backs act on one tree and one pool, and the
+engine, trace, cost model and IO clock are the ones ``live`` and ``blind`` run on. The release
+is the one this interpreter imports (another runs in its own environment's process,
+:mod:`.worker`); the calls below are its scheduler's, in its order (``scheduler.py``), spelled
+as its API generation spells them (:mod:`.generations`):
 
 * **issue** (arrival, or a due retry): ``prefetch_from_storage`` re-anchored on the deepest
   device node, with the ``storage_hit_end`` the retry book handed back;
@@ -52,6 +52,7 @@ from typing import Any
 
 import torch
 
+from ...integrations.sglang.tree import SGLangTree
 from ...runtime.io import OpKind
 from ...runtime.pools import DevicePool, KVLayout
 from ...runtime.prefix_tree import PrefixMatch
@@ -65,7 +66,6 @@ from .design_log import design_path, watch_design
 from .generations import stepped_sglang
 from .pipeline import SteppedSGLang
 from .shared_l3 import attach
-from .tree import SGLangTree
 
 _EMPTY = torch.empty(0, dtype=torch.int64)
 RELEASE_REASONS: dict[str | None, str] = {None: "aborted"}
@@ -178,9 +178,7 @@ class SGLangPolicy(LastSplice):
         self.shared_storage = inputs.storage
         if inputs.storage is not None:  # an L3 shared with other instances
             attach(self.cache, inputs.storage)
-        self.tree = SGLangTree(
-            core, config.page_size, self.device_pool, cache=(consumer.cache, consumer.allocator)
-        )
+        self.tree = SGLangTree(consumer.cache, consumer.allocator, self.device_pool)
         self.io = SGLangIO(self.driver)
         self._hit_end: dict[str, int | None] = {}
         self._unsettled: dict[str, list[tuple[int, list[str]]]] = {}

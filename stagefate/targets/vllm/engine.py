@@ -29,7 +29,7 @@ from typing import Any
 import torch
 
 from stagefate.targets.vllm.environment import PEERS, STAGEFATE
-from stagefate.targets.vllm.workloads import BLOCK, conversations
+from stagefate.targets.workloads import BLOCK, conversations
 
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")

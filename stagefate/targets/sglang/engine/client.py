@@ -37,16 +37,24 @@ class EngineFailed(RuntimeError):
 class SGLangEngine(ClosedOnExit):
     """One SGLang engine serving the tiny model (:mod:`.model`), with its own L3 folder.
 
-    ``l3`` may be given to share L3 between engines (a second engine then starts warm)."""
+    ``l3`` may be given to share L3 between engines (a second engine then starts warm);
+    ``transitions``, where stagefate's lifecycle (when it is the pipeline) writes its transition
+    log, to keep it after the engine's folder is gone."""
 
-    def __init__(self, target: Installed, settings: EngineSettings, l3: Path | None = None) -> None:
+    def __init__(
+        self,
+        target: Installed,
+        settings: EngineSettings,
+        l3: Path | None = None,
+        transitions: Path | None = None,
+    ) -> None:
         self.target = target
         self.settings = settings
         self.work = Path(tempfile.mkdtemp(prefix="stagefate-engine-"))
         self.l3 = l3 if l3 is not None else self.work / "l3"
         self.l3.mkdir(parents=True, exist_ok=True)
         self.log = self.work / "engine.log"
-        self.transitions = self.work / "transitions.jsonl"
+        self.transitions = transitions or self.work / "transitions.jsonl"
         """stagefate's transition log, when its lifecycle is the engine's pipeline."""
         with self.log.open("w", encoding="utf-8") as log:
             self._process = subprocess.Popen(

@@ -13,7 +13,7 @@ it raised; the engine keeps serving):
   one SGLang never answers must not hold the driver for ever;
 * ``flush``: ``flush_cache()``, retried until SGLang accepts it (it refuses while busy);
 * ``books``: the scheduler's :mod:`.books` report over ``collective_rpc``, with ``rids``;
-* ``shutdown``.
+* ``shutdown`` (stagefate's lifecycle, where it is the pipeline, closed first).
 
 SGLang prints to standard output too; the answers travel on a copy of the original descriptor
 and everything else, the engine's children included, writes to standard error.
@@ -121,7 +121,10 @@ class Driver:
             os.unlink(name)
 
     def shutdown(self) -> None:
-        self.engine.shutdown()
+        try:
+            self.engine.collective_rpc("stagefate_close")  # standins.stagefate_close
+        finally:
+            self.engine.shutdown()
 
 
 def _answer(driver: Driver, command: dict[str, Any]) -> Any:

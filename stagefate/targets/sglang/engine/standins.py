@@ -125,12 +125,24 @@ class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         """Nothing to run: the module is built whole by :meth:`create_module`."""
 
 
+def stagefate_close(self: Any) -> None:
+    """A ``Scheduler`` method the driver calls over ``collective_rpc`` before it shuts the
+    engine down (which kills the scheduler's process): stagefate's lifecycle, where it is the
+    pipeline, stops its IO threads and closes its transition log with its closing record."""
+    close = getattr(self.tree_cache.buffer_pipeline, "close", None)
+    if close is not None:
+        close()
+
+
 def _scheduler_imported() -> None:
     shim.patch_for_cpu()
+    from sglang.srt.managers.scheduler import Scheduler
+
     from ....integrations.sglang import pipeline
     from . import books
 
     books.attach()
+    Scheduler.stagefate_close = stagefate_close
     pipeline.install()
 
 

@@ -1,7 +1,8 @@
-"""Prompts for the tiny model: multi-turn conversations, and a Mooncake trace scaled to it.
+"""Prompts for the tiny models of the engine targets (vLLM's and SGLang's): multi-turn
+conversations, and a Mooncake trace scaled to them.
 
-Pure Python (no vLLM): the tests and the benchmark build the prompts here and send them to
-vLLM's environment as JSON.
+Pure Python (no engine): the tests and the benchmarks build the prompts here and send them to
+an engine's environment as JSON.
 """
 
 from __future__ import annotations
@@ -9,10 +10,11 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 
-from ...sim.trace import TraceRequest
+from ..sim.trace import TraceRequest
 
 BLOCK = 32
-"""vLLM's block size for the tiny model (the CPU backend wants a multiple of 32)."""
+"""vLLM's block size for the tiny model (the CPU backend wants a multiple of 32); eight of
+SGLang's 4-token pages."""
 VOCAB = 1000
 SCALE = 16
 """A Mooncake block (512 tokens) becomes one vLLM block (32 tokens): lengths are divided by 16."""
