@@ -11,8 +11,8 @@ from typing import Any
 from ..bench.report import Section
 from .common import console, output_file, positive_int
 
-BENCHES = ("dispatch", "tree", "copy", "lifecycle", "replay", "storage", "tp", "vllm")
-NEEDS_INSTALL = ("vllm",)
+BENCHES = ("dispatch", "tree", "copy", "lifecycle", "replay", "storage", "tp", "vllm", "sglang")
+NEEDS_INSTALL = ("vllm", "sglang")
 """Benchmarks of a target installed on demand: run when named, not by ``all``."""
 
 
@@ -28,8 +28,9 @@ def add_parser(sub: Any) -> None:
     bench.add_argument("--trace", help="trace for the replay bench (default: the embedded slice)")
     bench.add_argument(
         "--limit",
-        type=positive_int("requests sent to vLLM"),
-        help="vllm: requests of the embedded slice sent to vLLM (default 300)",
+        type=positive_int("requests of the embedded slice"),
+        help="vllm, sglang: requests of the embedded slice sent to the engine (default 300 "
+        "for vLLM, 200 for SGLang)",
     )
     bench.add_argument(
         "--device",
@@ -47,11 +48,24 @@ def add_parser(sub: Any) -> None:
 
 
 def _runners(
-    trace: str | None = None, device: str = "auto", peer: str | None = None, limit: int = 300
+    trace: str | None = None,
+    device: str = "auto",
+    peer: str | None = None,
+    limit: int | None = None,
 ) -> dict[str, Callable[[], list[Section]]]:
     import torch
 
-    from ..bench import copy, dispatch, lifecycle, replay, storage, tensor_parallel, tree, vllm
+    from ..bench import (
+        copy,
+        dispatch,
+        lifecycle,
+        replay,
+        sglang,
+        storage,
+        tensor_parallel,
+        tree,
+        vllm,
+    )
 
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -66,7 +80,8 @@ def _runners(
         "replay": lambda: [replay.run(trace)],
         "storage": lambda: [storage.run()],
         "tp": lambda: [tensor_parallel.run()],
-        "vllm": lambda: [vllm.run(limit)],
+        "vllm": lambda: [vllm.run(limit or 300)],
+        "sglang": lambda: [sglang.run(limit or 200)],
     }
 
 
@@ -77,16 +92,16 @@ def run(args: argparse.Namespace) -> int:
 
     if args.device == "cuda" and not torch.cuda.is_available():
         raise ValueError("--device cuda: torch sees no GPU here; use --device cpu or auto")
-    for flag, given, used_by in (  # ("all" runs every bench but vllm)
+    for flag, given, used_by in (  # ("all" runs every bench but vllm and sglang)
         ("--peer", args.peer, ("tree", "lifecycle", "all")),
         ("--trace", args.trace, ("replay", "all")),
-        ("--limit", args.limit, ("vllm",)),
+        ("--limit", args.limit, ("vllm", "sglang")),
     ):
         if given is not None and args.which not in used_by:
             benches = " or ".join(name for name in used_by if name != "all")
             raise ValueError(f"{flag} is for bench {benches}, not {args.which}: drop it")
     check_report(Path(args.report))  # a report it could not write is refused before the work
-    runners = _runners(args.trace, args.device, args.peer, args.limit or 300)
+    runners = _runners(args.trace, args.device, args.peer, args.limit)
     assert set(runners) == set(BENCHES)
     names = (
         [name for name in runners if name not in NEEDS_INSTALL]

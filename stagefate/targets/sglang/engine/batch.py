@@ -15,7 +15,8 @@ class Batch:
     ``start_after[i]`` holds prompt ``i`` back until prompt ``start_after[i]``'s answer is in
     (SGLang's tokenizer refuses a rid still in flight, so a retry under the same id waits so);
     ``salts`` are SGLang's ``cache_salt`` per prompt (a tenant's namespace); a request not
-    answered within ``timeout_s`` is aborted and reported ``timed_out``."""
+    answered within ``timeout_s`` is aborted and reported ``timed_out``; ``stream`` asks for
+    the answer in chunks, so its time to the first token is measured."""
 
     prompts: list[list[int]]
     max_new_tokens: int = 8
@@ -24,6 +25,7 @@ class Batch:
     start_after: list[int | None] | None = None
     salts: list[str | None] | None = None
     timeout_s: float | None = None
+    stream: bool = False
 
     def __post_init__(self) -> None:
         for name in ("rids", "start_after", "salts"):

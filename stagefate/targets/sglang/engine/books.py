@@ -19,7 +19,8 @@ RPC). It writes a JSON report to the path it is given (an RPC answers only "succ
   none, so they stay queued until the next request arrives), and every ``host_indices`` tensor
   reachable from the cache (who holds the rest);
 * ``per_request``: every structure reachable from the tree cache that still names one of the
-  given request ids (:func:`..request_books.per_request_books`' test, in the same walk).
+  given request ids (:func:`..request_books.per_request_books`' test, in the same walk);
+* ``probe``: :mod:`.probe`'s counters (the pipeline's time on the scheduler's thread, L3 reads).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from typing import Any
 
 from ..object_walk import walk
 from ..request_books import entries_for
+from . import probe
 
 _BOOKS = (dict, list, set, deque)
 
@@ -114,6 +116,7 @@ def report(scheduler: Any, rids: list[str]) -> dict[str, Any]:
         "pipeline": _pipeline(cache),
         "host": _host(cache, holders),
         "per_request": named,
+        "probe": probe.report(scheduler),
     }
 
 

@@ -8,7 +8,8 @@ serves. Then each line in is a command, each line out its answer (``{"error": TR
 it raised; the engine keeps serving):
 
 * ``generate``: ``{"batch": Batch}`` (:class:`.batch.Batch`); per prompt its output ids, their
-  logprobs, SGLang's cache split and finish reason. A request not answered within the batch's
+  logprobs, SGLang's cache split and finish reason, its latency and, streamed, its time to the
+  first token. A request not answered within the batch's
   ``timeout_s`` (:data:`ANSWER_TIMEOUT_S` unless given) is aborted and reported ``timed_out``:
   one SGLang never answers must not hold the driver for ever;
 * ``flush``: ``flush_cache()``, retried until SGLang accepts it (it refuses while busy);
@@ -71,13 +72,19 @@ class Driver:
                 answered[index].set()
 
         async def ask(prompt: list[int], rid: str | None, salt: str | None) -> dict[str, Any]:
-            out = await engine.async_generate(
-                input_ids=prompt,
-                sampling_params=sampling,
-                return_logprob=True,
-                rid=rid,
-                cache_salt=salt,
-            )
+            sent = time.perf_counter()
+            first_at = None
+            asked = dict(sampling_params=sampling, return_logprob=True, rid=rid, cache_salt=salt)
+            if batch.stream:  # the last chunk holds the whole answer (non-incremental)
+                out: dict[str, Any] = {}
+                async for chunk in await engine.async_generate(
+                    input_ids=prompt, stream=True, **asked
+                ):
+                    first_at = time.perf_counter() if first_at is None else first_at
+                    out = chunk
+            else:
+                out = await engine.async_generate(input_ids=prompt, **asked)
+            done = time.perf_counter()
             meta = out["meta_info"]
             return {
                 "rid": meta.get("id", rid),
@@ -86,6 +93,8 @@ class Driver:
                 "cached": meta.get("cached_tokens_details"),
                 "cached_tokens": meta.get("cached_tokens"),
                 "finish_reason": meta.get("finish_reason"),
+                "ttft_s": None if first_at is None else first_at - sent,
+                "latency_s": done - sent,
             }
 
         async def abort(rid: str, after: float) -> None:

@@ -45,6 +45,9 @@ class EngineSettings:
     """The bounce buffer's size against the device pool's."""
     prefetch_timeout_s: float = 2.0
     """The ``timeout`` policy's base wait (SGLang's ``prefetch_timeout_base``)."""
+    context_length: int | None = None
+    """SGLang's ``context_length`` (None: the model's, 4,096). With the device pool it sets
+    the anchor-lock cap: ``min(0.5 × pool, pool - context_length)`` pinned tokens."""
 
     def __post_init__(self) -> None:
         if self.prefetch_policy not in PREFETCH_POLICIES:
@@ -85,6 +88,8 @@ class EngineSettings:
             "tp_size": 1,
             "log_level": "warning",
         }
+        if self.context_length is not None:
+            arguments["context_length"] = self.context_length
         if self.buffer_mode:
             extra = json.dumps(
                 {"prefetch_threshold": 1, "prefetch_timeout_base": self.prefetch_timeout_s}

@@ -22,6 +22,8 @@ at interpreter start (:mod:`.launch` sets that up; nothing is written into the e
   host pool is built after that, in ``Scheduler.__init__``).
 * stagefate's lifecycle as the buffer-mode pipeline, where ``STAGEFATE_SGLANG`` asks for it
   (:func:`stagefate.integrations.sglang.pipeline.install`, at the seam where SGLang builds it).
+* :mod:`.probe` on every scheduler once it is built (the pipeline's time per step, its L3
+  reads), read with the books.
 * :mod:`.books`' methods on SGLang's ``Scheduler`` (``stagefate_books``), called over SGLang's
   own ``collective_rpc``: stagefate's look at SGLang's books from inside the process that holds
   them.
@@ -139,11 +141,18 @@ def _scheduler_imported() -> None:
     from sglang.srt.managers.scheduler import Scheduler
 
     from ....integrations.sglang import pipeline
-    from . import books
+    from . import books, probe
 
     books.attach()
     Scheduler.stagefate_close = stagefate_close
     pipeline.install()
+    built = Scheduler.__init__
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        built(self, *args, **kwargs)
+        probe.attach(self)
+
+    Scheduler.__init__ = __init__
 
 
 _installed = False

@@ -1,0 +1,240 @@
+"""``stagefate bench sglang``: the same requests through SGLang's engine with no HiCache, with
+its own buffer mode (0.5.23, and 0.5.19 where its engine serves here) and with stagefate's
+lifecycle as its buffer-mode pipeline, in one run.
+
+Three workloads of different shapes, each sent as real requests to the tiny Llama in SGLang's
+engine (one engine per pipeline and workload, back to back, on the same device pool;
+:mod:`stagefate.targets.sglang.engine`):
+
+* **the embedded slice** (the first ``limit`` requests of Mooncake's synthetic trace) scaled to
+  the tiny model as the vLLM benchmark scales it (:mod:`stagefate.targets.workloads`: a
+  512-token block becomes 32 tokens, lengths divided by 16, prompts cut to 1,920 tokens), in
+  arrival order, 16 requests arriving together;
+* **multi-turn conversations** (24 conversations sharing a system prompt, 4 turns), turn k of
+  every conversation arriving together;
+* **a burst sharing a long prefix**: 16 requests, one 1,024-token prefix and a 64-token tail
+  each, first sent once (their KV written through to L3), the device cache flushed, then sent
+  together again, at a device pool of 1,536 tokens that cannot hold them all.
+
+The device pool (4,096 tokens for the first two) makes SGLang's tree evict, so a returning
+prefix has to come back from L3. Per pipeline: greedy outputs equal to no HiCache's, L3 reads,
+tokens read, tokens read and never used (read minus what SGLang reports served from storage),
+tokens loaded again after an earlier read of the same page (a span loaded by two requests),
+SGLang's own storage-hit tokens (its ``cached_tokens_details``), TTFT p50 and p99 (streamed),
+generated tokens per second, and the scheduler's time per step inside the pipeline (every call
+the scheduler and its cache make on the pipeline's behalf, timed the same way for both
+pipelines: :mod:`stagefate.targets.sglang.engine.probe`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..sim.trace import load_trace
+from ..targets.sglang.engine.batch import Batch
+from ..targets.sglang.engine.client import SGLangEngine
+from ..targets.sglang.engine.findings import prompt
+from ..targets.sglang.engine.serving import check_command, recorded
+from ..targets.sglang.engine.settings import EngineSettings, Lifecycle
+from ..targets.sglang.environments import install_command, installed
+from ..targets.sglang.releases import NEWEST
+from ..targets.workloads import conversations, in_batches, scaled_prompt
+from .report import Section, table
+
+MAX_NEW_TOKENS = 4
+PAGE = 4
+POOL_TOKENS = 4096
+"""SGLang's device pool for the slice and the conversations: two of the longest prompts."""
+BURST_POOL_TOKENS = 1536
+CONTEXT = 2048
+"""SGLang's context length here (prompts are cut to 1,920 tokens): with a 4,096-token pool the
+anchor-lock cap is 2,048 pinned tokens, and 0 with the burst's pool, for both pipelines."""
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One way to serve the requests."""
+
+    name: str
+    release: str
+    buffer_mode: bool
+    lifecycle: Lifecycle = "sglang"
+
+
+ARMS = (
+    Arm("no HiCache", NEWEST, buffer_mode=False),
+    Arm(f"SGLang {NEWEST} buffer mode", NEWEST, buffer_mode=True),
+    Arm("SGLang 0.5.19 buffer mode", "0.5.19", buffer_mode=True),
+    Arm(f"stagefate (in SGLang {NEWEST})", NEWEST, buffer_mode=True, lifecycle="stagefate"),
+)
+
+
+@dataclass(frozen=True)
+class Workload:
+    title: str
+    batches: list[list[list[int]]]
+    pool_tokens: int = POOL_TOKENS
+    warm: bool = False
+    """Send every batch once first, then flush the device cache (L3 keeps what was written)."""
+
+
+def workloads(limit: int) -> list[Workload]:
+    slice_prompts = [scaled_prompt(request) for request in load_trace(None, limit)]
+    chats = conversations(24, 4, seed=3)
+    shared = prompt(31, 1024)
+    burst = [shared + prompt(200 + i, 64) for i in range(16)]
+    return [
+        Workload(f"embedded slice, first {limit} requests, scaled", in_batches(slice_prompts, 16)),
+        Workload(
+            "multi-turn: 24 conversations × 4 turns",
+            [[chat[turn] for chat in chats] for turn in range(4)],
+        ),
+        Workload(
+            "burst: 16 requests sharing a 1,024-token prefix, device pool 1,536 tokens",
+            [burst],
+            pool_tokens=BURST_POOL_TOKENS,
+            warm=True,
+        ),
+    ]
+
+
+def _settings(arm: Arm, workload: Workload) -> EngineSettings:
+    return EngineSettings(
+        buffer_mode=arm.buffer_mode,
+        lifecycle=arm.lifecycle,
+        max_total_tokens=workload.pool_tokens,
+        max_running_requests=16,
+        chunked_prefill_size=1024,
+        context_length=CONTEXT,
+    )
+
+
+def _send(engine: SGLangEngine, batches: list[list[list[int]]], tag: str) -> list[dict[str, Any]]:
+    answers: list[dict[str, Any]] = []
+    for number, prompts in enumerate(batches):
+        rids = [f"{tag}-{number}-{i}" for i in range(len(prompts))]
+        batch = Batch(prompts, max_new_tokens=MAX_NEW_TOKENS, rids=rids, stream=True)
+        answers += engine.generate(batch)
+    return answers
+
+
+def serve(arm: Arm, workload: Workload) -> dict[str, Any]:
+    """One pipeline's run of one workload: the answers, the wall time, and the difference of
+    the scheduler's probe (:mod:`~stagefate.targets.sglang.engine.probe`) across the run."""
+    target = installed()[arm.release]
+    with SGLangEngine(target, _settings(arm, workload)) as engine:
+        if workload.warm:
+            _send(engine, workload.batches, "warm")
+            engine.flush()
+        before = engine.wait_idle()["probe"]
+        start = time.perf_counter()
+        answers = _send(engine, workload.batches, "run")
+        wall = time.perf_counter() - start
+        after = engine.wait_idle()
+    return {"answers": answers, "wall": wall, "probe": probe_difference(before, after["probe"])}
+
+
+def probe_difference(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
+    """What the probe counted between two of its reports."""
+    return {
+        "steps": after["steps"] - before["steps"],
+        "seconds": sum(after["seconds"].values()) - sum(before["seconds"].values()),
+        "reads": after["reads"] - before["reads"],
+        "pages": after["pages"] - before["pages"],
+        "pages_again": after["pages_again"] - before["pages_again"],
+    }
+
+
+def _percentile(values: Sequence[float], fraction: float) -> float:
+    """The nearest-rank percentile (p99 of 16 requests is the slowest one)."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(fraction * (len(ordered) - 1)))]
+
+
+def row(name: str, result: dict[str, Any], baseline: list[dict[str, Any]] | None) -> list[object]:
+    """One table row of a pipeline's run (``baseline``: no HiCache's answers, in order)."""
+    answers = result["answers"]
+    probe = result["probe"]
+    same = "–"
+    if baseline is not None:
+        pairs = zip(answers, baseline, strict=True)
+        same = f"{sum(a['output_ids'] == b['output_ids'] for a, b in pairs)}/{len(baseline)}"
+    served = sum(int((answer.get("cached") or {}).get("storage", 0)) for answer in answers)
+    read = probe["pages"] * PAGE
+    ttft = [answer["ttft_s"] * 1000 for answer in answers if answer.get("ttft_s") is not None]
+    generated = sum(len(answer["output_ids"]) for answer in answers)
+    per_step = probe["seconds"] / max(probe["steps"], 1) * 1e6
+    return [
+        name,
+        same,
+        probe["reads"],
+        read,
+        max(read - served, 0),
+        probe["pages_again"] * PAGE,
+        served,
+        f"{_percentile(ttft, 0.5):.0f}" if ttft else "–",
+        f"{_percentile(ttft, 0.99):.0f}" if ttft else "–",
+        f"{generated / result['wall']:.0f}",
+        f"{per_step:.0f} ({probe['steps']})",
+    ]
+
+
+HEADERS = (
+    "pipeline",
+    "outputs = no HiCache's",
+    "L3 reads",
+    "tokens read",
+    "read, never used",
+    "loaded by two requests",
+    "storage-hit tokens (SGLang's)",
+    "TTFT p50 (ms)",
+    "TTFT p99 (ms)",
+    "generated tok/s",
+    "pipeline µs/step (steps)",
+)
+
+
+def _unavailable(arm: Arm) -> str | None:
+    target = installed().get(arm.release)
+    if target is None:
+        return f"not installed: `{install_command(arm.release)}`"
+    check = recorded(target)
+    if check is None:
+        return f"its engine was never checked: `{check_command(arm.release)}`"
+    if not check.serves:
+        return f"its engine does not serve here: {check.detail}"
+    return None
+
+
+def run(limit: int = 200) -> Section:
+    missing = _unavailable(ARMS[0])
+    if missing is not None:  # refused, naming the install command, before any work
+        raise ValueError(f"bench sglang needs SGLang {NEWEST}'s engine: {missing}")
+    parts = [
+        f"SGLang's engine on the CPU (`stagefate targets`), the tiny Llama (2 layers, 2 KV heads, "
+        f"head_dim 32, bf16, random weights, seed 0), page {PAGE}, context {CONTEXT}, "
+        f"greedy {MAX_NEW_TOKENS} tokens a request, streamed; L3 a file folder per engine "
+        "(SGLang's `file` backend, or stagefate's file store)."
+    ]
+    for workload in workloads(limit):
+        rows: list[list[object]] = []
+        notes = []
+        baseline = None
+        for arm in ARMS:
+            missing = _unavailable(arm)
+            if missing is not None:
+                notes.append(f"- {arm.name}: {missing}")
+                continue
+            result = serve(arm, workload)
+            rows.append(row(arm.name, result, baseline))
+            baseline = baseline if baseline is not None else result["answers"]
+        pool = f"device pool {workload.pool_tokens:,} tokens"
+        parts += [f"### {workload.title} ({pool})", table(HEADERS, rows), *notes]
+    return Section(
+        "sglang",
+        "SGLang's engine: no HiCache, SGLang's buffer mode and stagefate's lifecycle",
+        "\n\n".join(parts),
+    )
