@@ -17,8 +17,10 @@ import contextlib
 import hashlib
 import json
 import os
+import queue
 import struct
 import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol, runtime_checkable
@@ -176,6 +178,135 @@ class MemoryStorage:
             return {
                 key: tensor_of_view(array, kind[0]) for key, (array, kind) in self._pages.items()
             }
+
+
+@runtime_checkable
+class KnowsWrites(Protocol):
+    """A store that remembers what it was given to write (:class:`WriteBehind`): a
+    write-through skips the leading pages it already stored, without gathering them again."""
+
+    def written_prefix(self, keys: Sequence[str]) -> int:
+        """How many of ``keys``, from the first, this store wrote or has queued."""
+        ...
+
+
+class WriteBehind:
+    """A store whose writes run on a thread of their own: a write-through on the scheduler's
+    thread then costs its page gather and hashing, not the store's IO (SGLang's backups run on
+    a thread too).
+
+    It reads its own writes: a page queued and not yet written exists for an existence query
+    and is read from memory, so a request arriving right after another's write-through finds
+    it. It remembers the last ``remembered`` keys it was given (:meth:`written_prefix`), and
+    forgets one the store turns out not to hold (a read or query that stopped short of it:
+    damaged and deleted, or removed by another writer), so the next write-through stores it
+    again. A write that raises is counted in :attr:`write_errors`, its keys forgotten, and the
+    writer goes on; :meth:`close` writes what is queued, then stops."""
+
+    def __init__(self, storage: Storage, remembered: int = 1 << 16) -> None:
+        self.storage = storage
+        self.write_errors = 0
+        self._remembered = remembered
+        self._known: OrderedDict[str, None] = OrderedDict()
+        self._queued: dict[str, torch.Tensor] = {}
+        self._queue: queue.Queue[tuple[list[str], list[torch.Tensor]] | None] = queue.Queue()
+        self._pending = 0
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._write, name="stagefate-writer", daemon=True)
+        self._thread.start()
+
+    def _write(self) -> None:
+        while (batch := self._queue.get()) is not None:
+            keys, tensors = batch
+            failed = False
+            try:
+                self.storage.batch_set(keys, tensors)
+            except Exception:  # a failed write leaves misses; it never stops the writes
+                failed = True
+            with self._lock:
+                self._pending -= 1
+                self.write_errors += failed
+                for key, tensor in zip(keys, tensors, strict=True):
+                    if self._queued.get(key) is tensor:
+                        del self._queued[key]
+                    if failed:
+                        self._known.pop(key, None)
+
+    def pending(self) -> int:
+        """Writes queued or running."""
+        with self._lock:
+            return self._pending
+
+    def written_prefix(self, keys: Sequence[str]) -> int:
+        with self._lock:
+            count = 0
+            for key in keys:
+                if key not in self._known:
+                    break
+                self._known.move_to_end(key)
+                count += 1
+            return count
+
+    def _forget(self, keys: Sequence[str]) -> None:
+        with self._lock:
+            for key in keys:
+                self._known.pop(key, None)
+
+    def batch_exists(self, keys: Sequence[str]) -> int:
+        count = 0
+        while count < len(keys):
+            with self._lock:
+                queued = count
+                while queued < len(keys) and keys[queued] in self._queued:
+                    queued += 1
+            if queued == len(keys):
+                return queued
+            stored = self.storage.batch_exists(keys[queued:])
+            count = queued + stored
+            if not stored:
+                break
+        self._forget(keys[count:])
+        return count
+
+    def batch_get(self, keys: Sequence[str]) -> list[torch.Tensor | None]:
+        with self._lock:
+            queued = [self._queued.get(key) for key in keys]
+        missing = [key for key, page in zip(keys, queued, strict=True) if page is None]
+        stored = iter(self.storage.batch_get(missing)) if missing else iter(())
+        return [page if page is not None else next(stored) for page in queued]
+
+    def batch_get_into(self, keys: Sequence[str], out: np.ndarray, dtype: torch.dtype) -> int:
+        with self._lock:
+            any_queued = any(key in self._queued for key in keys)
+        if any_queued:
+            read = copy_pages_into(iter(self.batch_get(keys)), out, dtype, len(keys))
+        else:
+            read = self.storage.batch_get_into(keys, out, dtype)
+        self._forget(keys[read:])
+        return read
+
+    def batch_set(self, keys: Sequence[str], tensors: Sequence[torch.Tensor]) -> None:
+        _check_pairs(keys, tensors)
+        if not keys:
+            return
+        with self._lock:
+            self._pending += 1
+            for key, tensor in zip(keys, tensors, strict=True):
+                self._queued[key] = tensor
+                self._known[key] = None
+                self._known.move_to_end(key)
+            while len(self._known) > self._remembered:
+                self._known.popitem(last=False)
+        self._queue.put((list(keys), list(tensors)))
+
+    def delete(self, keys: Sequence[str]) -> None:
+        self._forget(keys)
+        self.storage.delete(keys)
+
+    def close(self) -> None:
+        if self._thread.is_alive():
+            self._queue.put(None)
+            self._thread.join()
 
 
 class FileStorage:

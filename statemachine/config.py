@@ -41,6 +41,11 @@ class PipelineConfig(BaseModel):
     when its device prefix is evicted or a sibling's hold was never spliced (docs/sglang.md,
     "Live against the best release at each load"). Of the budgets tried (8, 10, 12, 16, 24), 12 is
     the smallest at which live meets every release on every figure of the replay sweep."""
+    retry_head_at_once: bool = True
+    """The head of the waiting queue re-issues a paced retry at once instead of after the
+    interval. False, as SGLang's scheduler does ("a speculative miss must never delay the
+    queue head"), where a request waits for its prefetch before admission (SGLang's engine
+    under ``wait_complete``): there a re-issued head would wait one more existence query."""
     storage: str = "memory"
     """The L3 when none is passed: ``memory``, ``file:PATH`` or ``mooncake://HOST:PORT``."""
     tp_size: Count = 1

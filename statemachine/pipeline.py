@@ -71,7 +71,7 @@ from ..runtime.hashing import rank_storage_keys
 from ..runtime.io import Closable
 from ..runtime.pools import SlotPool
 from ..runtime.prefix_tree import Node, PrefixMatch, PrefixTree, TreeFactory, locked
-from ..runtime.storage import open_storage
+from ..runtime.storage import KnowsWrites, open_storage
 from ..spec import LifecycleSpec, load_spec
 from ..spec.names import LockableState, StateName
 from ..spec.schema import ApiCall
@@ -203,7 +203,9 @@ class BufferPipeline:
         self._hits: OrderedDict[str, None] = OrderedDict()
         self._parked: OrderedDict[str, None] = OrderedDict()
         self._books = ReadBooks(self._counts)
-        self._retries = RetryBook(cfg.retry_interval, cfg.retry_max_attempts)
+        self._retries = RetryBook(
+            cfg.retry_interval, cfg.retry_max_attempts, head_due_at_once=cfg.retry_head_at_once
+        )
         self._dedup = DedupBook()
         self.polls = 0
         self.instruments: list[Instrument] = []
@@ -360,6 +362,13 @@ class BufferPipeline:
         if record is not None:
             self._call(record, "release_aborted_request")
 
+    def request_left(self, req_id: str) -> None:
+        """The request left the waiting queue (admitted, or finished): its paced retries and a
+        wait on a sibling are forgotten. A live record goes on to its end (an abort is
+        :meth:`release_aborted_request`)."""
+        self._retries.forget(req_id)
+        self._dedup.stop_waiting(req_id)
+
     def due_retries(self, waiting_req_ids: Sequence[str]) -> list[str]:
         """Waiting requests whose paced retry is due now (the queue head never waits)."""
         # one waiting on a sibling is due when that sibling's ownership shrinks, not before:
@@ -389,8 +398,11 @@ class BufferPipeline:
             )
         digests = page_hashes(aligned, page, namespace)
         self.tree.remember_page_keys(aligned, digests, *namespace)
-        pages = self.copy.pages_of(self.device_pool, device_indices[: len(aligned)], page)
-        self.storage.batch_set([self._storage_key(d) for d in digests], pages)
+        keys = [self._storage_key(d) for d in digests]
+        # a store that remembers its writes spares gathering the pages it already holds
+        known = self.storage.written_prefix(keys) if isinstance(self.storage, KnowsWrites) else 0
+        fresh = device_indices[known * page : len(aligned)]
+        self.storage.batch_set(keys[known:], self.copy.pages_of(self.device_pool, fresh, page))
         if aux_indices is not None:
             if self.aux_pool is None:
                 raise ValueError("write_through: aux_indices given but sliding_window is None")

@@ -95,3 +95,55 @@ def test_a_batch_that_cannot_be_sent_as_asked_is_refused_naming_the_fix(
 ) -> None:
     with pytest.raises(ValueError, match=says):
         Batch([[1], [2]], **shape)  # type: ignore[arg-type]
+
+
+def test_the_probe_times_outer_calls_once_and_counts_pages_read_again() -> None:
+    from types import SimpleNamespace
+
+    from stagefate.targets.sglang.engine.probe import attach, leading
+
+    steps: list[int] = []
+
+    class Cache:
+        def insert(self, tokens: int) -> int:
+            return tokens
+
+        def init_load_back(self, tokens: int) -> int:
+            return int(scheduler.tree_cache.insert(tokens))  # a splice's insert: nested
+
+    backend = SimpleNamespace(batch_get_v1=lambda keys, *_: [key != "gone" for key in keys])
+    cache = Cache()
+    cache.cache_controller = SimpleNamespace(storage_backend=backend)  # type: ignore[attr-defined]
+    scheduler = SimpleNamespace(tree_cache=cache, get_next_batch_to_run=lambda: steps.append(1))
+    probe = attach(scheduler)
+    scheduler.get_next_batch_to_run()
+    assert scheduler.tree_cache.init_load_back(3) == 3
+    backend.batch_get_v1(["a", "b", "gone", "c"], None)
+    backend.batch_get_v1(["b", "d"], None)
+    backend.batch_get_v1(["gone"], None)  # read nothing: not a read
+    report = probe.as_json()
+    assert report["calls"] == {"init_load_back": 1} and steps == [1] and report["steps"] == 1
+    assert (report["reads"], report["pages"], report["pages_again"]) == (2, 4, 1)
+    assert leading([1, None, 1], lambda page: page is not None) == 1
+
+
+def test_the_bench_row_says_what_each_pipeline_read_and_served() -> None:
+    from stagefate.bench.sglang import figures, probe_difference, row
+
+    before = {"steps": 10, "seconds": {"a": 1.0}, "reads": 1, "pages": 4, "pages_again": 0}
+    after = {"steps": 30, "seconds": {"a": 1.5, "b": 0.5}, "reads": 4, "pages": 24}
+    after["pages_again"] = 2
+    probe = probe_difference(before, after)
+    assert probe == {"steps": 20, "seconds": 1.0, "reads": 3, "pages": 20, "pages_again": 2}
+    answers = [
+        {"output_ids": [1, 2], "cached": {"storage": 60}, "cached_tokens": 64, "ttft_s": 0.010},
+        {"output_ids": [3, 4], "cached": None, "cached_tokens": 0, "ttft_s": 0.030},
+    ]
+    baseline = [{"output_ids": [1, 2]}, {"output_ids": [3, 5]}]
+    seen = figures({"answers": answers, "wall": 2.0, "probe": probe}, baseline)
+    assert seen["same"] == 1 and (seen["read"], seen["never_used"], seen["again"]) == (80, 20, 8)
+    assert (seen["served"], seen["cached"], seen["ttft50"], seen["ttft99"]) == (60, 64, 10, 30)
+    slower = seen | {"same": 2, "ttft50": 50.0, "us_per_step": 0.0}
+    cells = row("stagefate", [seen, slower, slower], 2)
+    assert cells[:3] == ["stagefate", "1/2", "3"]  # the fewest equal outputs of any run
+    assert cells[8] == "50" and cells[-2:] == ["0", "1000"]  # medians

@@ -28,6 +28,7 @@ pipelines: :mod:`stagefate.targets.sglang.engine.probe`).
 
 from __future__ import annotations
 
+import statistics
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -93,7 +94,7 @@ def workloads(limit: int) -> list[Workload]:
             [[chat[turn] for chat in chats] for turn in range(4)],
         ),
         Workload(
-            "burst: 16 requests sharing a 1,024-token prefix, device pool 1,536 tokens",
+            "burst: 16 requests sharing a 1,024-token prefix",
             [burst],
             pool_tokens=BURST_POOL_TOKENS,
             warm=True,
@@ -154,31 +155,54 @@ def _percentile(values: Sequence[float], fraction: float) -> float:
     return ordered[min(len(ordered) - 1, round(fraction * (len(ordered) - 1)))]
 
 
-def row(name: str, result: dict[str, Any], baseline: list[dict[str, Any]] | None) -> list[object]:
-    """One table row of a pipeline's run (``baseline``: no HiCache's answers, in order)."""
+def figures(result: dict[str, Any], baseline: list[dict[str, Any]] | None) -> dict[str, float]:
+    """What one pipeline's run shows (``baseline``: no HiCache's answers, in order)."""
     answers = result["answers"]
     probe = result["probe"]
-    same = "–"
+    same = len(answers)
     if baseline is not None:
-        pairs = zip(answers, baseline, strict=True)
-        same = f"{sum(a['output_ids'] == b['output_ids'] for a, b in pairs)}/{len(baseline)}"
+        same = sum(
+            a["output_ids"] == b["output_ids"] for a, b in zip(answers, baseline, strict=True)
+        )
     served = sum(int((answer.get("cached") or {}).get("storage", 0)) for answer in answers)
     read = probe["pages"] * PAGE
     ttft = [answer["ttft_s"] * 1000 for answer in answers if answer.get("ttft_s") is not None]
-    generated = sum(len(answer["output_ids"]) for answer in answers)
-    per_step = probe["seconds"] / max(probe["steps"], 1) * 1e6
+    return {
+        "same": same,
+        "reads": probe["reads"],
+        "read": read,
+        "never_used": max(read - served, 0),
+        "again": probe["pages_again"] * PAGE,
+        "served": served,
+        "cached": sum(int(answer.get("cached_tokens") or 0) for answer in answers),
+        "ttft50": _percentile(ttft, 0.5) if ttft else float("nan"),
+        "ttft99": _percentile(ttft, 0.99) if ttft else float("nan"),
+        "tokens_per_s": sum(len(answer["output_ids"]) for answer in answers) / result["wall"],
+        "us_per_step": probe["seconds"] / max(probe["steps"], 1) * 1e6,
+        "ms_total": probe["seconds"] * 1000,
+    }
+
+
+def row(name: str, runs: list[dict[str, float]], requests: int) -> list[object]:
+    """A pipeline's row: each figure's median over the repeats (outputs: the fewest equal)."""
+
+    def median(key: str) -> float:
+        return statistics.median(run[key] for run in runs)
+
     return [
         name,
-        same,
-        probe["reads"],
-        read,
-        max(read - served, 0),
-        probe["pages_again"] * PAGE,
-        served,
-        f"{_percentile(ttft, 0.5):.0f}" if ttft else "–",
-        f"{_percentile(ttft, 0.99):.0f}" if ttft else "–",
-        f"{generated / result['wall']:.0f}",
-        f"{per_step:.0f} ({probe['steps']})",
+        f"{min(run['same'] for run in runs):.0f}/{requests}",
+        f"{median('reads'):.0f}",
+        f"{median('read'):.0f}",
+        f"{median('never_used'):.0f}",
+        f"{median('again'):.0f}",
+        f"{median('served'):.0f}",
+        f"{median('cached'):.0f}",
+        f"{median('ttft50'):.0f}",
+        f"{median('ttft99'):.0f}",
+        f"{median('tokens_per_s'):.0f}",
+        f"{median('us_per_step'):.0f}",
+        f"{median('ms_total'):.0f}",
     ]
 
 
@@ -190,10 +214,12 @@ HEADERS = (
     "read, never used",
     "loaded by two requests",
     "storage-hit tokens (SGLang's)",
+    "prompt tokens not computed",
     "TTFT p50 (ms)",
     "TTFT p99 (ms)",
     "generated tok/s",
-    "pipeline µs/step (steps)",
+    "pipeline µs/step",
+    "pipeline ms in all",
 )
 
 
@@ -209,7 +235,7 @@ def _unavailable(arm: Arm) -> str | None:
     return None
 
 
-def run(limit: int = 200) -> Section:
+def run(limit: int = 200, repeats: int = 3) -> Section:
     missing = _unavailable(ARMS[0])
     if missing is not None:  # refused, naming the install command, before any work
         raise ValueError(f"bench sglang needs SGLang {NEWEST}'s engine: {missing}")
@@ -217,20 +243,27 @@ def run(limit: int = 200) -> Section:
         f"SGLang's engine on the CPU (`stagefate targets`), the tiny Llama (2 layers, 2 KV heads, "
         f"head_dim 32, bf16, random weights, seed 0), page {PAGE}, context {CONTEXT}, "
         f"greedy {MAX_NEW_TOKENS} tokens a request, streamed; L3 a file folder per engine "
-        "(SGLang's `file` backend, or stagefate's file store)."
+        "(SGLang's `file` backend, or stagefate's file store). Each pipeline runs each workload "
+        f"{repeats} times, the pipelines in turn (a different one first each time); a cell is "
+        "the median of its runs, and the outputs column the fewest equal in any run."
     ]
     for workload in workloads(limit):
-        rows: list[list[object]] = []
-        notes = []
-        baseline = None
-        for arm in ARMS:
-            missing = _unavailable(arm)
-            if missing is not None:
-                notes.append(f"- {arm.name}: {missing}")
-                continue
-            result = serve(arm, workload)
-            rows.append(row(arm.name, result, baseline))
-            baseline = baseline if baseline is not None else result["answers"]
+        arms = [arm for arm in ARMS if _unavailable(arm) is None]
+        notes = [f"- {arm.name}: {_unavailable(arm)}" for arm in ARMS if arm not in arms]
+        served: dict[str, list[dict[str, Any]]] = {arm.name: [] for arm in arms}
+        for turn in range(repeats):
+            for arm in arms[turn % len(arms) :] + arms[: turn % len(arms)]:
+                served[arm.name].append(serve(arm, workload))
+        baseline = served[ARMS[0].name]
+        requests = sum(len(batch) for batch in workload.batches)
+        rows = [
+            row(
+                name,
+                [figures(run, base["answers"]) for run, base in zip(runs, baseline, strict=True)],
+                requests,
+            )
+            for name, runs in served.items()
+        ]
         pool = f"device pool {workload.pool_tokens:,} tokens"
         parts += [f"### {workload.title} ({pool})", table(HEADERS, rows), *notes]
     return Section(

@@ -30,12 +30,19 @@ What the spec does not decide, and what the adapter does about it:
 * **Writes to L3.** The lifecycle reads stagefate's L3 (pages keyed by the request's namespace,
   so one tenant never reads another's: SGLang's file keys ignore the namespace,
   docs/sglang-findings.md). Every KV SGLang inserts into its device tree is written through
-  there, on the scheduler's thread, before the insert (pages already stored are skipped).
+  there: gathered and hashed on the scheduler's thread before the insert, stored by a writer
+  thread (:class:`~stagefate.runtime.storage.WriteBehind`; pages already stored are skipped).
+  SGLang's scheduler issues a prefetch from a device node only when the node has an L3 hash
+  of SGLang's; the lifecycle keeps its own, so every node qualifies (``get_last_hash_value``).
   SGLang's own backup pipeline is given nothing (``enqueue_backup_intent`` drops the intent):
   its L3 backend stays idle.
 * **Waiting on a sibling.** A prefetch declined because a sibling is reading its span's head
   keeps its request out of admission until that read lands or ends; the request then issues
   again, at the device prefix it has now, for the rest (``check_prefetch_progress``).
+* **Paced retries.** SGLang's scheduler sweeps its retry book each pass and re-issues the
+  prefetch of a waiting request that is due; the adapter answers that sweep from the
+  lifecycle's own retry book (:class:`LifecycleRetries`), with SGLang's rule that the head of
+  the queue is never held back for a speculative retry.
 * **Admission retries.** SGLang defers a staged request whose splice its memory budget cannot
   take and drops the hold after ``max_staged_admission_defers`` deferrals; the adapter keeps
   that count and releases the lifecycle's hold at the same point.
@@ -57,7 +64,7 @@ from typing import Any
 import torch
 
 from ...runtime.engine import EngineCache
-from ...runtime.storage import open_storage
+from ...runtime.storage import WriteBehind, open_storage
 from ...statemachine.config import PipelineConfig
 from ...statemachine.pipeline import BufferPipeline
 from ...transition_log import TransitionLog
@@ -96,11 +103,40 @@ def build_lifecycle(
         max_context_len=max(1, max_context_len),
         retry_interval=settings.retry_interval,
         retry_max_attempts=settings.retry_max_attempts,
+        retry_head_at_once=False,  # SGLang's rule: a speculative miss never delays the head
         dedup_inflight=settings.dedup_inflight,
     )
     engine = EngineCache(lambda _page, _device, _aux: tree, slots, None, EngineLoads(slots.device))
-    storage = open_storage(settings.storage, layout, config.page_size)
+    storage = WriteBehind(open_storage(settings.storage, layout, config.page_size))
     return BufferPipeline(config, storage=storage, engine=engine), tree
+
+
+class LifecycleRetries:
+    """SGLang's retry sweep (``cache.storage_prefetch_retries``), its decisions the
+    lifecycle's paced retries: each scheduler pass the scheduler asks which waiting requests
+    re-issue their prefetch (``pop_ready``) and re-issues them through the cache; an admitted
+    request leaves (``cancel``)."""
+
+    def __init__(self, pipeline: Any) -> None:
+        self.pipeline = pipeline
+
+    def pop_ready(
+        self, waiting_queue: list[Any], interval: int, max_attempts: int
+    ) -> list[tuple[Any, None]]:
+        life = self.pipeline.lifecycle
+        due = set(life.due_retries([req.rid for req in waiting_queue]))
+        return [(req, None) for req in waiting_queue if req.rid in due]
+
+    def cancel(self, req_id: str) -> None:
+        self.pipeline.lifecycle.request_left(req_id)
+
+    def poll_miss(self, req_id: str, storage_hit_end: int | None = None) -> None:
+        """SGLang's own prefetch path arms its retries here; the lifecycle arms its own."""
+
+    refetch = poll_miss
+
+    def clear(self) -> None:
+        """Nothing of SGLang's to clear: the lifecycle's retries are its own."""
 
 
 def stagefate_pipeline_class() -> type:
@@ -151,6 +187,12 @@ def stagefate_pipeline_class() -> type:
             cache.check_prefetch_progress = self._progress
             cache.check_hicache_events = self._check_events
             cache.insert = self._insert_writing_through
+            cache.storage_prefetch_retries = LifecycleRetries(self)
+            self._released = cache.on_release
+            cache.on_release = self._on_release
+            # every device node can anchor a prefetch: the lifecycle keys L3 by its own page
+            # hashes, so the scheduler's "has the node a hash" gate must not hold one back
+            cache.get_last_hash_value = self._any_node_anchors
 
         # -------------------------------------------------------------- the lifecycle
 
@@ -176,6 +218,7 @@ def stagefate_pipeline_class() -> type:
             """Stop the IO threads and close the transition log (once)."""
             if self._life is not None:
                 self._life.io.close()
+                self.writer.close()
             if self.log is not None:
                 self.log.close()
                 self.log = None
@@ -241,13 +284,31 @@ def stagefate_pipeline_class() -> type:
                 )
             return self._insert(params)
 
+        def _on_release(self, req: Any, *, checkpointed: bool) -> None:
+            self._released(req, checkpointed=checkpointed)
+            if self._life is not None:
+                self._life.request_left(req.rid)
+
+        @staticmethod
+        def _any_node_anchors(node_id: Any) -> str:
+            return "stagefate"
+
         # -------------------------------------------------------------- the pipeline's calls
 
         def has_staged(self, request: Any) -> bool:
             return self.lifecycle.has_hold(request.rid)
 
+        @property
+        def writer(self) -> WriteBehind:
+            """The lifecycle's store, whose writes run on their own thread."""
+            storage = self.lifecycle.storage
+            assert isinstance(storage, WriteBehind)
+            return storage
+
         def is_idle(self) -> bool:
-            return bool(super().is_idle()) and (self._life is None or self._life.is_idle())
+            life = self._life
+            idle = life is None or (life.is_idle() and not self.writer.pending())
+            return bool(super().is_idle()) and idle
 
         def reset(self) -> None:
             super().reset()
