@@ -195,3 +195,22 @@ class PipelineMetrics:
             unreadable = counter("l3_pages_unreadable", "L3 pages the file system refused.")
             unreadable.add_metric(values, storage.unreadable)
             yield unreadable
+
+
+def serve(
+    pipe: BufferPipeline, port: int, address: str, labels: Mapping[str, str], setting: str
+) -> PipelineMetrics:
+    """``pipe``'s metrics on an HTTP endpoint of their own (an engine's own ``/metrics`` is
+    often served by another process than its scheduler's); ``setting`` names where the port
+    was given, for the error a port that cannot be served raises."""
+    from prometheus_client import CollectorRegistry, start_http_server
+
+    registry = CollectorRegistry()
+    metrics = PipelineMetrics(pipe, registry, labels=labels)
+    try:
+        start_http_server(port, address, registry)
+    except OSError as error:
+        raise ValueError(
+            f"{setting}={port} on {address} cannot be served ({error}); pick a free port"
+        ) from None
+    return metrics

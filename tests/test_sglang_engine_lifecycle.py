@@ -12,6 +12,7 @@ stagefate no live record, no pin, the bounce whole).
 
 from __future__ import annotations
 
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ import pytest
 from stagefate.spec import load_spec
 from stagefate.targets.sglang.engine.client import SGLangEngine
 from stagefate.targets.sglang.engine.findings import SCRIPTS, from_l3, prompt
+from stagefate.targets.sglang.engine.server import free_port
 from stagefate.targets.sglang.engine.settings import EngineSettings
 from stagefate.targets.sglang.environments import Installed
 from stagefate.targets.sglang.releases import RELEASES
@@ -147,21 +149,29 @@ def test_an_abort_while_a_read_is_in_flight(plain: SGLangEngine, ours: SGLangEng
     settled_books(ours, ["long-again"])
 
 
-def test_the_engines_transition_log_follows_the_spec(release: Installed, tmp_path: Path) -> None:
+def test_the_engines_transition_log_and_metrics(release: Installed, tmp_path: Path) -> None:
     """The log stagefate's lifecycle wrote inside the engine's scheduler: every line a
-    transition of the spec, closed when the engine shut down."""
+    transition of the spec, closed when the engine shut down; and its Prometheus metrics,
+    served from the scheduler's process, count what the log shows."""
     log = tmp_path / "transitions.jsonl"
-    with SGLangEngine(release, OURS, transitions=log) as engine:
+    port = free_port()
+    with SGLangEngine(
+        release, _with(lifecycle="stagefate", metrics_port=port), transitions=log
+    ) as engine:
         conversation(engine, seed=11, turns=3, flush=True)
         asked = prompt(12, 400)
         engine.generate([asked], rids=["warm"])
         engine.flush()
         engine.generate([asked], rids=["aborted"], abort_after_s={"aborted": 0.05})
-        settled_books(engine, ["warm", "aborted"])
+        books = settled_books(engine, ["warm", "aborted"])
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as answer:
+            exposition = answer.read().decode()
     summary = validate_log(log.read_text(encoding="utf-8").splitlines(), load_spec())
     assert summary.violation is None, summary.violation
     assert summary.closed and not summary.live, summary
     assert summary.ended["filled"] >= 2, summary.ended
+    reads = books["pipeline"]["lifecycle"]["stats"]["l3_reads"]
+    assert f'stagefate:l3_reads_total{{engine="sglang"}} {float(reads)}' in exposition
 
 
 @pytest.mark.parametrize("name", sorted(SCRIPTS))

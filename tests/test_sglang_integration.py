@@ -58,18 +58,10 @@ def test_the_engine_target_turns_the_lifecycle_on_by_its_settings(tmp_path: Any)
 def _sglang_kv(size: int = 64, page: int = 4) -> tuple[Any, Any]:
     """SGLang's device KV pool (2 layers, 2 heads, dim 4, bf16) and its paged allocator."""
     from sglang.srt.mem_cache.allocator.paged import PagedTokenToKVPoolAllocator
-    from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool
 
-    kv = MHATokenToKVPool(
-        size=size,
-        page_size=page,
-        dtype=torch.bfloat16,
-        head_num=2,
-        head_dim=4,
-        layer_num=2,
-        device="cpu",
-        enable_memory_saver=False,
-    )
+    from stagefate.targets.sglang.cache import tiny_kv_pool
+
+    kv = tiny_kv_pool(size, page, layers=2, heads=2, head_dim=4, dtype=torch.bfloat16)
     allocator = PagedTokenToKVPoolAllocator(
         size=size, page_size=page, dtype=torch.bfloat16, device="cpu", kvcache=kv, need_sort=False
     )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -450,3 +451,84 @@ def test_free_many_has_the_verdicts_of_free_and_frees_nothing_on_a_bad_part(size
     # parts of any shape and integer dtype, as free takes them (the join's slow path)
     pool.free_many([again[:size].reshape(-1, 1), again[size:].to(torch.int32)])
     assert pool.available() == 1024
+
+
+class _Gated(MemoryStorage):
+    """A store whose writes wait until the test opens the gate (or raise, when told)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = threading.Event()
+        self.fail = False
+
+    def batch_set(self, keys: Any, tensors: Any) -> None:
+        self.gate.wait(timeout=10)
+        if self.fail:
+            raise OSError("disk full")
+        super().batch_set(keys, tensors)
+
+
+def _page(value: float) -> torch.Tensor:
+    return torch.full(LAYOUT.shape(2), value, dtype=LAYOUT.dtype)
+
+
+def test_a_store_written_behind_reads_its_own_queued_writes() -> None:
+    from stagefate.runtime.storage import WriteBehind
+
+    inner = _Gated()
+    store = WriteBehind(inner)
+    store.batch_set(["a", "b"], [_page(1), _page(2)])
+    assert store.pending() == 1 and inner.batch_exists(["a"]) == 0  # not written yet
+    assert store.batch_exists(["a", "b", "c"]) == 2 and store.written_prefix(["a", "b", "c"]) == 2
+    out = np.zeros(LAYOUT.shape(4), dtype=np.float16)
+    assert store.batch_get_into(["a", "b"], out, LAYOUT.dtype) == 2
+    assert out[:, :, :2].max() == 1 and out[:, :, 2:].min() == 2
+    inner.gate.set()
+    store.close()
+    assert store.pending() == 0 and inner.batch_exists(["a", "b"]) == 2
+
+
+def test_a_store_written_behind_forgets_what_it_turns_out_not_to_hold() -> None:
+    """A page deleted behind its back (damaged, or another writer's) is forgotten once a query
+    stops short of it, and a failed write forgets its keys: the next write-through stores them
+    again."""
+    from stagefate.runtime.storage import WriteBehind
+
+    inner = _Gated()
+    inner.gate.set()
+    store = WriteBehind(inner)
+    store.batch_set(["a", "b"], [_page(1), _page(2)])
+    store.close()
+    inner.delete(["b"])
+    assert store.written_prefix(["a", "b"]) == 2  # it does not know yet
+    assert store.batch_exists(["a", "b"]) == 1
+    assert store.written_prefix(["a", "b"]) == 1
+    failing = _Gated()
+    failing.fail = True
+    failing.gate.set()
+    store = WriteBehind(failing)
+    store.batch_set(["c"], [_page(3)])
+    store.close()
+    assert store.write_errors == 1 and store.written_prefix(["c"]) == 0
+
+
+def test_write_through_gathers_only_the_pages_its_store_does_not_hold() -> None:
+    from stagefate.runtime.storage import WriteBehind
+    from stagefate.statemachine.config import PipelineConfig
+    from stagefate.statemachine.pipeline import BufferPipeline
+
+    gathered: list[int] = []
+
+    class Counting(CopyEngine):
+        def pages_of(self, pool: Any, indices: torch.Tensor, page_size: int) -> Any:  # type: ignore[override]
+            gathered.append(indices.numel())
+            return CopyEngine.pages_of(pool, indices, page_size)
+
+    inner = MemoryStorage()
+    store = WriteBehind(inner)
+    pipe = BufferPipeline(PipelineConfig(page_size=2), storage=store)
+    pipe.copy = Counting(pipe.copy.device)
+    pipe.write_through(list(range(8)), torch.arange(8))
+    pipe.write_through(list(range(12)), torch.arange(12))  # the first 8 tokens known
+    store.close()
+    assert gathered == [8, 4] and len(inner) == 6

@@ -69,10 +69,11 @@ from ...statemachine.config import PipelineConfig
 from ...statemachine.pipeline import BufferPipeline
 from ...transition_log import TransitionLog
 from .kv import EngineLoads, EngineSlots
-from .settings import SGLangSettings
+from .settings import VARIABLE, SGLangSettings
 from .tree import SGLangTree, device_prefix_indices, device_prefix_len
 
 _EMPTY = torch.empty(0, dtype=torch.int64)
+VARIABLE_PORT = f"{VARIABLE}'s metrics_port"
 
 
 def build_lifecycle(
@@ -208,9 +209,15 @@ def stagefate_pipeline_class() -> type:
                         f"'wait_complete', not {cache.prefetch_stop_policy!r}"
                     )
                 self._life, self.tree = build_lifecycle(cache, self.settings, self._max_context_len)
-                if self.settings.log is not None:
-                    self.log = TransitionLog.open(self.settings.log, line_buffered=True)
+                settings = self.settings
+                if settings.log is not None:
+                    self.log = TransitionLog.open(settings.log, line_buffered=True)
                     self._life.instruments.append(self.log)
+                if settings.metrics_port is not None:
+                    from ...metrics import serve
+
+                    port, address = settings.metrics_port, settings.metrics_address
+                    serve(self._life, port, address, {"engine": "sglang"}, VARIABLE_PORT)
                 atexit.register(self.close)
             return self._life
 

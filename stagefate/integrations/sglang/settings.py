@@ -17,7 +17,9 @@ from __future__ import annotations
 import json
 import os
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..settings import checked
 
 VARIABLE = "STAGEFATE_SGLANG"
 
@@ -59,16 +61,4 @@ class SGLangSettings(BaseModel):
             ) from None
         if not isinstance(given, dict):
             raise ValueError(f"{VARIABLE} must hold a JSON object, got {raw!r}")
-        unknown = sorted(set(given) - set(cls.model_fields))
-        if unknown:
-            raise ValueError(
-                f"{VARIABLE}: unknown key(s) {', '.join(unknown)}; known: "
-                f"{', '.join(cls.model_fields)}"
-            )
-        try:
-            return cls(**given)
-        except ValidationError as error:
-            problems = "; ".join(
-                f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors()
-            )
-            raise ValueError(f"{VARIABLE}: {problems}") from None
+        return checked(cls, given, VARIABLE)

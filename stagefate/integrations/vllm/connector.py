@@ -218,16 +218,13 @@ def _scheduler_side(
 
 def _serve_metrics(side: SchedulerSide, settings: ConnectorSettings, engine_id: str) -> None:
     """stagefate's metrics of this engine's pipeline, on their own HTTP endpoint."""
-    from prometheus_client import CollectorRegistry, start_http_server
+    from ...metrics import serve
 
-    from ...metrics import PipelineMetrics
-
-    registry = CollectorRegistry()
-    PipelineMetrics(side.pipeline, registry, labels={"engine": engine_id})
-    try:
-        start_http_server(settings.metrics_port or 0, settings.metrics_address, registry)
-    except OSError as error:
-        raise ValueError(
-            f"stagefate.metrics_port={settings.metrics_port} on {settings.metrics_address} "
-            f"cannot be served ({error}); pick a free port"
-        ) from None
+    labels = {"engine": engine_id}
+    serve(
+        side.pipeline,
+        settings.metrics_port or 0,
+        settings.metrics_address,
+        labels,
+        "stagefate.metrics_port",
+    )

@@ -10,7 +10,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from ..settings import checked
 
 
 class ConnectorSettings(BaseModel):
@@ -72,21 +74,7 @@ class ConnectorSettings(BaseModel):
             for key, value in (extra or {}).items()
             if key.startswith("stagefate.")
         }
-        unknown = sorted(set(ours) - set(cls.model_fields))
-        if unknown:
-            known = ", ".join(f"stagefate.{name}" for name in cls.model_fields)
-            raise ValueError(
-                f"kv_connector_extra_config: unknown key(s) "
-                f"{', '.join('stagefate.' + k for k in unknown)}; the StagefateConnector "
-                f"knows {known}"
-            )
-        try:
-            return cls(**ours)
-        except ValidationError as error:
-            problems = "; ".join(
-                f"stagefate.{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors()
-            )
-            raise ValueError(f"kv_connector_extra_config: {problems}") from None
+        return checked(cls, ours, "kv_connector_extra_config", prefix="stagefate.")
 
     def check_storage_reachable(self, multiprocess: bool) -> None:
         """Refuse at startup an L3 the two sides could not share, or cannot reach."""

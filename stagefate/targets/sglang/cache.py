@@ -21,17 +21,24 @@ class CoreFallback(RuntimeError):
     """SGLang built another tree core than the one asked for (it falls back silently)."""
 
 
-def tiny_kv_pool(size: int, page_size: int) -> Any:
-    """SGLang's device KV pool with one layer, one head, one dim (float16, CPU)."""
+def tiny_kv_pool(
+    size: int,
+    page_size: int,
+    layers: int = 1,
+    heads: int = 1,
+    head_dim: int = 1,
+    dtype: torch.dtype = torch.float16,
+) -> Any:
+    """SGLang's device KV pool on the CPU, one layer, one head and one dim unless asked."""
     from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool
 
     return MHATokenToKVPool(
         size=size,
         page_size=page_size,
-        dtype=torch.float16,
-        head_num=1,
-        head_dim=1,
-        layer_num=1,
+        dtype=dtype,
+        head_num=heads,
+        head_dim=head_dim,
+        layer_num=layers,
         device="cpu",
         enable_memory_saver=False,
     )

@@ -35,7 +35,8 @@ class ServerFailed(RuntimeError):
     """The server did not come up, or answered an error; the message says which."""
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A port of 127.0.0.1 nothing listens on now."""
     with socket.socket() as probe:
         probe.bind((HOST, 0))
         return int(probe.getsockname()[1])
@@ -58,7 +59,7 @@ class SGLangServer(ClosedOnExit):
 
     def __init__(self, target: Installed, settings: EngineSettings) -> None:
         self.work = Path(tempfile.mkdtemp(prefix="stagefate-server-"))
-        self.port = _free_port()
+        self.port = free_port()
         self.url = f"http://{HOST}:{self.port}"
         l3 = self.work / "l3"
         l3.mkdir()

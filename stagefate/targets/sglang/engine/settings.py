@@ -45,6 +45,9 @@ class EngineSettings:
     """The bounce buffer's size against the device pool's."""
     prefetch_timeout_s: float = 2.0
     """The ``timeout`` policy's base wait (SGLang's ``prefetch_timeout_base``)."""
+    metrics_port: int | None = None
+    """With stagefate's lifecycle: serve its Prometheus metrics from the scheduler's process
+    on this port of 127.0.0.1."""
     context_length: int | None = None
     """SGLang's ``context_length`` (None: the model's, 4,096). With the device pool it sets
     the anchor-lock cap: ``min(0.5 × pool, pool - context_length)`` pinned tokens."""
@@ -125,5 +128,8 @@ def engine_environment(
         "TORCH_EXTENSIONS_DIR": str(python.parent.parent / "torch_extensions"),
     }
     if settings.lifecycle == "stagefate":
-        env[VARIABLE] = json.dumps({"storage": f"file:{l3}", "log": str(transitions)})
+        ours: dict[str, Any] = {"storage": f"file:{l3}", "log": str(transitions)}
+        if settings.metrics_port is not None:
+            ours["metrics_port"] = settings.metrics_port
+        env[VARIABLE] = json.dumps(ours)
     return env
