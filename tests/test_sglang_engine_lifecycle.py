@@ -120,20 +120,24 @@ def test_other_kv_in_stagefates_l3_changes_the_output(ours: SGLangEngine) -> Non
     settled_books(ours, ["victim", "donor", "victim-again"])
 
 
-def test_a_burst_sharing_a_prefix_under_eviction(plain: SGLangEngine, ours: SGLangEngine) -> None:
+def test_a_burst_sharing_a_prefix_under_eviction(
+    plain: SGLangEngine, theirs: SGLangEngine, ours: SGLangEngine
+) -> None:
     """Eight requests sharing a 192-token prefix, each with a 64-token tail of its own, all in
-    stagefate's L3, sent together at a device pool of 512 tokens: reads in flight while
-    siblings publish the same prefix and the tree evicts to admit them."""
+    L3, sent together at a device pool of 512 tokens: reads in flight while siblings publish
+    the same prefix and the tree evicts to admit them. Both pipelines answer as no HiCache."""
     shared = prompt(6, 192)
     prompts = [shared + prompt(100 + i, 64) for i in range(8)]
     rids = [f"burst-{i}" for i in range(8)]
-    reference = plain.generate(prompts, rids=rids)
-    ours.generate(prompts, rids=[f"warm-{i}" for i in range(8)])
-    ours.flush()
-    answers = ours.generate(prompts, rids=rids)
-    assert [a["output_ids"] for a in answers] == [a["output_ids"] for a in reference]
-    assert sum(from_l3(a) for a in answers) > 0
-    settled_books(ours, rids + [f"warm-{i}" for i in range(8)])
+    warm = [f"warm-{i}" for i in range(8)]
+    expected = [a["output_ids"] for a in plain.generate(prompts, rids=rids)]
+    for engine in (theirs, ours):
+        engine.generate(prompts, rids=warm)
+        engine.flush()
+        answers = engine.generate(prompts, rids=rids)
+        assert [a["output_ids"] for a in answers] == expected
+        assert sum(from_l3(a) for a in answers) > 0
+        settled_books(engine, rids + warm)
 
 
 def test_an_abort_while_a_read_is_in_flight(plain: SGLangEngine, ours: SGLangEngine) -> None:

@@ -13,8 +13,8 @@ Which SGLang call does what (the release's names, 0.5.20's API and later):
 
 * ``prefetch_from_storage`` (the scheduler, as a request enters the queue): the lifecycle's
   ``issue`` for the uncomputed tail, its existence query on stagefate's IO threads;
-* ``check_prefetch_progress`` (admission, each pass): ``poll()``, then "not ready" while the
-  lifecycle says the prefetch is pending (query, commit, read, or waiting on a sibling);
+* ``check_prefetch_progress`` (admission, each pass): "not ready" while the lifecycle says the
+  prefetch is pending (query, commit, read, or waiting on a sibling);
 * ``prepare_staged_prefetch`` (admission, after the request re-matched the device tree):
   ``plan_staged_splice`` at the device prefix SGLang has now; the plan's tokens become SGLang's
   ``host_hit_length`` (its memory budget charges them) and its storage hit;
@@ -254,10 +254,11 @@ def stagefate_pipeline_class() -> type:
         def _progress(self, request: Any) -> bool:
             """Ready unless the prefetch is pending. One declined while a sibling reads its
             span's head waits; woken (the sibling's span landed or ended), it issues again
-            at the device prefix it has now, for the rest, as the vLLM connector does."""
+            at the device prefix it has now, for the rest, as the vLLM connector does. No
+            poll here: the pass's ``check_hicache_events`` polled before admission began
+            (once a pass, not once for every waiting request)."""
             rid = request.rid
             life = self.lifecycle
-            life.poll()
             if life.prefetch_pending(rid):
                 if life.state(rid) is None:  # no record: it waits on a sibling's read
                     self._woken_later.add(rid)
