@@ -38,7 +38,12 @@ What the spec does not decide, and what the adapter does about it:
   its L3 backend stays idle.
 * **Waiting on a sibling.** A prefetch declined because a sibling is reading its span's head
   keeps its request out of admission until that read lands or ends; the request then issues
-  again, at the device prefix it has now, for the rest (``check_prefetch_progress``).
+  again, at the device prefix it has now, for the rest, at the next pass's event check.
+* **No pin inside admission.** Every issue (and so every anchor pin) happens before the
+  admission loop: on arrival, in the retry sweep, or at the event check. SGLang's memory
+  budget counts evictable tokens request by request as it admits; a pin taken between its
+  count and the prefill's allocation made the prefill run out of memory (seen in the
+  benchmark's first run, when woken requests issued from ``check_prefetch_progress``).
 * **Paced retries.** SGLang's scheduler sweeps its retry book each pass and re-issues the
   prefetch of a waiting request that is due; the adapter answers that sweep from the
   lifecycle's own retry book (:class:`LifecycleRetries`), with SGLang's rule that the head of
@@ -72,7 +77,6 @@ from .kv import EngineLoads, EngineSlots
 from .settings import VARIABLE, SGLangSettings
 from .tree import SGLangTree, device_prefix_indices, device_prefix_len
 
-_EMPTY = torch.empty(0, dtype=torch.int64)
 VARIABLE_PORT = f"{VARIABLE}'s metrics_port"
 
 
@@ -182,6 +186,8 @@ def stagefate_pipeline_class() -> type:
             """What each request waiting for admission asked for (to issue again, woken)."""
             self._woken_later: set[str] = set()
             """Requests declined while a sibling reads their span's head."""
+            self._reissue: set[str] = set()
+            """Requests woken this pass, to issue again at the next (before admission)."""
             self._insert = cache.insert
             self._events = cache.check_hicache_events
             cache.prefetch_from_storage = self._issue
@@ -253,10 +259,11 @@ def stagefate_pipeline_class() -> type:
 
         def _progress(self, request: Any) -> bool:
             """Ready unless the prefetch is pending. One declined while a sibling reads its
-            span's head waits; woken (the sibling's span landed or ended), it issues again
-            at the device prefix it has now, for the rest, as the vLLM connector does. No
-            poll here: the pass's ``check_hicache_events`` polled before admission began
-            (once a pass, not once for every waiting request)."""
+            span's head waits; woken (the sibling's span landed or ended), it issues again,
+            for the rest, at the next pass's event check: an issue pins its anchor, and a pin
+            taken inside admission would shrink what SGLang's memory budget has just counted
+            as evictable (the prefill then runs out of memory). No poll here: the pass's
+            ``check_hicache_events`` polled before admission began."""
             rid = request.rid
             life = self.lifecycle
             if life.prefetch_pending(rid):
@@ -265,14 +272,24 @@ def stagefate_pipeline_class() -> type:
                 return False
             if rid in self._woken_later:
                 self._woken_later.discard(rid)
-                tokens, extra_key, cache_salt = self._asked[rid]
-                matched = self.tree_matched(tokens, extra_key, cache_salt)
-                if matched < len(tokens) - len(tokens) % self._cache.page_size:
-                    life.prefetch_from_storage(rid, tokens, matched, extra_key, cache_salt)
-                    if life.prefetch_pending(rid):
-                        return False
+                self._reissue.add(rid)
+                return False
+            if rid in self._reissue:
+                return False
             self._asked.pop(rid, None)
             return True
+
+        def _issue_woken(self) -> None:
+            """Issue again, at the device prefix each has now, the prefetches of the requests
+            woken last pass (before admission: see :meth:`_progress`)."""
+            life = self.lifecycle
+            page = self._cache.page_size
+            for rid in sorted(self._reissue):
+                tokens, extra_key, cache_salt = self._asked[rid]
+                matched = self.tree_matched(tokens, extra_key, cache_salt)
+                if matched < len(tokens) - len(tokens) % page:
+                    life.prefetch_from_storage(rid, tokens, matched, extra_key, cache_salt)
+            self._reissue.clear()
 
         def tree_matched(self, tokens: list[int], extra_key: str | None, salt: str | None) -> int:
             """Tokens of ``tokens`` on the device in SGLang's tree now."""
@@ -281,6 +298,7 @@ def stagefate_pipeline_class() -> type:
 
         def _check_events(self) -> None:
             self._events()
+            self._issue_woken()
             self.lifecycle.poll()
 
         def _insert_writing_through(self, params: Any) -> Any:
@@ -399,6 +417,7 @@ def stagefate_pipeline_class() -> type:
             self._defers.pop(request.rid, None)
             self._asked.pop(request.rid, None)
             self._woken_later.discard(request.rid)
+            self._reissue.discard(request.rid)
             if life.state(request.rid) is None and not life.retry_pending(request.rid):
                 return False
             life.release_aborted_request(request.rid)
