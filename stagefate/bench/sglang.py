@@ -36,7 +36,7 @@ from typing import Any
 
 from ..sim.trace import load_trace
 from ..targets.sglang.engine.batch import Batch
-from ..targets.sglang.engine.client import SGLangEngine
+from ..targets.sglang.engine.client import EngineFailed, SGLangEngine
 from ..targets.sglang.engine.findings import prompt
 from ..targets.sglang.engine.serving import check_command, recorded
 from ..targets.sglang.engine.settings import EngineSettings, Lifecycle
@@ -159,7 +159,7 @@ def figures(result: dict[str, Any], baseline: list[dict[str, Any]] | None) -> di
     """What one pipeline's run shows (``baseline``: no HiCache's answers, in order)."""
     answers = result["answers"]
     probe = result["probe"]
-    same = len(answers)
+    same = -1  # nothing to compare with
     if baseline is not None:
         same = sum(
             a["output_ids"] == b["output_ids"] for a, b in zip(answers, baseline, strict=True)
@@ -189,9 +189,10 @@ def row(name: str, runs: list[dict[str, float]], requests: int) -> list[object]:
     def median(key: str) -> float:
         return statistics.median(run[key] for run in runs)
 
+    fewest = min(run["same"] for run in runs)
     return [
         name,
-        f"{min(run['same'] for run in runs):.0f}/{requests}",
+        "–" if fewest < 0 else f"{fewest:.0f}/{requests}",
         f"{median('reads'):.0f}",
         f"{median('read'):.0f}",
         f"{median('never_used'):.0f}",
@@ -221,6 +222,12 @@ HEADERS = (
     "pipeline µs/step",
     "pipeline ms in all",
 )
+
+
+def why(failure: Exception) -> str:
+    """The line of the engine's log that says why it stopped."""
+    lines = [line.strip() for line in str(failure).splitlines() if "Error" in line]
+    return (lines[-1] if lines else str(failure).splitlines()[0])[:200]
 
 
 def _unavailable(arm: Arm) -> str | None:
@@ -253,13 +260,22 @@ def run(limit: int = 200, repeats: int = 3) -> Section:
         served: dict[str, list[dict[str, Any]]] = {arm.name: [] for arm in arms}
         for turn in range(repeats):
             for arm in arms[turn % len(arms) :] + arms[: turn % len(arms)]:
-                served[arm.name].append(serve(arm, workload))
-        baseline = served[ARMS[0].name]
+                if arm.name not in served:
+                    continue  # it failed an earlier run
+                try:
+                    served[arm.name].append(serve(arm, workload))
+                except EngineFailed as failure:
+                    del served[arm.name]
+                    notes.append(f"- {arm.name} did not finish (run {turn + 1}): `{why(failure)}`")
+        baseline = served.get(ARMS[0].name)
         requests = sum(len(batch) for batch in workload.batches)
         rows = [
             row(
                 name,
-                [figures(run, base["answers"]) for run, base in zip(runs, baseline, strict=True)],
+                [
+                    figures(run, None if baseline is None else base["answers"])
+                    for run, base in zip(runs, baseline or runs, strict=True)
+                ],
                 requests,
             )
             for name, runs in served.items()
