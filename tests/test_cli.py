@@ -286,7 +286,7 @@ def test_an_output_path_that_cannot_be_written_is_refused_before_any_work(
         # a flag for another subcommand
         (["bench", "dispatch", "--peer", "sglang"], "--peer is for bench tree or lifecycle"),
         (["bench", "copy", "--trace", "t.jsonl"], "--trace is for bench replay, not copy"),
-        (["bench", "all", "--limit", "5"], "--limit is for bench vllm, not all"),
+        (["bench", "all", "--limit", "5"], "--limit is for bench vllm or sglang, not all"),
         (["targets", "--force"], "drop the release and --force"),
         # issue 54's probe: absurd values once accepted
         (["replay", "--host-tokens", "8"], "--host-tokens 8 is below one page"),
