@@ -23,7 +23,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 import torch
@@ -201,7 +201,8 @@ class WriteBehind:
     forgets one the store turns out not to hold (a read or query that stopped short of it:
     damaged and deleted, or removed by another writer), so the next write-through stores it
     again. A write that raises is counted in :attr:`write_errors`, its keys forgotten, and the
-    writer goes on; :meth:`close` writes what is queued, then stops."""
+    writer goes on; :meth:`close` writes what is queued, then stops. Anything else asked of it
+    is the wrapped store's (``isinstance(store, ReportsDamage)`` holds when that store's does)."""
 
     def __init__(self, storage: Storage, remembered: int = 1 << 16) -> None:
         self.storage = storage
@@ -304,9 +305,20 @@ class WriteBehind:
         self.storage.delete(keys)
 
     def close(self) -> None:
+        """Write what is queued, stop the writer, and shut the wrapped store's client (it is
+        this store's: Mooncake's holds connections)."""
         if self._thread.is_alive():
             self._queue.put(None)
             self._thread.join()
+        if isinstance(self.storage, HoldsConnections):
+            self.storage.close()
+
+    def __getattr__(self, name: str) -> Any:
+        """What else the wrapped store tells (a file store's damage report, its counters):
+        a wrapper must not hide it from the metrics and the replay's report."""
+        if name == "storage":  # not set yet (during construction): no store to ask
+            raise AttributeError(name)
+        return getattr(self.storage, name)
 
 
 class FileStorage:

@@ -532,3 +532,28 @@ def test_write_through_gathers_only_the_pages_its_store_does_not_hold() -> None:
     pipe.write_through(list(range(12)), torch.arange(12))  # the first 8 tokens known
     store.close()
     assert gathered == [8, 4] and len(inner) == 6
+
+
+def test_a_store_written_behind_tells_what_its_store_tells(tmp_path: Path) -> None:
+    """The wrapper hides nothing the metrics and reports read (a file store's damage), and
+    shuts the client of a store that holds one."""
+    from stagefate.runtime.storage import HoldsConnections, ReportsDamage, WriteBehind
+
+    files = WriteBehind(FileStorage(tmp_path))
+    assert isinstance(files, ReportsDamage) and files.damage_report() == ""
+    files.close()
+    memory = WriteBehind(MemoryStorage())
+    assert not isinstance(memory, ReportsDamage)
+    memory.close()
+
+    class Client(MemoryStorage):
+        closed = False
+
+        def close(self) -> None:
+            self.closed = True
+
+    client = Client()
+    store = WriteBehind(client)
+    assert isinstance(client, HoldsConnections)
+    store.close()
+    assert client.closed
