@@ -243,9 +243,10 @@ def _unavailable(arm: Arm) -> str | None:
 
 
 def run(limit: int = 200, repeats: int = 3) -> Section:
-    missing = _unavailable(ARMS[0])
-    if missing is not None:  # refused, naming the install command, before any work
-        raise ValueError(f"bench sglang needs SGLang {NEWEST}'s engine: {missing}")
+    missing = {arm.name: _unavailable(arm) for arm in ARMS}  # looked up once, before any work
+    if missing[ARMS[0].name] is not None:  # refused, naming the install command
+        raise ValueError(f"bench sglang needs SGLang {NEWEST}'s engine: {missing[ARMS[0].name]}")
+    arms = [arm for arm in ARMS if missing[arm.name] is None]
     parts = [
         f"SGLang's engine on the CPU (`stagefate targets`), the tiny Llama (2 layers, 2 KV heads, "
         f"head_dim 32, bf16, random weights, seed 0), page {PAGE}, context {CONTEXT}, "
@@ -255,8 +256,7 @@ def run(limit: int = 200, repeats: int = 3) -> Section:
         "the median of its runs, and the outputs column the fewest equal in any run."
     ]
     for workload in workloads(limit):
-        arms = [arm for arm in ARMS if _unavailable(arm) is None]
-        notes = [f"- {arm.name}: {_unavailable(arm)}" for arm in ARMS if arm not in arms]
+        notes = [f"- {arm.name}: {missing[arm.name]}" for arm in ARMS if arm not in arms]
         served: dict[str, list[dict[str, Any]]] = {arm.name: [] for arm in arms}
         for turn in range(repeats):
             for arm in arms[turn % len(arms) :] + arms[: turn % len(arms)]:
