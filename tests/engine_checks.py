@@ -4,6 +4,7 @@ conversation, a request's L3 pages."""
 from __future__ import annotations
 
 import itertools
+import time
 from pathlib import Path
 from typing import Any
 
@@ -57,12 +58,36 @@ def conversation(engine: SGLangEngine, seed: int, turns: int, flush: bool) -> li
 def pages_written(engine: SGLangEngine, asked: list[int], rid: str) -> tuple[Any, list[Path]]:
     """One request's answer and the L3 pages its write-through added. The books are settled
     first and only waited on after, so the extra pass :func:`settled_books` may run (its own
-    pages) falls outside the count."""
+    pages) falls outside the count; and L3 is read once it stops changing, since SGLang
+    0.5.19 can report idle while its storage backups are still being written."""
     settled_books(engine, [])
-    before = l3_pages(engine)
+    before = settled_l3_pages(engine)
     answer = engine.generate([asked], rids=[rid])[0]
     engine.wait_idle([rid])
-    return answer, sorted(l3_pages(engine) - before)
+    return answer, sorted(settled_l3_pages(engine) - before)
+
+
+def overwrite(victim_pages: list[Path], donor_pages: list[Path]) -> None:
+    """Every victim page gets a donor page's KV (donors reused when fewer: each side's count
+    includes whatever of its answer the write-back reached)."""
+    assert victim_pages and donor_pages
+    for page, donor in zip(victim_pages, itertools.cycle(donor_pages)):
+        page.write_bytes(donor.read_bytes())
+
+
+def settled_l3_pages(
+    engine: SGLangEngine, quiet_s: float = 1.0, limit_s: float = 60.0
+) -> set[Path]:
+    """The L3 pages once no page has appeared for ``quiet_s`` (at most ``limit_s``)."""
+    deadline = time.monotonic() + limit_s
+    pages = l3_pages(engine)
+    while time.monotonic() < deadline:
+        time.sleep(quiet_s)
+        again = l3_pages(engine)
+        if again == pages:
+            return pages
+        pages = again
+    raise AssertionError(f"L3 still changing after {limit_s:.0f} s: {len(pages)} pages")
 
 
 def l3_pages(engine: SGLangEngine) -> set[Path]:

@@ -25,7 +25,7 @@ from stagefate.targets.sglang.engine.settings import EngineSettings, PrefetchPol
 from stagefate.targets.sglang.environments import Installed, installed
 from stagefate.targets.sglang.releases import NEWEST, RELEASES
 
-from .engine_checks import conversation, pages_written, settled_books
+from .engine_checks import conversation, overwrite, pages_written, settled_books
 from .harness import engine_target
 
 pytestmark = pytest.mark.slow
@@ -99,9 +99,7 @@ def test_other_kv_in_l3_changes_the_output(buffered: SGLangEngine) -> None:
     victim = prompt(3, 64)
     honest, victim_pages = pages_written(buffered, victim, "victim")
     _, donor_pages = pages_written(buffered, prompt(4, 64), "donor")
-    assert victim_pages and len(donor_pages) >= len(victim_pages)
-    for page, donor in zip(victim_pages, donor_pages, strict=False):
-        page.write_bytes(donor.read_bytes())
+    overwrite(victim_pages, donor_pages)
     buffered.flush()
     lied_to = buffered.generate([victim], rids=["victim-again"])[0]
     assert from_l3(lied_to) == 60

@@ -28,7 +28,7 @@ from stagefate.targets.sglang.environments import Installed
 from stagefate.targets.sglang.releases import RELEASES
 from stagefate.transition_log import validate_log
 
-from .engine_checks import conversation, pages_written, settled_books
+from .engine_checks import conversation, overwrite, pages_written, settled_books
 from .harness import engine_target
 
 pytestmark = pytest.mark.slow
@@ -110,9 +110,7 @@ def test_other_kv_in_stagefates_l3_changes_the_output(ours: SGLangEngine) -> Non
     victim = prompt(3, 64)
     honest, victim_pages = pages_written(ours, victim, "victim")
     _, donor_pages = pages_written(ours, prompt(4, 64), "donor")
-    assert victim_pages and len(donor_pages) >= len(victim_pages)
-    for page, donor in zip(victim_pages, donor_pages, strict=False):
-        page.write_bytes(donor.read_bytes())
+    overwrite(victim_pages, donor_pages)
     ours.flush()
     lied_to = ours.generate([victim], rids=["victim-again"])[0]
     assert from_l3(lied_to) == 60
