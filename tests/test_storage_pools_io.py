@@ -428,6 +428,21 @@ def test_threaded_io_posts_every_completion() -> None:
     assert sorted(done) == list(range(1, 9)) and io.pending() == 0
 
 
+def test_threaded_io_wait_returns_with_the_first_completion_and_drain_hands_it_out() -> None:
+    """``wait`` blocks until an operation completes (the GIL released meanwhile), and the
+    completion it took is the next drain's; with nothing in flight it returns at once."""
+    io, log, go = ThreadedIO(workers=1), [], threading.Event()
+    assert io.wait(10.0) is False  # nothing in flight: no wait
+    blocked = _op(1, "read", log)
+    io.submit(IOOp(1, "read", lambda limit: (go.wait(5.0), blocked.run(limit))[1]))
+    assert io.wait(0.01) is False and io.pending() == 1  # still running: timed out
+    go.set()
+    assert io.wait(5.0) is True and io.wait(0.0) is True  # taken, not yet drained
+    assert [c.op_id for c in io.drain()] == [1] and io.pending() == 0 and io.drain() == []
+    io.close()
+    assert log == [1]
+
+
 @pytest.mark.parametrize("size", [3, 300], ids=["few", "vectorised"])
 def test_free_many_has_the_verdicts_of_free_and_frees_nothing_on_a_bad_part(size: int) -> None:
     """A bulk eviction frees many nodes' slots in one call: a slot twice across parts, out of

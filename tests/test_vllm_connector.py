@@ -220,6 +220,9 @@ def test_requests_sharing_a_prefix_arriving_together_read_it_once() -> None:
     assert books["stats"]["declined_inflight"] - before["declined_inflight"] >= 19
     prefix = result["prefix_tokens"]
     assert all(o["cached"] >= prefix for o in result["outputs"])
+    # while the read ran vLLM stepped with nothing to compute: those steps waited for the IO
+    # threads rather than spin (a spinning scheduler starved them: docs/vllm.md)
+    assert result["idle_steps_served_by_a_wait"] >= 1
     _closed(books)
 
 

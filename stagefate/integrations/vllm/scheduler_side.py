@@ -40,6 +40,11 @@ from ...transition_log import TransitionLog
 from .prefix_cache import VllmPrefixCache, block_slots, namespace_of_request
 from .transfer import HandedLoads, LoadHandle, LoadOrder, SaveOrder, StagefateMetadata
 
+IDLE_STEP_WAIT_S = 0.005
+"""The longest a step with no forward waits for the IO threads: CPython's switch interval, the
+time a spinning thread holds the GIL before it must hand it over (docs/vllm.md, "Where a
+load's time goes"). 1 ms measured the same."""
+
 
 @dataclass(frozen=True)
 class _Load:
@@ -80,11 +85,13 @@ class SchedulerSide:
         cache: VllmPrefixCache,
         granted: GrantedSlots,
         loads: HandedLoads,
+        io: ThreadedIO,
         storage: Storage,
         write_through: bool,
         log: TransitionLog | None,
     ) -> None:
         self.pipeline, self.cache, self.granted, self.loads = pipeline, cache, granted, loads
+        self.io = io
         self.storage, self.write_through, self.log = storage, write_through, log
         self.block_size = cache.page_size
         self._hold = pipeline.spec.group("hold")
@@ -112,15 +119,11 @@ class SchedulerSide:
         granted = GrantedSlots(pipeline_config.layout, host_pool.device)
         loads = HandedLoads()
         engine = EngineCache(lambda _page, _device, _aux: cache, granted, host_pool, loads)
-        pipeline = BufferPipeline(
-            pipeline_config,
-            storage=storage,
-            io=ThreadedIO(pipeline_config.io_workers),
-            engine=engine,
-        )
+        io = ThreadedIO(pipeline_config.io_workers)
+        pipeline = BufferPipeline(pipeline_config, storage=storage, io=io, engine=engine)
         if log is not None:
             pipeline.instruments.append(log)
-        return cls(pipeline, cache, granted, loads, storage, write_through, log)
+        return cls(pipeline, cache, granted, loads, io, storage, write_through, log)
 
     # ------------------------------------------------------------------ vLLM's calls
 
@@ -202,6 +205,10 @@ class SchedulerSide:
 
     def build_connector_meta(self, scheduler_output: Any) -> StagefateMetadata:
         self._ack_published()
+        if not scheduler_output.total_num_scheduled_tokens:
+            # a step with no forward: vLLM steps again at once, and a scheduler that spins keeps
+            # the IO threads from the GIL; waiting for their next completion lets them run
+            self.io.wait(IDLE_STEP_WAIT_S)
         self.pipeline.poll()
         meta = StagefateMetadata(self._outbox, self._saves(scheduler_output), self._unloadable)
         self._outbox, self._unloadable = [], {}
