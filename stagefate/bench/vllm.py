@@ -22,12 +22,13 @@ external hits, its mean TTFT, and generated tokens per second.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from ..sim.trace import load_trace
 from ..targets.vllm import environment as vllm
 from ..targets.vllm.environment import PEERS, STAGEFATE
-from ..targets.workloads import BLOCK, conversations, in_batches, scaled_prompt
+from ..targets.workloads import BLOCK, conversations, convoy, in_batches, scaled_prompt
 from .report import Section, table
 
 KV_BLOCKS = 128
@@ -49,6 +50,87 @@ _HEADERS = (
     "TTFT mean (ms)",
     "generated tok/s",
 )
+
+
+CONVOY_ROWS: tuple[tuple[str, str | None, dict[str, Any]], ...] = (
+    ("none", None, {}),
+    ("stagefate", STAGEFATE, {}),
+    ("stagefate, no in-flight dedup", STAGEFATE, {"stagefate.dedup_inflight": False}),
+)
+_CONVOY_HEADERS = (
+    "connector",
+    "outputs = none's",
+    "TTFT p50 (ms)",
+    "TTFT p99 (ms)",
+    "TTFT max (ms)",
+    "L3 reads",
+    "blocks read from L3",
+    "read, never used (blocks)",
+    "blocks loaded",
+    "loaded by two requests",
+)
+
+
+def convoys() -> dict[str, tuple[list[int], list[list[int]]]]:
+    """Requests arriving together that share one prefix in L3, vLLM's cache cold."""
+    return {
+        "convoy: 10 requests sharing a 60-block prefix": convoy(10, [60]),
+        "convoy: 50 requests sharing a 60-block prefix": convoy(50, [60]),
+        "convoy: 30 requests, prefixes of 20, 40 and 60 blocks of one base": convoy(
+            30, [20, 40, 60]
+        ),
+    }
+
+
+def percentile(values: list[float], share: float) -> float:
+    """The nearest-rank percentile (of 10 values, p99 is the largest)."""
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(round(share * len(ordered), 9)) - 1)]
+
+
+def _convoy_row(name: str, result: dict[str, Any], baseline: list[Any] | None) -> list[object]:
+    same = "–"
+    if baseline is not None:
+        same = f"{sum(a == b for a, b in zip(result['outputs'], baseline, strict=True))}/"
+        same += str(len(baseline))
+    ttfts = [1000 * t for t in result["ttfts"]]
+    books = result.get("stagefate")
+    stats = books["stats"] if books else None
+    return [
+        name,
+        same,
+        f"{percentile(ttfts, 0.5):.0f}",
+        f"{percentile(ttfts, 0.99):.0f}",
+        f"{max(ttfts):.0f}",
+        stats["l3_reads"] if stats else "–",
+        stats["l3_read_tokens"] // BLOCK if stats else "–",
+        stats["l3_read_tokens_wasted"] // BLOCK if stats else "–",
+        result["loaded_blocks"],
+        result["duplicate_blocks"],
+    ]
+
+
+def convoy_sections() -> list[str]:
+    parts = []
+    for title, (warm, prompts) in convoys().items():
+        rows, failures, baseline = [], [], None
+        for name, connector, settings in CONVOY_ROWS:
+            arguments = {
+                "connector": connector,
+                "settings": settings,
+                "warm": [warm],
+                "batches": [prompts],
+                "max_tokens": MAX_TOKENS,
+            }
+            try:
+                result = vllm.run_in_vllm("workload", arguments, timeout=900)
+            except RuntimeError as error:
+                failures.append(f"- {name} did not run here: `{_failure(error)}`")
+                continue
+            rows.append(_convoy_row(name, result, baseline))
+            baseline = baseline if baseline is not None else result["outputs"]
+        parts += [f"### {title}", table(_CONVOY_HEADERS, rows), *failures]
+    return parts
 
 
 def workloads(limit: int) -> dict[str, list[list[list[int]]]]:
@@ -116,6 +198,7 @@ def run(limit: int = 300) -> Section:
             rows.append(_row(connector, result, baseline))
             baseline = baseline if baseline is not None else result["outputs"]
         parts += [f"### {title}", table(_HEADERS, rows), *failures]
+    parts += convoy_sections()
     return Section(
         "vllm", "vLLM: no connector, vLLM's own connectors and stagefate's", "\n\n".join(parts)
     )

@@ -54,3 +54,27 @@ def scaled_prompt(request: TraceRequest) -> list[int]:
 def in_batches(prompts: Sequence[list[int]], size: int) -> list[list[list[int]]]:
     """Arrival order in groups of ``size``: each group arrives together (one ``generate``)."""
     return [list(prompts[start : start + size]) for start in range(0, len(prompts), size)]
+
+
+CONVOY_TAIL = 64
+"""Each convoy request's own tokens after the shared prefix."""
+
+
+def convoy(
+    requests: int, prefix_blocks: Sequence[int], seed: int = 7
+) -> tuple[list[int], list[list[int]]]:
+    """A prompt that puts the shared base in L3, then ``requests`` prompts arriving together,
+    each a prefix of that base (of the lengths in ``prefix_blocks``, in turn) and
+    :data:`CONVOY_TAIL` tokens of its own: the report of a convoy behind one load (50 requests
+    sharing a 10k-token prefix) scaled to the tiny model, whose context allows a base of at
+    most 60 blocks. With several lengths, an early request reads a head that later ones need
+    more than."""
+    rng = random.Random(seed)
+    base = [rng.randrange(3, VOCAB) for _ in range(max(prefix_blocks) * BLOCK)]
+    warm = base + [rng.randrange(3, VOCAB) for _ in range(CONVOY_TAIL)]
+    prompts = [
+        base[: prefix_blocks[i % len(prefix_blocks)] * BLOCK]
+        + [rng.randrange(3, VOCAB) for _ in range(CONVOY_TAIL)]
+        for i in range(requests)
+    ]
+    return warm, prompts

@@ -112,6 +112,8 @@ def generate(llm: Any, prompts: list[list[int]], max_tokens: int = 8) -> list[di
             "tokens": list(out.outputs[0].token_ids),
             "finish": out.outputs[0].finish_reason,
             "cached": out.num_cached_tokens,
+            # vLLM's own: arrival to first token, as its TTFT histogram counts it
+            "ttft": out.metrics.first_token_latency if out.metrics is not None else None,
         }
         for out in outputs
     ]
@@ -198,14 +200,25 @@ def shared(arguments: dict[str, Any]) -> dict[str, Any]:
     llm = build()
     generate(llm, prompts[:1])  # the prefix reaches L3 through the first request
     llm.reset_prefix_cache()
-    before = scheduler_connector(llm).scheduler.pipeline.stats
+    side = scheduler_connector(llm).scheduler
+    before = side.pipeline.stats
+    waited: list[bool] = []
+    wait = side.io.wait  # steps with no forward that waited for an IO completion
+
+    def watched(timeout_s: float) -> bool:
+        waited.append(wait(timeout_s))
+        return waited[-1]
+
+    side.io.wait = watched
     outputs = generate(llm, prompts)
+    side.io.wait = wait
     after = books(llm)
     return {
         "outputs": outputs,
         "before": before.model_dump(),
         "books": after,
         "prefix_tokens": len(prefix),
+        "idle_steps_served_by_a_wait": sum(waited),
     }
 
 
@@ -507,11 +520,22 @@ def _metrics(llm: Any) -> dict[str, float]:
 
 def workload(arguments: dict[str, Any]) -> dict[str, Any]:
     """Batches of prompts (arrival order, one ``generate`` each) through vLLM with a device
-    pool of ``kv_blocks`` blocks and ``connector``; what vLLM and the connector report."""
+    pool of ``kv_blocks`` blocks (vLLM's default when absent) and ``connector`` (stagefate's
+    with ``settings``); what vLLM and the connector report. ``warm`` prompts run first and
+    vLLM's prefix cache is then reset: L3 warm, vLLM cold, and nothing of theirs counted."""
     connector = arguments.get("connector")
-    llm = build(connector, num_gpu_blocks_override=arguments["kv_blocks"])
+    blocks = arguments.get("kv_blocks")
+    options = {} if blocks is None else {"num_gpu_blocks_override": blocks}
+    llm = build(connector, settings=arguments.get("settings"), **options)
+    if arguments.get("warm"):
+        generate(llm, arguments["warm"], arguments["max_tokens"])
+        llm.reset_prefix_cache()
     side = None if connector is None else llm.llm_engine.engine_core.engine_core.scheduler
     watch = None if side is None else LoadWatch(side.connector)
+    before = _metrics(llm)
+    counted = None
+    if side is not None and connector == STAGEFATE:
+        counted = side.connector.scheduler.pipeline.stats
     outputs = []
     start = time.perf_counter()
     for batch in arguments["batches"]:
@@ -519,16 +543,21 @@ def workload(arguments: dict[str, Any]) -> dict[str, Any]:
         if watch is not None:
             watch.next_batch()
     wall = time.perf_counter() - start
+    after = _metrics(llm)
     result: dict[str, Any] = {
         "outputs": [o["tokens"] for o in outputs],
+        "ttfts": [o["ttft"] for o in outputs],
         "wall": wall,
-        "metrics": _metrics(llm),
+        "metrics": {name: value - before.get(name, 0.0) for name, value in after.items()},
         "loaded_blocks": 0 if watch is None else watch.blocks,
         "duplicate_blocks": 0 if watch is None else watch.duplicates,
         "reloaded_blocks": 0 if watch is None else watch.reloads,
     }
-    if connector == STAGEFATE:
+    if counted is not None:
         result["stagefate"] = books(llm)
+        stats = result["stagefate"]["stats"]  # the measured batches' only, not the warm-up's
+        for name, value in counted.model_dump().items():
+            stats[name] -= value
     return result
 
 
