@@ -7,31 +7,76 @@ name `stagefate targets install vllm`.
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import subprocess
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 import pytest
 import torch
 
+import stagefate
 from stagefate import BufferPipeline, MemoryStorage, PipelineConfig
 from stagefate.integrations.vllm.kv_layout import PagedKV
-from stagefate.integrations.vllm.settings import ConnectorSettings
+from stagefate.integrations.vllm.settings import ConnectorSettings, model_layout
 from stagefate.runtime.engine import EngineCache, GrantedSlots, SharedHostPool
 from stagefate.runtime.pools import HostPool, KVLayout, PoolError
+from stagefate.targets import TargetUnavailable
 from stagefate.targets.vllm import environment as vllm_env
 
 from .harness import DEVICES
 
 LAYOUT = KVLayout(layers=2, kv_heads=2, head_dim=4, dtype=torch.bfloat16)
+CONNECTOR_SOURCE = Path(stagefate.__file__).parent / "integrations" / "vllm" / "connector.py"
+"""Read, not imported: it imports vLLM, which only vLLM's environment has."""
 BLOCK = 4
 
 
 # ---------------------------------------------------------------------- settings
+
+
+def _vllm_config(**changes: Any) -> Any:
+    """What :func:`model_layout` reads of a ``VllmConfig``: a one-worker, prefix-caching one."""
+    model = SimpleNamespace(
+        get_num_layers=lambda _parallel: 2,
+        get_num_kv_heads=lambda _parallel: 2,
+        get_head_size=lambda: 4,
+        dtype=torch.bfloat16,
+    )
+    parallel = SimpleNamespace(tensor_parallel_size=1, pipeline_parallel_size=1)
+    cache = SimpleNamespace(cache_dtype="auto", enable_prefix_caching=True, block_size=32)
+    config = SimpleNamespace(model_config=model, parallel_config=parallel, cache_config=cache)
+    for name, value in changes.items():
+        part, _, field = name.partition("__")
+        setattr(getattr(config, part) if field else config, field or part, value)
+    return config
+
+
+def test_the_model_layout_is_read_from_vllms_config() -> None:
+    assert model_layout(_vllm_config()) == (LAYOUT, 32)
+    assert model_layout(_vllm_config(num_hash_lookahead_tokens=0)) == (LAYOUT, 32)  # 0.33
+
+
+@pytest.mark.parametrize(
+    ("changes", "named"),
+    [
+        ({"parallel_config__tensor_parallel_size": 2}, "tensor_parallel_size=1"),
+        ({"cache_config__cache_dtype": "fp8"}, "leave it 'auto'"),
+        ({"cache_config__enable_prefix_caching": False}, "enable_prefix_caching=True"),
+        # vLLM 0.33: block hashes that cover the tokens after the block (speculative decoding)
+        ({"num_hash_lookahead_tokens": 1}, "disable_lookahead_block_hashes"),
+    ],
+)
+def test_a_vllm_config_it_cannot_serve_is_refused_naming_the_fix(
+    changes: dict[str, Any], named: str
+) -> None:
+    with pytest.raises(ValueError, match=named):
+        model_layout(_vllm_config(**changes))
 
 
 def test_unknown_key_is_refused_naming_it_and_the_known_ones() -> None:
@@ -531,3 +576,44 @@ def test_the_load_watch_tells_two_requests_apart_from_one_request_loading_again(
     watch.next_batch()
     load(b, 0, 1)  # a new batch: nothing loaded in it before
     assert (watch.blocks, watch.duplicates, watch.reloads) == (7, 1, 2)
+
+
+# ---------------------------------------------------------------------- vLLM's API, by release
+
+
+def _methods(source: str, class_name: str) -> dict[str, tuple[list[str], set[str]]]:
+    """A class's methods in ``source``: name -> (positional parameter names, decorators)."""
+    (found,) = (
+        node
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.ClassDef) and node.name == class_name
+    )
+    methods = {}
+    for node in found.body:
+        if isinstance(node, ast.FunctionDef):
+            names = [a.arg for a in node.args.posonlyargs + node.args.args]
+            decorators = {ast.unparse(d).rsplit(".", 1)[-1] for d in node.decorator_list}
+            methods[node.name] = (names, decorators)
+    return methods
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("version", [vllm_env.VERSION, "0.33.0"])
+def test_the_connector_answers_vllms_connector_api_as_published(version: str) -> None:
+    """Every abstract method of the release's ``KVConnectorBase_V1`` is implemented, with the
+    base's parameters and kind (a classmethod stays one); where the release asks about sleep
+    mode, the connector answers (vLLM 0.33: it says no). Read from the source as published,
+    so a release with no CPU build is checked too."""
+    try:
+        base = _methods(vllm_env.connector_api(version).read_text(), "KVConnectorBase_V1")
+    except TargetUnavailable as missing:
+        pytest.skip(str(missing))
+    ours = _methods(CONNECTOR_SOURCE.read_text(), "StagefateConnector")
+    missing = [name for name, (_, marks) in base.items() if "abstractmethod" in marks]
+    assert [name for name in missing if name not in ours] == []
+    for name, (parameters, marks) in ours.items():
+        if name in base:
+            assert parameters == base[name][0], (name, parameters, base[name][0])
+            assert ("classmethod" in marks) == ("classmethod" in base[name][1]), name
+    if "supports_sleep_mode" in base:
+        assert "supports_sleep_mode" in ours

@@ -30,7 +30,7 @@ from ...statemachine.config import PipelineConfig
 from ...transition_log import TransitionLog
 from .prefix_cache import VllmPrefixCache
 from .scheduler_side import SchedulerSide
-from .settings import ConnectorSettings
+from .settings import ConnectorSettings, model_layout
 from .transfer import StagefateMetadata
 from .worker_side import WorkerSide
 
@@ -39,6 +39,12 @@ _MEMORY_STORES: dict[str, MemoryStorage] = {}
 
 
 class StagefateConnector(KVConnectorBase_V1):
+    @classmethod
+    def supports_sleep_mode(cls, kv_transfer_config: Any) -> bool:
+        """No (vLLM 0.33 asks before it turns sleep mode on): the worker keeps views of vLLM's
+        KV tensors, which sleep mode remaps, and it has never run under it."""
+        return False
+
     def __init__(self, vllm_config: Any, role: Any, kv_cache_config: Any = None) -> None:
         super().__init__(vllm_config, role, kv_cache_config)
         transfer = self._kv_transfer_config
@@ -129,37 +135,6 @@ class StagefateConnector(KVConnectorBase_V1):
         if self.scheduler is not None:
             self.scheduler.close()
             self._bounce.unlink(missing_ok=True)
-
-
-def model_layout(vllm_config: Any) -> tuple[KVLayout, int]:
-    """The per-token KV layout and block size of the served model, or a refusal naming why."""
-    model, parallel, cache = (
-        vllm_config.model_config,
-        vllm_config.parallel_config,
-        vllm_config.cache_config,
-    )
-    if parallel.tensor_parallel_size != 1 or parallel.pipeline_parallel_size != 1:
-        raise ValueError(
-            "StagefateConnector serves one worker per engine (tensor_parallel_size=1, "
-            "pipeline_parallel_size=1) for now"
-        )
-    if cache.cache_dtype != "auto":
-        raise ValueError(
-            f"StagefateConnector stores KV in the model's dtype; kv_cache_dtype="
-            f"{cache.cache_dtype!r} is not served: leave it 'auto'"
-        )
-    if not cache.enable_prefix_caching:
-        raise ValueError(
-            "StagefateConnector re-matches every prefetch against vLLM's prefix cache: turn "
-            "it on (enable_prefix_caching=True)"
-        )
-    layout = KVLayout(
-        model.get_num_layers(parallel),
-        model.get_num_kv_heads(parallel),
-        model.get_head_size(),
-        model.dtype,
-    )
-    return layout, int(cache.block_size)
 
 
 def _open_storage(

@@ -12,6 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from ...runtime.pools import KVLayout
 from ..settings import checked
 
 
@@ -98,3 +99,42 @@ class ConnectorSettings(BaseModel):
                     f"stagefate.storage={self.storage!r} is not writable; give a folder this "
                     "user can write"
                 )
+
+
+def model_layout(vllm_config: Any) -> tuple[KVLayout, int]:
+    """The per-token KV layout and block size of the served model, or a refusal naming why."""
+    model, parallel, cache = (
+        vllm_config.model_config,
+        vllm_config.parallel_config,
+        vllm_config.cache_config,
+    )
+    if parallel.tensor_parallel_size != 1 or parallel.pipeline_parallel_size != 1:
+        raise ValueError(
+            "StagefateConnector serves one worker per engine (tensor_parallel_size=1, "
+            "pipeline_parallel_size=1) for now"
+        )
+    if cache.cache_dtype != "auto":
+        raise ValueError(
+            f"StagefateConnector stores KV in the model's dtype; kv_cache_dtype="
+            f"{cache.cache_dtype!r} is not served: leave it 'auto'"
+        )
+    lookahead = getattr(vllm_config, "num_hash_lookahead_tokens", 0)  # vLLM 0.33 on
+    if lookahead:
+        raise ValueError(
+            f"vLLM hashes each block with the {lookahead} tokens after it "
+            "(num_hash_lookahead_tokens, for speculative decoding); StagefateConnector keys L3 "
+            "by the block's own tokens: set disable_lookahead_block_hashes in the speculative "
+            "config"
+        )
+    if not cache.enable_prefix_caching:
+        raise ValueError(
+            "StagefateConnector re-matches every prefetch against vLLM's prefix cache: turn "
+            "it on (enable_prefix_caching=True)"
+        )
+    layout = KVLayout(
+        model.get_num_layers(parallel),
+        model.get_num_kv_heads(parallel),
+        model.get_head_size(),
+        model.dtype,
+    )
+    return layout, int(cache.block_size)

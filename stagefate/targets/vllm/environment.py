@@ -134,6 +134,37 @@ def _run(
     return result
 
 
+CONNECTOR_BASE = "vllm/distributed/kv_transfer/kv_connector/v1/base.py"
+"""Where vLLM declares ``KVConnectorBase_V1``, the API every connector implements."""
+
+
+def connector_api(version: str) -> Path:
+    """vLLM ``version``'s ``KVConnectorBase_V1`` source, as published: the installed target's
+    for :data:`VERSION`; another release's read from its wheel (fetched once, without its
+    dependencies, and only that file kept), since no CPU build of it may exist to run."""
+    if version == VERSION:
+        resolve()  # refuses, naming the install command
+        (site,) = (environment() / "lib").glob("python3.*/site-packages")
+        return site / CONNECTOR_BASE
+    kept = targets_dir() / f"vllm-api-{version}" / "base.py"
+    if kept.is_file():
+        return kept
+    import zipfile
+
+    with tempfile.TemporaryDirectory(prefix="stagefate-vllm-wheel-") as folder:
+        fetch = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "-d", folder]
+        if subprocess.run([*fetch, f"vllm=={version}"], check=False).returncode != 0:
+            raise TargetUnavailable(f"vLLM {version}'s wheel could not be fetched (see above)")
+        (wheel,) = Path(folder).glob("vllm-*.whl")
+        with zipfile.ZipFile(wheel) as archive:
+            source = archive.read(CONNECTOR_BASE)
+    kept.parent.mkdir(parents=True, exist_ok=True)
+    partial = kept.with_suffix(".partial")
+    partial.write_bytes(source)
+    partial.rename(kept)
+    return kept
+
+
 def install(say: Callable[[str], None]) -> Path:
     return build_whole(environment(), lambda partial: _build(partial, say))
 
