@@ -34,12 +34,19 @@ class CopyHandle(Protocol):
 
     def wait(self) -> None: ...
 
+    def error(self) -> str | None:
+        """Once done: why the copy failed, or None if it succeeded."""
+        ...
+
 
 class _Finished:
     def done(self) -> bool:
         return True
 
     def wait(self) -> None:
+        return None
+
+    def error(self) -> str | None:
         return None
 
 
@@ -52,6 +59,9 @@ class _CudaEvent:
 
     def wait(self) -> None:
         self._event.synchronize()
+
+    def error(self) -> str | None:
+        return None  # a failed CUDA copy raises at the query or the synchronize
 
 
 FINISHED: CopyHandle = _Finished()

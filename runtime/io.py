@@ -73,7 +73,9 @@ class Closable(Protocol):
 
 
 def _completion(op: IOOp, result: IOResult) -> Completion:
-    return Completion(op.op_id, op.kind, result.tokens, result.aux_complete)
+    """A done operation's completion (a copy that failed carries its handle's error)."""
+    error = None if result.handle is FINISHED else result.handle.error()
+    return Completion(op.op_id, op.kind, result.tokens, result.aux_complete, error)
 
 
 class ManualIO:

@@ -89,6 +89,7 @@ GUARDS: dict[str, Guard] = {
     "plan_stale": lambda mc, d, i, r, a: a.prefix != r.plan,
     "device_short": lambda mc, d, i, r, a: mc.bounds.device_pages - d.device < r.span_end - r.plan,
     "device_fits": lambda mc, d, i, r, a: mc.bounds.device_pages - d.device >= r.span_end - r.plan,
+    "copy_failed": lambda mc, d, i, r, a: a.error,
     # SGLang's designs (spec/designs/): the anchor is taken at the commit, past the live prefix
     "cap_busy": _cap_busy,
     # SGLang's prefetch_rate_limited: the bounce pool's use reached 0.9 of its tokens

@@ -317,8 +317,8 @@ class ModelChecker:
             event = self._first_event(call)
             if (state, event) in self._rows:
                 out.append(Step("event", i, event))
-        if record.op == "load":
-            out.append(Step("load", i, "full"))
+        if record.op == "load":  # the copy into the device completes, or fails (never short)
+            out += [Step("load", i, "full"), Step("load", i, "error")]
         elif record.op:  # L3 may have lost any tail of what is asked: every prefix is an outcome
             asked = record.span_end - record.matched if record.op == "exists" else record.read
             out += [Step(record.op, i, "full"), Step(record.op, i, "error")]

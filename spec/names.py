@@ -106,6 +106,7 @@ ReasonName = Literal[
     "dropped",
     "device_capacity",
     "filled",
+    "load_failed",
     "aborted",
     "released",
 ]
@@ -144,6 +145,7 @@ CounterName = Literal[
     "dropped",
     "device_capacity",
     "filled",
+    "load_failed",
     "aborted",
     "released",
 ]

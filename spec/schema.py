@@ -351,6 +351,16 @@ class LifecycleSpec(_Frozen):
             )
         return frozenset(found.states)
 
+    def reasons_leaving(self, group: str) -> tuple[str, ...]:
+        """The reasons a record ends with from a state of ``group``, in spec order (from
+        ``spliced``: the ends of a read that was spliced from, whatever became of its copy)."""
+        states = self.group(group)
+        reasons: dict[str, None] = {}
+        for source, _, branches in self.rows():
+            if source in states:
+                reasons.update(dict.fromkeys(b.reason for b in branches if b.reason))
+        return tuple(reasons)
+
     def exits_on(self, source: str, target: str) -> tuple[str, ...]:
         """The exits a move from ``source`` to ``target`` runs, in spec order."""
         return tuple(

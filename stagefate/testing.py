@@ -181,7 +181,7 @@ def assert_quiescent(pipe: BufferPipeline) -> None:
     assert stats.issued + stats.declined_too_short == ended, "a record did not end exactly once"
     assert pipe.reads_in_flight() == (0, 0)
     assert pipe.owns_no_page_keys(), "in-flight dedup still lists an owner or a waiter"
-    assert stats.l3_reads == stats.filled + stats.l3_reads_wasted
+    assert stats.l3_reads == pipe.spliced_from_reads() + stats.l3_reads_wasted
     assert stats.l3_read_tokens == stats.spliced_tokens + stats.l3_read_tokens_wasted
     wasted = pipe.wasted_by_reason().values()
     assert sum(reads for reads, _ in wasted) == stats.l3_reads_wasted

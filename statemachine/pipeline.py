@@ -176,6 +176,7 @@ class BufferPipeline:
             self.spec.group(name) if name in self.spec.groups else frozenset()
             for name in self.GROUPS
         )  # a missing group is named by the machine's completeness check just below
+        self._spliced_ends = self.spec.reasons_leaving("spliced")
         _check_calls(self.spec)
         guards = bind(self, "_guard_", self.GUARDS)
         effects = bind(self, "_effect_", self.EFFECTS)
@@ -474,12 +475,17 @@ class BufferPipeline:
     def reads_in_flight(self) -> tuple[int, int]:
         """``(reads, tokens)`` of live records with a read launched and not yet settled.
 
-        They close the books of :attr:`stats` at every moment (a filled record is exactly one
-        whose read was spliced from): ``l3_reads == filled + l3_reads_wasted + reads`` and
+        They close the books of :attr:`stats` at every moment (a record that ended from the
+        ``spliced`` states, filled or with its copy failed, is exactly one whose read was
+        spliced from): ``l3_reads == spliced_from_reads() + l3_reads_wasted + reads`` and
         ``l3_read_tokens == spliced_tokens + l3_read_tokens_wasted + tokens``.
         """
         live = [r for r in self._records.values() if r.read_tokens]
         return len(live), sum(r.read_tokens - r.spliced_tokens for r in live)
+
+    def spliced_from_reads(self) -> int:
+        """Settled reads that were spliced from: records ended from the ``spliced`` states."""
+        return sum(self._counts[reason] for reason in self._spliced_ends)
 
     def wasted_by_reason(self) -> dict[str, tuple[int, int]]:
         """``{reason: (reads, tokens)}`` of L3 reads settled as wasted, by why.
@@ -694,6 +700,11 @@ class BufferPipeline:
         completion = record.arg_completion
         assert completion is not None
         return completion.error is not None or completion.tokens == 0 or not completion.aux_complete
+
+    def _guard_copy_failed(self, record: Record) -> bool:
+        completion = record.arg_completion
+        assert completion is not None
+        return completion.error is not None
 
     def _guard_prefix_shrank(self, record: Record) -> bool:
         return record.arg_prefix_len < record.matched_len

@@ -81,6 +81,10 @@ class Stats(BaseModel):
     """records that ended device_capacity: the device pool could not hold the splice"""
     filled: int = 0
     """records that ended filled: the tail was spliced and its copy acknowledged"""
+    load_failed: int = 0
+    """records that ended load_failed: the tail was spliced but its copy failed: the engine
+    recomputes those tokens into the same slots before anything reads them (vLLM's recompute
+    policy), or fails the request"""
     aborted: int = 0
     """records that ended aborted: the request was aborted"""
     released: int = 0

@@ -125,7 +125,7 @@ def assert_books_close(replay: Replay, metrics: ReplayMetrics, trace: list[Trace
         assert pipe.host_pool.available() == pipe.host_pool.capacity
     if isinstance(policy, LivePolicy):
         assert pipe.is_idle() and pipe.reads_in_flight() == (0, 0)
-        assert metrics.l3_reads == pipe.stats.filled + metrics.l3_reads_wasted
+        assert metrics.l3_reads == pipe.spliced_from_reads() + metrics.l3_reads_wasted
     if policy.name == "sglang":  # SGLang's own books: no prefetch, hold, bounce or write left
         driver, cache = policy.driver, policy.cache  # type: ignore[attr-defined]
         assert driver.pipeline_host_available() == driver.baseline_host

@@ -428,6 +428,30 @@ def test_threaded_io_posts_every_completion() -> None:
     assert sorted(done) == list(range(1, 9)) and io.pending() == 0
 
 
+class _FailedCopy:
+    def done(self) -> bool:
+        return True
+
+    def wait(self) -> None:
+        return None
+
+    def error(self) -> str | None:
+        return "the engine's worker reported the copy failed"
+
+
+def test_a_copy_whose_handle_failed_completes_with_its_error() -> None:
+    """An H2D copy ends with its handle's verdict: the completion carries the error, so the
+    spec's ack takes its ``copy_failed`` branch; a copy that succeeded carries none."""
+    for io in (ThreadedIO(workers=1), ManualIO()):
+        io.submit(IOOp(1, "load", lambda _limit: IOResult(handle=_FailedCopy())))
+        io.submit(IOOp(2, "load", lambda _limit: IOResult()))
+        if isinstance(io, ManualIO):
+            io.complete_all()
+        done = {c.op_id: c.error for c in io.drain()}
+        io.close()
+        assert done == {1: "the engine's worker reported the copy failed", 2: None}
+
+
 def test_threaded_io_wait_returns_with_the_first_completion_and_drain_hands_it_out() -> None:
     """``wait`` blocks until an operation completes (the GIL released meanwhile), and the
     completion it took is the next drain's; with nothing in flight it returns at once."""

@@ -331,15 +331,20 @@ class PipelineFuzzer(RuleBasedStateMachine):
     )
     def complete_io(self, which: int, mode: str, pages: int, poll_now: bool) -> None:
         """The queued operation ``which`` (modulo the queue, oldest first) completes: fully,
-        ``short`` with ``pages`` pages, or ``fail``; then, if ``poll_now``, the scheduler polls.
-        Only storage operations fail or come back short (and only with faults on): an H2D copy
-        (``load``) fails only with a CUDA error, which ends the process."""
+        ``short`` with ``pages`` pages, or ``fail`` (only with faults on); then, if
+        ``poll_now``, the scheduler polls. An H2D copy (``load``) never comes back short: it
+        fails whole, and the engine then recomputes those tokens into the same slots (vLLM's
+        ``recompute`` policy), as the world does here."""
         io = self.pipe.io
         queued = io.queued()  # type: ignore[attr-defined]
         op_id = queued[which % len(queued)]
-        if not self.faults or op_id in io.queued("load"):  # type: ignore[attr-defined]
+        is_load = op_id in io.queued("load")  # type: ignore[attr-defined]
+        if not self.faults or (is_load and mode == "short"):
             mode = "full"
-        if mode == "fail":
+        if mode == "fail" and is_load:
+            self._recompute_splice_of(op_id)
+            io.fail(op_id)  # type: ignore[attr-defined]
+        elif mode == "fail":
             io.fail(op_id)  # type: ignore[attr-defined]
         elif mode == "short":
             io.complete_short(op_id, pages * PAGE)  # type: ignore[attr-defined]
@@ -410,6 +415,15 @@ class PipelineFuzzer(RuleBasedStateMachine):
         node = self.running[which % len(self.running)]
         self.running.remove(node)
         self.pipe.tree.dec_lock_ref(node)
+
+    def _recompute_splice_of(self, op_id: int) -> None:
+        """The engine computes the tail whose copy (``op_id``) failed into its spliced slots."""
+        (record,) = (r for r in self.pipe.live_records.values() if r.op_id == op_id)
+        assert record.plan_prefix is not None and record.device_indices is not None
+        tokens, salt = self.asked[record.request_id]
+        values = mark(torch.tensor(tokens[record.plan_prefix : record.span_end]), salt)
+        pool = self.pipe.device_pool
+        pool.kv[:, :, record.device_indices] = values[None, None, :, None, None].to(pool.device)
 
     def _publish(self, tokens: list[int], salt: str | None) -> None:
         tree, pool = self.pipe.tree, self.pipe.device_pool

@@ -1,7 +1,7 @@
 """Written by `stagefate check --emit-tests tests/generated` from spec/lifecycle.yaml.
 
 Do not edit: a spec change shows up here as a diff of tests. One test per modelled edge of the spec
-(92 of 94; not modelled: the branches guarded by aux_cut), and one per overlap of two neighbouring
+(93 of 95; not modelled: the branches guarded by aux_cut), and one per overlap of two neighbouring
 guards a program can meet (29, named ..__also__<guard>), each the model checker's shortest program
 of public calls that takes it (spec/witnesses.py), on the model's world made of real objects
 (stagefate.testing.LineWorld). After every step: the state the model predicts and the transitions
@@ -3331,6 +3331,40 @@ def test_trimmed__consume__else() -> None:
         "r0: (trimmed) --make_room[device_fits]--> trimmed",
         "r0: (trimmed) --consume[else]--> consumed",
     )
+    world.finish()
+
+
+def test_consumed__ack__copy_failed() -> None:
+    """(consumed) --ack--> released (load_failed)
+
+    when copy_failed: the H2D copy of the spliced tail failed (its completion carries an error):
+    the tail's device bytes are not L3's
+    """
+    world = LineWorld(BOUNDS)
+    world.issue(0)
+    world.expect(device=0, host_free=2, pinned=0, r0="no_anchor", r1=None, r2=None)
+    world.fired("r0: (issued) --lock[root_prefix]--> no_anchor")
+    world.complete(0, "short", pages=2)
+    world.expect(device=0, host_free=0, pinned=0, r0="reading", r1=None, r2=None)
+    world.fired(
+        "r0: (no_anchor) --hit[else]--> no_anchor",
+        "r0: (no_anchor) --commit[else]--> reading",
+    )
+    world.complete(0)
+    world.expect(device=0, host_free=0, pinned=0, r0="staged", r1=None, r2=None)
+    world.fired("r0: (reading) --read_done[else]--> staged")
+    world.plan(0)
+    world.expect(device=0, host_free=0, pinned=0, r0="staged", r1=None, r2=None)
+    world.fired("r0: (staged) --plan[else]--> staged")
+    world.consume(0)
+    world.expect(device=2, host_free=0, pinned=0, r0="consumed", r1=None, r2=None)
+    world.fired(
+        "r0: (staged) --make_room[device_fits]--> staged",
+        "r0: (staged) --consume[else]--> consumed",
+    )
+    world.complete(0, "error")
+    world.expect(device=2, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.fired("r0: (consumed) --ack[copy_failed]--> released (load_failed)")
     world.finish()
 
 
