@@ -28,6 +28,7 @@ from stagefate.runtime.engine import EngineCache, GrantedSlots, SharedHostPool
 from stagefate.runtime.pools import HostPool, KVLayout, PoolError
 from stagefate.targets import TargetUnavailable
 from stagefate.targets.vllm import environment as vllm_env
+from stagefate.targets.workloads import convoy
 
 from .harness import DEVICES
 
@@ -319,13 +320,15 @@ def test_a_failed_load_is_reported_never_offered_again_and_stored_anew_if_recomp
         assert failed["tokens"] == plain["tokens"] and failed["finish"] == "length"
     else:
         assert failed["finish"] == "error"
+    stats = result["books"]["stats"]
     assert result["books"]["load_errors"] == 1
+    assert stats["load_failed"] == 1, "the failed copy ended its record as one, not filled"
     assert again["tokens"] == plain["tokens"]
     if policy == "recompute":  # the failed pages were computed and stored again: loaded
-        spliced = result["books"]["stats"]["spliced_tokens"]  # the failed splice, then again's
-        assert again["cached"] > 0 and spliced == 2 * again["cached"]
+        spliced = stats["spliced_tokens"]  # the failed splice, then again's
+        assert again["cached"] > 0 and spliced == 2 * again["cached"] and stats["filled"] == 1
     else:  # the request failed: its pages left L3 and nothing stored them again
-        assert again["cached"] == 0
+        assert again["cached"] == 0 and stats["filled"] == 0
     _closed(result["books"])
 
 
@@ -617,3 +620,19 @@ def test_the_connector_answers_vllms_connector_api_as_published(version: str) ->
             assert ("classmethod" in marks) == ("classmethod" in base[name][1]), name
     if "supports_sleep_mode" in base:
         assert "supports_sleep_mode" in ours
+
+
+@pytest.mark.slow
+@needs_vllm
+def test_the_copy_per_request_peer_serves_vllms_outputs_from_its_store() -> None:
+    """The benchmark's peer (a user's first connector) serves vLLM's outputs from its store.
+    It shares nothing itself, and loads a shared prefix once all the same: its loads are
+    synchronous, vLLM caches their blocks as it allocates them, and the siblings scheduled
+    after it in the same step find them in vLLM's cache."""
+    warm, prompts = convoy(4, [8])
+    arguments: dict[str, Any] = {"warm": [warm], "batches": [prompts], "max_tokens": 4}
+    plain = vllm_env.run_in_vllm("workload", {**arguments, "connector": None})
+    peer = vllm_env.run_in_vllm("workload", {**arguments, "connector": vllm_env.COPY_PER_REQUEST})
+    assert peer["outputs"] == plain["outputs"]
+    assert peer["loaded_blocks"] == peer["copied"]["loaded_blocks"] == 8
+    assert peer["duplicate_blocks"] == 0

@@ -226,7 +226,8 @@ class SchedulerSide:
                 kept = self.requests.get(rid)
                 if kept is not None:  # under `recompute` vLLM computes them: store them again
                     kept.saved = min(kept.saved, load.start)
-                load.handle.finish()
+                # the record ends load_failed, not filled (the spec's failed ack)
+                load.handle.finish(error="vLLM's worker reported the load failed")
             else:
                 self.landed[rid] = load
         self._ack_published()

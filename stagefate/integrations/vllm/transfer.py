@@ -48,16 +48,20 @@ class StagefateMetadata(KVConnectorMetadata):
 
 
 class LoadHandle:
-    """Done once vLLM reported the request's load finished."""
+    """Done once vLLM reported the request's load finished, or failed."""
 
     def __init__(self) -> None:
         self._done = False
+        self._error: str | None = None
 
-    def finish(self) -> None:
-        self._done = True
+    def finish(self, error: str | None = None) -> None:
+        self._done, self._error = True, error
 
     def done(self) -> bool:
         return self._done
+
+    def error(self) -> str | None:
+        return self._error
 
     def wait(self) -> None:
         if not self._done:
