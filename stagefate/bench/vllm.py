@@ -23,11 +23,12 @@ external hits, its mean TTFT, and generated tokens per second.
 from __future__ import annotations
 
 import math
+import statistics
 from typing import Any
 
 from ..sim.trace import load_trace
 from ..targets.vllm import environment as vllm
-from ..targets.vllm.environment import PEERS, STAGEFATE
+from ..targets.vllm.environment import COPY_PER_REQUEST, PEERS, STAGEFATE
 from ..targets.workloads import BLOCK, conversations, convoy, in_batches, scaled_prompt
 from .report import Section, table
 
@@ -35,7 +36,7 @@ KV_BLOCKS = 128
 """vLLM's device pool in the benchmark: 4,096 tokens, two of the longest prompts, so its prefix
 cache evicts within both workloads (at 256 blocks the multi-turn one never left it)."""
 MAX_TOKENS = 4
-CONNECTORS: tuple[str | None, ...] = (None, STAGEFATE, *PEERS)
+CONNECTORS: tuple[str | None, ...] = (None, STAGEFATE, COPY_PER_REQUEST, *PEERS)
 _HEADERS = (
     "connector",
     "outputs = none's",
@@ -52,10 +53,12 @@ _HEADERS = (
 )
 
 
+CONVOY_REPEATS = 3
 CONVOY_ROWS: tuple[tuple[str, str | None, dict[str, Any]], ...] = (
     ("none", None, {}),
     ("stagefate", STAGEFATE, {}),
     ("stagefate, no in-flight dedup", STAGEFATE, {"stagefate.dedup_inflight": False}),
+    ("copy per request (a user's first connector)", COPY_PER_REQUEST, {}),
 )
 _CONVOY_HEADERS = (
     "connector",
@@ -88,48 +91,75 @@ def percentile(values: list[float], share: float) -> float:
     return ordered[max(0, math.ceil(round(share * len(ordered), 9)) - 1)]
 
 
-def _convoy_row(name: str, result: dict[str, Any], baseline: list[Any] | None) -> list[object]:
-    same = "–"
-    if baseline is not None:
-        same = f"{sum(a == b for a, b in zip(result['outputs'], baseline, strict=True))}/"
-        same += str(len(baseline))
+def _convoy_figures(result: dict[str, Any], baseline: list[Any] | None) -> dict[str, float]:
+    """One run's figures (TTFTs in ms; blocks of L3 reads from stagefate's books)."""
     ttfts = [1000 * t for t in result["ttfts"]]
     books = result.get("stagefate")
-    stats = books["stats"] if books else None
-    return [
-        name,
-        same,
-        f"{percentile(ttfts, 0.5):.0f}",
-        f"{percentile(ttfts, 0.99):.0f}",
-        f"{max(ttfts):.0f}",
-        stats["l3_reads"] if stats else "–",
-        stats["l3_read_tokens"] // BLOCK if stats else "–",
-        stats["l3_read_tokens_wasted"] // BLOCK if stats else "–",
-        result["loaded_blocks"],
-        result["duplicate_blocks"],
-    ]
+    stats = books["stats"] if books else {}
+    figures = {
+        "p50": percentile(ttfts, 0.5),
+        "p99": percentile(ttfts, 0.99),
+        "max": max(ttfts),
+        "loaded": result["loaded_blocks"],
+        "twice": result["duplicate_blocks"],
+    }
+    if baseline is not None:
+        figures["same"] = sum(a == b for a, b in zip(result["outputs"], baseline, strict=True))
+    if stats:
+        figures["reads"] = stats["l3_reads"]
+        figures["read"] = stats["l3_read_tokens"] // BLOCK
+        figures["unused"] = stats["l3_read_tokens_wasted"] // BLOCK
+    elif "copied" in result:  # one read per block it loads, nothing read unused
+        figures["read"] = result["copied"]["loaded_blocks"]
+        figures["unused"] = 0
+    return figures
 
 
-def convoy_sections() -> list[str]:
+def _convoy_row(name: str, runs: list[dict[str, float]], requests: int) -> list[object]:
+    """Each figure's median over the repeats (outputs: the fewest equal)."""
+
+    def median(key: str) -> str:
+        return f"{statistics.median(run[key] for run in runs):.0f}" if key in runs[0] else "–"
+
+    same = f"{min(run['same'] for run in runs):.0f}/{requests}" if "same" in runs[0] else "–"
+    keys = ("p50", "p99", "max", "reads", "read", "unused", "loaded", "twice")
+    return [name, same, *(median(key) for key in keys)]
+
+
+def convoy_sections(repeats: int = CONVOY_REPEATS) -> list[str]:
+    """Each convoy through every row, ``repeats`` times in rotating order (this machine is
+    shared: a row's figures are medians, none of them taken always first)."""
     parts = []
     for title, (warm, prompts) in convoys().items():
-        rows, failures, baseline = [], [], None
-        for name, connector, settings in CONVOY_ROWS:
-            arguments = {
-                "connector": connector,
-                "settings": settings,
-                "warm": [warm],
-                "batches": [prompts],
-                "max_tokens": MAX_TOKENS,
-            }
-            try:
-                result = vllm.run_in_vllm("workload", arguments, timeout=900)
-            except RuntimeError as error:
-                failures.append(f"- {name} did not run here: `{_failure(error)}`")
-                continue
-            rows.append(_convoy_row(name, result, baseline))
-            baseline = baseline if baseline is not None else result["outputs"]
-        parts += [f"### {title}", table(_CONVOY_HEADERS, rows), *failures]
+        runs: dict[str, list[dict[str, float]]] = {name: [] for name, _, _ in CONVOY_ROWS}
+        failures: dict[str, str] = {}
+        baseline: list[Any] | None = None
+        for repeat in range(repeats):
+            order = (
+                CONVOY_ROWS[repeat % len(CONVOY_ROWS) :] + CONVOY_ROWS[: repeat % len(CONVOY_ROWS)]
+            )
+            for name, connector, settings in order:
+                if name in failures:
+                    continue
+                arguments = {
+                    "connector": connector,
+                    "settings": settings,
+                    "warm": [warm],
+                    "batches": [prompts],
+                    "max_tokens": MAX_TOKENS,
+                }
+                try:
+                    result = vllm.run_in_vllm("workload", arguments, timeout=900)
+                except RuntimeError as error:
+                    failures[name] = f"- {name} did not run here: `{_failure(error)}`"
+                    continue
+                if connector is None and baseline is None:
+                    baseline = result["outputs"]
+                runs[name].append(_convoy_figures(result, baseline if connector else None))
+        rows = [
+            _convoy_row(name, runs[name], len(prompts)) for name, _, _ in CONVOY_ROWS if runs[name]
+        ]
+        parts += [f"### {title}", table(_CONVOY_HEADERS, rows), *failures.values()]
     return parts
 
 
@@ -150,14 +180,17 @@ def _row(name: str | None, result: dict[str, Any], baseline: list[Any] | None) -
         pairs = zip(result["outputs"], baseline, strict=True)
         same = f"{sum(a == b for a, b in pairs)}/{len(baseline)}"
     books = result.get("stagefate")
-    stats = books["stats"] if books else None
+    read: list[object] = ["–", "–", "–"]
+    if books:
+        stats = books["stats"]
+        read = [stats["l3_reads"], stats["l3_read_tokens"], stats["l3_read_tokens_wasted"]]
+    elif "copied" in result:  # it reads exactly the blocks it loads
+        read = ["–", result["copied"]["loaded_blocks"] * BLOCK, 0]
     ttft = metrics.get("ttft_sum", 0.0) / max(metrics.get("ttft_count", 0.0), 1.0) * 1000
     return [
         name or "none",
         same,
-        stats["l3_reads"] if stats else "–",
-        stats["l3_read_tokens"] if stats else "–",
-        stats["l3_read_tokens_wasted"] if stats else "–",
+        *read,
         result["loaded_blocks"],
         result["duplicate_blocks"],
         result["reloaded_blocks"],

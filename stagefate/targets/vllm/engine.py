@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-from stagefate.targets.vllm.environment import PEERS, STAGEFATE
+from stagefate.targets.vllm.environment import COPY_PER_REQUEST, PEERS, STAGEFATE
 from stagefate.targets.workloads import BLOCK, conversations
 
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
@@ -74,6 +74,9 @@ def build(
         if connector == STAGEFATE:
             extra: dict[str, Any] = {"stagefate.storage": "memory", **(settings or {})}
             module: dict[str, Any] = {"kv_connector_module_path": "stagefate.integrations.vllm"}
+        elif connector == COPY_PER_REQUEST:
+            module_path = "stagefate.targets.vllm.copy_per_request"
+            extra, module = {}, {"kv_connector_module_path": module_path}
         else:
             extra = PEERS[connector](tempfile.mkdtemp(prefix=f"stagefate-{connector}-"))
             module = {}
@@ -533,6 +536,9 @@ def workload(arguments: dict[str, Any]) -> dict[str, Any]:
     side = None if connector is None else llm.llm_engine.engine_core.engine_core.scheduler
     watch = None if side is None else LoadWatch(side.connector)
     before = _metrics(llm)
+    from stagefate.targets.vllm import copy_per_request  # imports vLLM: here, not at the top
+
+    copied = dict(copy_per_request.COUNTS)
     counted = None
     if side is not None and connector == STAGEFATE:
         counted = side.connector.scheduler.pipeline.stats
@@ -553,6 +559,8 @@ def workload(arguments: dict[str, Any]) -> dict[str, Any]:
         "duplicate_blocks": 0 if watch is None else watch.duplicates,
         "reloaded_blocks": 0 if watch is None else watch.reloads,
     }
+    if connector == COPY_PER_REQUEST:  # its store is its L3: it reads what it loads
+        result["copied"] = {k: v - copied[k] for k, v in copy_per_request.COUNTS.items()}
     if counted is not None:
         result["stagefate"] = books(llm)
         stats = result["stagefate"]["stats"]  # the measured batches' only, not the warm-up's

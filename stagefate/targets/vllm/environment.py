@@ -45,6 +45,9 @@ INSTALL_COMMAND = "stagefate targets install vllm"
 
 
 STAGEFATE = "StagefateConnector"
+COPY_PER_REQUEST = "CopyPerRequestConnector"
+"""The peer written here as a user would write one (:mod:`.copy_per_request`): the benchmark's
+row for what no connector of vLLM's or LMCache's loads on a CPU."""
 PEERS: dict[str, Callable[[str], dict[str, Any]]] = {
     "ExampleConnector": lambda work: {"shared_storage_path": work},
     "OffloadingConnector": lambda _work: {"cpu_bytes_to_use": 1 << 28},
