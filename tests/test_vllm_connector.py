@@ -334,6 +334,31 @@ def test_a_failed_load_is_reported_never_offered_again_and_stored_anew_if_recomp
 
 @pytest.mark.slow
 @needs_vllm
+@pytest.mark.parametrize("policy", ["recompute", "fail"])
+@pytest.mark.parametrize("mode", ["whole", "mid"])
+def test_failed_l3_reads_end_each_request_once_and_keep_the_good_prefix(
+    policy: str, mode: str
+) -> None:
+    """L3 fails a stored prompt's reads (every page, or every page past the first 3): the
+    read fails before vLLM is offered anything, so under either policy the request is served
+    with vLLM's tokens: one prefetch and one read per request, nothing loops; a read cut
+    mid-span is served its good prefix and computes the rest."""
+    result = vllm_env.run_in_vllm("l3_failures", {"policy": policy, "mode": mode, "good": 3})
+    plain, stats = result["plain"], result["stats"]
+    for answer in (*result["served"], *result["again"]):
+        assert answer["tokens"] == plain[0]["tokens"] and answer["finish"] == "length"
+    assert stats["issued"] == stats["l3_reads"] == 2  # one each, for the two requests
+    if mode == "whole":
+        assert stats["discarded"] == 2 and result["loaded_blocks"] == 0
+        assert all(a["cached"] == 0 for a in (*result["served"], *result["again"]))
+    else:  # the good prefix, 3 blocks, loaded for each; the rest computed
+        assert stats["filled"] == 2 and result["loaded_blocks"] == 2 * 3
+        assert all(a["cached"] == 3 * 32 for a in (*result["served"], *result["again"]))
+    _closed(result["books"])
+
+
+@pytest.mark.slow
+@needs_vllm
 def test_an_abort_while_the_load_is_in_flight_leaks_nothing() -> None:
     result = vllm_env.run_in_vllm("abort")
     assert result["states"][-1] == "consumed"

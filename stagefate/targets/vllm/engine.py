@@ -9,6 +9,7 @@ weights, fixed seed), with and without the StagefateConnector; each action answe
 * ``shared``: requests sharing a prefix arriving together: what L3 served and what vLLM loaded;
 * ``abort``: a request aborted while its load is in flight;
 * ``load_failure``: the worker's copy fails once, under vLLM's ``kv_load_failure_policy``;
+* ``l3_failures``: L3 fails a span's reads, whole or past its first pages, under that policy;
 * ``bounce_full``: distinct prompts from L3 served together, more than the bounce buffer holds.
 
 After every action the books are checked: no live record, no IO in flight, no pin left on any
@@ -268,6 +269,48 @@ def load_failure(arguments: dict[str, Any]) -> dict[str, Any]:
     # `recompute` the request computed them and wrote them through anew, so they are offered.
     again = generate(llm, [prompt])
     return {"plain": plain, "failed": failed, "again": again, "books": books(llm)}
+
+
+def l3_failures(arguments: dict[str, Any]) -> dict[str, Any]:
+    """L3 fails the reads of a stored prompt: every page (``mode="whole"``) or every page past
+    the first ``good`` (``mode="mid"``: the read comes back short), under vLLM's
+    ``kv_load_failure_policy``. What each request cost: its prefetches, L3 reads, blocks loaded
+    and tokens vLLM computed, so a loop would show."""
+    policy, mode, good = arguments["policy"], arguments["mode"], arguments.get("good", 3)
+    prompt = conversations(1, 1)[0][0]
+    plain = generate(build(None), [prompt, prompt])
+    llm = build(policy=policy)
+    generate(llm, [prompt])  # computed, and written through to L3
+    llm.reset_prefix_cache()
+    side = scheduler_connector(llm).scheduler
+    storage, read = side.storage, side.storage.batch_get_into
+    watch = LoadWatch(llm.llm_engine.engine_core.engine_core.scheduler.connector)
+
+    def failing(keys: list[str], out: Any, dtype: Any) -> int:
+        if mode == "whole":
+            raise OSError("injected: L3 could not read the span")
+        page = out.shape[2] // len(keys)
+        return int(read(keys[:good], out[:, :, : good * page], dtype))  # then a page is lost
+
+    storage.batch_get_into = failing
+    before = side.pipeline.stats
+    try:
+        served = generate(llm, [prompt])
+        llm.reset_prefix_cache()
+        again = generate(llm, [prompt])  # the same prompt once more: nothing loops
+    finally:
+        storage.batch_get_into = read
+    after = books(llm)
+    counted = {k: v - before.model_dump()[k] for k, v in after["stats"].items()}
+    return {
+        "plain": plain,
+        "served": served,
+        "again": again,
+        "stats": counted,
+        "loaded_blocks": watch.blocks,
+        "prompt_tokens": len(prompt),
+        "books": after,
+    }
 
 
 def abort(_: dict[str, Any]) -> dict[str, Any]:
@@ -580,6 +623,7 @@ def main() -> None:
         "shared": shared,
         "bounce_full": bounce_full,
         "load_failure": load_failure,
+        "l3_failures": l3_failures,
         "abort": abort,
     }
     action = sys.argv[1]
