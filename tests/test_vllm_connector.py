@@ -359,6 +359,20 @@ def test_failed_l3_reads_end_each_request_once_and_keep_the_good_prefix(
 
 @pytest.mark.slow
 @needs_vllm
+def test_a_request_whose_device_prefix_was_evicted_while_it_queued_is_served_from_l3() -> None:
+    """Second turns ask while their first turn is on the device (a full miss past it), then
+    queue while a 128-block pool evicts it: each asks L3 again and is served all L3 held (the
+    connector once re-used the stale miss and vLLM recomputed what L3 held)."""
+    result = vllm_env.run_in_vllm("evicted_while_queued", {"kv_blocks": 128})
+    held, cached, stats = result["held_pages"], result["cached"], result["stats"]
+    assert all(pages > 0 for pages in held)  # L3 holds every first turn
+    assert cached == [pages * 32 for pages in held]  # and all of it was served
+    assert stats["issued"] > len(held) and stats["l3_reads"] > 0  # re-asked, read from L3
+    _closed(result["books"])
+
+
+@pytest.mark.slow
+@needs_vllm
 def test_an_abort_while_the_load_is_in_flight_leaks_nothing() -> None:
     result = vllm_env.run_in_vllm("abort")
     assert result["states"][-1] == "consumed"

@@ -66,6 +66,8 @@ class _Request:
     """Tokens of the request already in L3 (computed by it and stored, or loaded or cached)."""
     attempt_open: bool = False
     """An attempt began at a get_num_new_matched_tokens and the request was not admitted yet."""
+    attempt_local: int = 0
+    """vLLM's local hit the open attempt was planned from."""
     waiting: bool = False
     """Declined while a sibling reads its span's head (``declined_inflight``): woken, it
     issues again for the rest."""
@@ -144,9 +146,13 @@ class SchedulerSide:
             # so this request issues again, for the rest
             woken = kept.waiting and bool(pipe.due_retries([rid]))
             kept.waiting = False
-            if kept.attempt_open and not woken:
+            # the device lost part of the prefix the attempt was planned from while the request
+            # queued (evicted by the requests admitted before it): L3 may hold what it lost, so
+            # the paced retry the attempt armed re-issues (SGLang re-queries at admission too)
+            shrank = kept.attempt_open and num_computed_tokens < kept.attempt_local
+            if kept.attempt_open and not woken and not (shrank and pipe.due_retries([rid])):
                 return 0, False  # this attempt ended with nothing staged: vLLM computes
-            kept.attempt_open = True
+            kept.attempt_open, kept.attempt_local = True, num_computed_tokens
             # vLLM's local hit stops a token short of the prompt (it computes at least the
             # last one), so the span stops there too: the plan then compares like with like
             # (a span ending a block later would find the live match one block past the

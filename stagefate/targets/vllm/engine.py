@@ -10,7 +10,9 @@ weights, fixed seed), with and without the StagefateConnector; each action answe
 * ``abort``: a request aborted while its load is in flight;
 * ``load_failure``: the worker's copy fails once, under vLLM's ``kv_load_failure_policy``;
 * ``l3_failures``: L3 fails a span's reads, whole or past its first pages, under that policy;
-* ``bounce_full``: distinct prompts from L3 served together, more than the bounce buffer holds.
+* ``bounce_full``: distinct prompts from L3 served together, more than the bounce buffer holds;
+* ``evicted_while_queued``: a turn's requests queue on a small device pool that evicts the
+  prefixes of those still waiting: how much of each prompt L3 held, and what vLLM was served.
 
 After every action the books are checked: no live record, no IO in flight, no pin left on any
 vLLM block, and every vLLM block back in the free queue once the prefix cache is reset.
@@ -309,6 +311,37 @@ def l3_failures(arguments: dict[str, Any]) -> dict[str, Any]:
         "stats": counted,
         "loaded_blocks": watch.blocks,
         "prompt_tokens": len(prompt),
+        "books": after,
+    }
+
+
+def evicted_while_queued(arguments: dict[str, Any]) -> dict[str, Any]:
+    """24 conversations' first two turns on a device pool of ``kv_blocks`` blocks: the second
+    turn's requests ask while their first turn's prompt is still on the device (L3 holds
+    nothing past it), then queue while the requests admitted before them evict it. Per request
+    of the second turn: the pages of its prompt L3 held before the turn, and the tokens vLLM
+    was served (its local hit and the connector's)."""
+    from stagefate.runtime.hashing import ROOT_NAMESPACE, page_hashes, rank_storage_keys
+
+    chats = conversations(24, 2, seed=3)
+    llm = build(num_gpu_blocks_override=arguments["kv_blocks"])
+    side = scheduler_connector(llm).scheduler
+    generate(llm, [chat[0] for chat in chats])
+    second = [chat[1] for chat in chats]
+    key, _ = rank_storage_keys(0, 1)
+
+    def held_pages(prompt: list[int]) -> int:  # the pages the connector would ask L3 for
+        digests = page_hashes(prompt[: len(prompt) - 1], BLOCK, ROOT_NAMESPACE)
+        return int(side.storage.batch_exists([key(d) for d in digests]))
+
+    held = [held_pages(prompt) for prompt in second]
+    before = side.pipeline.stats
+    served = generate(llm, second)
+    after = books(llm)
+    return {
+        "held_pages": held,
+        "cached": [answer["cached"] for answer in served],
+        "stats": {k: v - before.model_dump()[k] for k, v in after["stats"].items()},
         "books": after,
     }
 
@@ -624,6 +657,7 @@ def main() -> None:
         "bounce_full": bounce_full,
         "load_failure": load_failure,
         "l3_failures": l3_failures,
+        "evicted_while_queued": evicted_while_queued,
         "abort": abort,
     }
     action = sys.argv[1]
