@@ -180,7 +180,7 @@ class SlotPool:
             raise ValueError(f"{self.name}.alloc: n must be a non-negative int, got {n!r}")
         if n > self._top:
             return None
-        indices = self._free_array[self._top - n : self._top].copy()
+        indices: np.ndarray = self._free_array[self._top - n : self._top].copy()
         self._top -= n
         self._owned_array[indices] = True
         return indices
