@@ -24,10 +24,10 @@ demo: $(STAMP)
 # campaigns, long replays and SGLang's pipeline (marked `slow`). CI runs both. No environment is
 # needed for determinism: tests/conftest.py loads the derandomized `ci` profile.
 test: $(STAMP)
-	$(BIN)/python -m pytest tests -m "not slow"
+	$(BIN)/python -m pytest tests -m "not slow" -rs
 
 test-slow: $(STAMP)
-	$(BIN)/python -m pytest tests -m slow
+	$(BIN)/python -m pytest tests -m slow -rs
 
 test-all: test test-slow
 

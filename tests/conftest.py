@@ -12,6 +12,9 @@ from stagefate.fuzz.profiles import register_profiles
 
 from .harness import DEVICES, on_device
 
+# pytester: the plugin's own tests run sessions of their own
+pytest_plugins = ("pytester", "tests.required_targets")
+
 register_profiles()
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
