@@ -8,6 +8,7 @@ static checks in :mod:`stagefate.spec.checks` prove the rest.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from enum import Enum
 from typing import Literal, get_args
 
@@ -209,89 +210,110 @@ class LifecycleSpec(_Frozen):
 
     @model_validator(mode="after")
     def _names_resolve(self) -> LifecycleSpec:
-        problems: list[str] = []
+        problems = [
+            *self._entry_problems(),
+            *self._resource_problems(),
+            *self._group_problems(),
+            *self._name_clash_problems(),
+            *self._row_problems(),
+        ]
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+    def _entry_problems(self) -> Iterator[str]:
+        """The initial state, the atomic calls, the completions, the calls and the issue."""
         if self.initial not in self.states:
-            problems.append(f"initial state {self.initial!r} is not declared under 'states'")
+            yield f"initial state {self.initial!r} is not declared under 'states'"
         for pair in self.atomic:
             if pair != ("plan", "consume"):
-                problems.append(
+                yield (
                     f"atomic {list(pair)}: only [plan, consume] (a plan and its init_load_back "
                     "in one pass) is understood; remove it or extend the model checker"
                 )
         for kind, event in self.completions.items():
             if event not in self.events:
-                problems.append(
+                yield (
                     f"completions: {kind!r} fires {event!r}, which is not declared under "
                     "'events'; declare it or name a declared event"
                 )
         for call, fired in self.calls.items():
             unknown = [event for event in fired if event not in self.events]
             if unknown or not fired:
-                problems.append(
+                yield (
                     f"calls: {call!r} fires {unknown or 'nothing'}; name events declared under "
                     "'events', at least one"
                 )
         if set(self.completions) != set(COMPLETION_KINDS):
-            problems.append("completions: name the event of each of exists, read and load")
+            yield "completions: name the event of each of exists, read and load"
         if self.issue_event not in self.events:
-            problems.append(
+            yield (
                 f"issue_event {self.issue_event!r} is not declared under 'events' (it is what "
                 "prefetch_from_storage fires on a new record)"
             )
+
+    def _resource_problems(self) -> Iterator[str]:
+        """What the states hold and the effects take or give back."""
         for name, state in self.states.items():
             for resource in state.holds:
                 if resource not in self.resources:
-                    problems.append(
+                    yield (
                         f"state {name!r} holds unknown resource {resource!r}; "
                         f"declare it under 'resources' or fix the name"
                     )
         for name, effect in self.effects.items():
             for resource in (*effect.acquires, *effect.may_acquire, *effect.releases):
                 if resource not in self.resources:
-                    problems.append(f"effect {name!r} names unknown resource {resource!r}")
+                    yield f"effect {name!r} names unknown resource {resource!r}"
+
+    def _group_problems(self) -> Iterator[str]:
+        """The groups' members and what the exits leave."""
         for group_name, group in self.groups.items():
             for member in group.states:
                 if member not in self.states:
-                    problems.append(
+                    yield (
                         f"group {group_name!r} names unknown state {member!r}; declare it under "
                         f"'states' or fix the name"
                     )
                 elif self.states[member].terminal:
-                    problems.append(
+                    yield (
                         f"group {group_name!r} names terminal state {member!r}; groups are of live "
                         f"states (a released record is forgotten), so remove it"
                     )
         for exit_name, exit_spec in self.exits.items():
             if exit_spec.leaving not in self.groups and exit_spec.leaving not in self.states:
-                problems.append(
+                yield (
                     f"exit {exit_name!r} leaves {exit_spec.leaving!r}, which is neither a group "
                     f"nor a state; name one declared under 'groups' or 'states'"
                 )
+
+    def _name_clash_problems(self) -> Iterator[str]:
+        """A design's known findings name declared invariants; no counter is also a reason."""
         declared = {invariant.id for invariant in self.invariants}
         for known in self.design.known_findings if self.design else ():
             if known.invariant not in declared:
-                problems.append(
+                yield (
                     f"design: known finding {known.finding!r} breaks {known.invariant!r}, which "
                     "is not declared under 'invariants'; declare it or fix the id"
                 )
         for counter in self.counters:
             if counter in self.reasons:
-                problems.append(
+                yield (
                     f"counter {counter!r} is also a reason, which counts itself; remove it from "
                     f"'counters'"
                 )
+
+    def _row_problems(self) -> Iterator[str]:
+        """Each row's event and sources, and each of its branches."""
         for index, row in enumerate(self.transitions):
             where = f"transitions[{index}] ({row.event})"
             if row.event not in self.events:
-                problems.append(f"{where}: unknown event {row.event!r}; declare it under 'events'")
+                yield f"{where}: unknown event {row.event!r}; declare it under 'events'"
             for source in row.sources:
                 if source not in self.states:
-                    problems.append(f"{where}: unknown source state {source!r}")
+                    yield f"{where}: unknown source state {source!r}"
             for branch in row.branches:
-                problems.extend(self._branch_problems(where, branch))
-        if problems:
-            raise ValueError("; ".join(problems))
-        return self
+                yield from self._branch_problems(where, branch)
 
     def _branch_problems(self, where: str, branch: BranchSpec) -> list[str]:
         problems = []

@@ -13,7 +13,7 @@ import random
 import pytest
 import torch
 
-from stagefate import BufferPipeline, MemoryStorage
+from stagefate import BufferPipeline, ManualIO, MemoryStorage
 from stagefate.fuzz.world import NAMESPACES, PAGE, SEQUENCES, fuzz_config, l3_contents, mark
 from stagefate.runtime.prefix_tree import alloc_evicting
 from stagefate.testing import manual_io, tree_snapshot
@@ -41,6 +41,35 @@ def _publish(pipe: BufferPipeline, tokens: list[int], salt: str | None) -> None:
     pipe.tree.insert(tokens, torch.cat([present.device_indices, slots]), cache_salt=salt)
 
 
+def _issue(
+    pipe: BufferPipeline, rng: random.Random, asked: dict[str, tuple[list[int], str | None]]
+) -> None:
+    """A request issues (its prompt kept while it lives), sometimes with a stale match."""
+    request = rng.choice(REQUESTS)
+    tokens = SEQUENCES[rng.randrange(len(SEQUENCES))][: rng.randint(1, 8) * PAGE]
+    salt = rng.choice(NAMESPACES)
+    if request not in pipe.live_records:  # a live request keeps its prompt
+        asked[request] = (tokens, salt)
+    tokens, salt = asked[request]
+    matched = pipe.tree.match_prefix(tokens, cache_salt=salt).length
+    if rng.random() < 0.2:
+        matched = min(matched + PAGE, len(tokens))
+    pipe.prefetch_from_storage(request, tokens, matched, cache_salt=salt)
+
+
+def _complete(io: ManualIO, rng: random.Random) -> None:
+    """A queued operation completes: whole, short or failed (a load only whole)."""
+    op_id = rng.choice(io.queued())
+    is_load = op_id in io.queued("load")
+    mode = "full" if is_load else rng.choice(("full", "full", "short", "fail"))
+    if mode == "fail":
+        io.fail(op_id)
+    elif mode == "short":
+        io.complete_short(op_id, rng.randint(0, 6) * PAGE)
+    else:
+        io.complete(op_id)
+
+
 def _step(
     pipe: BufferPipeline, rng: random.Random, asked: dict[str, tuple[list[int], str | None]]
 ) -> None:
@@ -50,31 +79,11 @@ def _step(
     io = manual_io(pipe)
     holds = sorted(r for r, rec in pipe.live_records.items() if rec.state in ("staged", "trimmed"))
     if move == 0:
-        request = rng.choice(REQUESTS)
-        tokens = SEQUENCES[rng.randrange(len(SEQUENCES))][: rng.randint(1, 8) * PAGE]
-        salt = rng.choice(NAMESPACES)
-        if request not in pipe.live_records:  # a live request keeps its prompt
-            asked[request] = (tokens, salt)
-        tokens, salt = asked[request]
-        matched = pipe.tree.match_prefix(tokens, cache_salt=salt).length
-        if rng.random() < 0.2:
-            matched = min(matched + PAGE, len(tokens))
-        pipe.prefetch_from_storage(request, tokens, matched, cache_salt=salt)
+        _issue(pipe, rng, asked)
     elif move == 1:
         pipe.poll()
     elif move == 2 and io.queued():
-        op_id = rng.choice(io.queued())
-        mode = (
-            rng.choice(("full", "full", "short", "fail"))
-            if op_id not in io.queued("load")
-            else "full"
-        )
-        if mode == "fail":
-            io.fail(op_id)
-        elif mode == "short":
-            io.complete_short(op_id, rng.randint(0, 6) * PAGE)
-        else:
-            io.complete(op_id)
+        _complete(io, rng)
     elif move == 3 and holds:
         request = rng.choice(holds)
         tokens, salt = asked[request]
