@@ -455,6 +455,7 @@ def test_each_policy_says_why_it_read_what_it_read(
     assert all(f"prefetches.declined.{reason}" in rows for reason in counts.declined)
 
 
+@pytest.mark.slow  # about 7 s: a replay over a file L3, twice
 def test_a_file_l3_with_damaged_pages_heals_and_the_replay_says_so(
     siblings: list[TraceRequest], tmp_path: Path
 ) -> None:
@@ -473,6 +474,7 @@ def test_a_file_l3_with_damaged_pages_heals_and_the_replay_says_so(
     assert f"  L3: {metrics.l3_damage}" in story({"live": metrics}, 1.0)
 
 
+@pytest.mark.slow  # about 13 s: two replays over a file L3
 def test_the_bound_counts_what_a_persistent_l3_held_before_the_run(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

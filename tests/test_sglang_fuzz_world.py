@@ -129,6 +129,7 @@ def test_the_walk_finds_every_structure_that_names_a_request() -> None:
 # ---------------------------------------------------------------------- on SGLang's pipeline
 
 
+@pytest.mark.slow  # about 11 s
 @pytest.mark.usefixtures("sglang")
 def test_an_id_reused_while_its_read_lands_keeps_two_records_in_the_design_log() -> None:
     """r0's read is under way when r0 is aborted and a new request reuses the id: the log
