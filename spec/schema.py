@@ -350,15 +350,6 @@ class LifecycleSpec(_Frozen):
         """Every counter a pipeline keeps: the declared ones, then one per reason."""
         return (*self.counters, *self.reasons)
 
-    @property
-    def branch_counters(self) -> tuple[str, ...]:
-        """The counters some branch's ``count:`` names, in spec order."""
-        names: dict[str, None] = {}
-        for row in self.transitions:
-            for branch in row.branches:
-                names.update(dict.fromkeys(branch.count))
-        return tuple(names)
-
     def group(self, name: str, required: bool = True) -> frozenset[str]:
         """The states of group ``name``; a spec without it cannot drive this code, unless the
         group is not ``required`` (a design with no such states: the model checker's

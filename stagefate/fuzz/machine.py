@@ -21,7 +21,6 @@ from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
 import torch
-from hypothesis import register_random
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     Bundle,
@@ -83,27 +82,6 @@ _NO_CONSUME = tuple(sorted(SPEC.group("pending")))
 """States in which ``init_load_back`` must be refused: the prefetch has staged nothing yet."""
 _LIVE = tuple(sorted(name for name, state in SPEC.states.items() if not state.terminal))
 """States a record can still leave: a sibling's publish over its span may change its fate."""
-
-
-class _TorchRandom:
-    """torch's global RNG behind the ``random.Random`` methods Hypothesis resets per example.
-
-    Nothing in the machine draws from it today; registering it keeps any future torch
-    randomness (a random KV fill, say) reproducible from Hypothesis's seed.
-    """
-
-    def seed(self, value: int) -> None:
-        torch.manual_seed(value)
-
-    def getstate(self) -> torch.Tensor:
-        return torch.random.get_rng_state()
-
-    def setstate(self, state: torch.Tensor) -> None:
-        torch.random.set_rng_state(state)
-
-
-_TORCH_RANDOM = _TorchRandom()  # Hypothesis keeps only a weak reference
-register_random(_TORCH_RANDOM)
 
 
 def _owner(nodes: Sequence[Node], slot: int) -> Node:
