@@ -30,6 +30,9 @@ from .storage import Storage
 
 
 class CopyHandle(Protocol):
+    """One queued copy (a load into the device, or a read into the host): poll it, wait for it,
+    and once done ask whether it failed."""
+
     def done(self) -> bool: ...
 
     def wait(self) -> None: ...
@@ -82,6 +85,10 @@ def record_done(stream: torch.cuda.Stream) -> CopyHandle:
 
 
 class CopyEngine:
+    """The copies between L3, the host bounce and the device pool (this module's docstring says
+    how each runs); a load on CUDA runs on a stream of its own, polled through its
+    :class:`CopyHandle`."""
+
     def __init__(self, device: torch.device) -> None:
         self.device = device
         self.stream = side_stream(device)

@@ -18,6 +18,7 @@ ROOT_NAMESPACE: Namespace = (None, None)
 
 
 def namespace_of(extra_key: str | None, cache_salt: str | None) -> Namespace:
+    """A request's namespace (docs/design.md §2), checked: each part a str or None."""
     if extra_key is None and cache_salt is None:
         return ROOT_NAMESPACE
     for name, value in (("extra_key", extra_key), ("cache_salt", cache_salt)):
@@ -28,6 +29,8 @@ def namespace_of(extra_key: str | None, cache_salt: str | None) -> Namespace:
 
 @functools.lru_cache(maxsize=1024)
 def namespace_seed(namespace: Namespace) -> bytes:
+    """The digest a namespace's page-key chain starts from: one namespace never names another's
+    pages."""
     extra_key, cache_salt = namespace
     text = f"stagefate/v1\x00{extra_key!r}\x00{cache_salt!r}"
     return hashlib.sha256(text.encode()).digest()

@@ -37,6 +37,9 @@ class IOResult(NamedTuple):
 
 
 class IOOp(NamedTuple):
+    """One storage operation handed to an :class:`IOExecutor`: an existence query, a read or a
+    load, run off the scheduler's thread."""
+
     op_id: int
     kind: OpKind
     run: Callable[[int | None], IOResult]
@@ -44,6 +47,9 @@ class IOOp(NamedTuple):
 
 
 class Completion(NamedTuple):
+    """What an operation reports back: the tokens it found or brought, whether an aux window
+    came whole, and why it failed (None: it did not)."""
+
     op_id: int
     kind: OpKind
     tokens: int = 0
@@ -52,6 +58,9 @@ class Completion(NamedTuple):
 
 
 class IOExecutor(Protocol):
+    """Where the pipeline's storage operations run: :class:`ThreadedIO` in production,
+    :class:`ManualIO` where a test or fuzzer decides when each completes."""
+
     def submit(self, op: IOOp) -> None: ...
 
     def drain(self) -> list[Completion]:

@@ -57,6 +57,9 @@ class MooncakeUnavailable(RuntimeError):
 
 @dataclass(frozen=True)
 class MooncakeConfig:
+    """Where Mooncake Store's master is and how a client joins it (parsed from
+    ``mooncake://HOST:PORT``)."""
+
     master: str
     """``HOST:PORT`` of the master's RPC service."""
     metrics_port: int = DEFAULT_METRICS_PORT
@@ -94,6 +97,7 @@ class MooncakeConfig:
 
 
 def master_is_healthy(config: MooncakeConfig, timeout: float = 2.0) -> bool:
+    """Whether the Mooncake master answers its health check within ``timeout`` seconds."""
     try:
         with urllib.request.urlopen(config.health_url, timeout=timeout) as response:
             return bool(json.loads(response.read() or b"{}").get("status") == "ok")
@@ -235,6 +239,7 @@ class MooncakeStorage:
 
 
 def free_port() -> int:
+    """A TCP port free on the loopback now (for a master started by a test or a replay)."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port: int = probe.getsockname()[1]

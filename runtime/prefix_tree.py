@@ -39,6 +39,9 @@ Node = Any
 
 
 class PrefixMatch(Protocol):
+    """What a tree's ``match_prefix`` answers: how many tokens matched, the node where the match
+    ends, and the device slots of those tokens."""
+
     @property
     def length(self) -> int: ...
 
@@ -50,6 +53,9 @@ class PrefixMatch(Protocol):
 
 
 class PrefixTree(Protocol):
+    """The radix tree the lifecycle anchors and splices into: stagefate's :class:`RadixTree` or
+    an engine's own (SGLang's tree, vLLM's prefix cache) behind an adapter."""
+
     page_size: int
 
     @property

@@ -51,6 +51,8 @@ _DTYPES = {
 
 @runtime_checkable
 class Storage(Protocol):
+    """An L3 of pages keyed by their chained page hashes: memory, files or Mooncake Store."""
+
     def batch_exists(self, keys: Sequence[str]) -> int:
         """How many keys exist consecutively from the first."""
         ...

@@ -53,6 +53,9 @@ ChildKey = tuple[Namespace, bytes] | bytes
 
 
 class TreeNode:
+    """One node of :class:`RadixTree`: whole pages of one namespace, their device (and aux)
+    slots, its children by first page, and its lock count."""
+
     __slots__ = (
         "_hashes",
         "aux_value",
@@ -138,6 +141,9 @@ class TreeError(RuntimeError):
 
 
 class RadixTree:
+    """stagefate's own paged radix tree over a device pool (the theory of operation is at the
+    top of this module): what the replay, the fuzzers and a standalone pipeline run on."""
+
     def __init__(self, page_size: int, device_pool: SlotPool, aux_pool: SlotPool | None = None):
         if not isinstance(page_size, int) or page_size < 1:
             raise ValueError(f"page_size must be a positive int, got {page_size!r}")

@@ -18,6 +18,7 @@ class Implementation(NamedTuple):
 
 
 def implemented_names() -> Implementation:
+    """The names :class:`BufferPipeline` implements, for the static checks against a spec."""
     from .pipeline import BufferPipeline
     from .stats import Stats
 

@@ -17,6 +17,9 @@ _DTYPE_NAMES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32":
 
 
 class PipelineConfig(BaseModel):
+    """Every knob of a :class:`BufferPipeline` (pools, page size, thresholds, retries, dedup),
+    each refused with its fix when out of range."""
+
     model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
 
     page_size: Count = 1

@@ -16,6 +16,8 @@ from collections.abc import Sequence
 
 
 class DedupBook:
+    """In-flight dedup's book (this module's docstring): owners of page keys, and waiters."""
+
     def __init__(self) -> None:
         self._owners: dict[bytes, dict[str, None]] = {}
         """page key -> the records owning it, in the order they took it"""

@@ -63,6 +63,8 @@ class SGLangNode:
 
 @dataclass(frozen=True)
 class SGLangMatch:
+    """A match in SGLang's tree as the lifecycle reads it (:class:`PrefixMatch`)."""
+
     length: int
     last_node: SGLangNode
     device_indices: torch.Tensor

@@ -39,6 +39,10 @@ _MEMORY_STORES: dict[str, MemoryStorage] = {}
 
 
 class StagefateConnector(KVConnectorBase_V1):
+    """vLLM's KV connector with stagefate's lifecycle deciding every staged fetch: vLLM builds
+    one on its scheduler (a :class:`SchedulerSide`) and one per worker (a :class:`WorkerSide`),
+    and each call goes to the side vLLM made it on (docs/vllm.md)."""
+
     @classmethod
     def supports_sleep_mode(cls, kv_transfer_config: Any) -> bool:
         """No (vLLM 0.33 asks before it turns sleep mode on): the worker keeps views of vLLM's

@@ -102,6 +102,9 @@ def block_slots(block_ids: Sequence[int], block_size: int) -> torch.Tensor:
 
 @dataclass(frozen=True)
 class Match:
+    """A match in vLLM's prefix cache as the lifecycle reads it (:class:`PrefixMatch`): the
+    path of cached blocks it ends at."""
+
     last_node: BlockPath
 
     @property

@@ -81,6 +81,10 @@ class _Request:
 
 
 class SchedulerSide:
+    """The connector on vLLM's scheduler: answers vLLM's questions from the lifecycle
+    (``get_num_new_matched_tokens``, ``update_state_after_alloc``, ...) and hands the worker
+    what to load and save in each step's metadata."""
+
     def __init__(
         self,
         pipeline: BufferPipeline,

@@ -39,6 +39,9 @@ class SaveOrder:
 
 @dataclass
 class StagefateMetadata(KVConnectorMetadata):
+    """One step's orders from the scheduler side to the workers: loads (bounce slots to
+    blocks), saves (blocks to L3 keys) and loads that could not be made."""
+
     loads: list[LoadOrder] = field(default_factory=list)
     saves: list[SaveOrder] = field(default_factory=list)
     unloadable: dict[str, list[int]] = field(default_factory=dict)
@@ -73,6 +76,9 @@ class LoadHandle:
 
 @dataclass(frozen=True)
 class HandedLoad:
+    """A load the scheduler side planned and the worker copies: its slots, and the handle the
+    scheduler side finishes when the worker reports it."""
+
     host_slots: np.ndarray
     device_slots: np.ndarray
     handle: LoadHandle

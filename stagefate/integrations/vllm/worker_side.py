@@ -31,6 +31,9 @@ logger = logging.getLogger(__name__)
 
 
 class WorkerSide:
+    """The connector on one of vLLM's workers: makes the copies the metadata orders (this
+    module's docstring says when each is reported)."""
+
     def __init__(
         self, layout: KVLayout, block_size: int, storage: Storage, bounce: Path, host_slots: int
     ) -> None:
