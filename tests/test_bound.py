@@ -142,3 +142,61 @@ def test_no_policy_passes_the_bound_on_generated_traces(trace: list[TraceRequest
         metrics = make_replay(policy, trace, SMALL).run()
         if metrics.engine.retractions == 0:  # a retracted re-run may reuse its own pages
             assert metrics.hit_rate <= bound.hit_rate, (policy, bound)
+
+
+def test_a_replay_opens_with_each_policy_against_the_bound_and_how_they_differ(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The first lines after the runs: the run, the bound, one line a policy, how each other
+    policy differs from the first; the tables come after them."""
+    out = tmp_path / "replay.json"
+    argv = ["replay", "--limit", "60", "--policy", "live,blind", "--json", str(out)]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    payload = json.loads(out.read_text())
+    live, blind = payload["policies"]["live"], payload["policies"]["blind"]
+    start = printed.index("in short: 60 requests of the embedded Mooncake slice at 0.3x")
+    assert start < printed.index("stagefate replay")  # before the table's title
+    lines = printed[start:].splitlines()
+    assert f"the trace's bound is a hit rate of {payload['bound']['hit_rate']:.3f}" in lines[0]
+    for line, name, run in ((lines[1], "live", live), (lines[2], "blind", blind)):
+        assert line.startswith(f"  {name}: hit rate {run['hit_rate']:.3f}, ")
+        assert f"({run['l3_reads_wasted']:,} wasted)" in line
+        assert f"{run['prefill_tokens_computed']:,} prompt tokens computed" in line
+    more = blind["l3_reads_wasted"] - live["l3_reads_wasted"]
+    computed = blind["prefill_tokens_computed"] - live["prefill_tokens_computed"]
+    if more or computed:
+        assert lines[3].startswith("  blind computes") and lines[3].endswith("than live")
+    else:
+        assert lines[3] == "  blind computes and wastes what live does"
+    assert lines[4] == "the figures, and why each policy read what it read, follow"
+
+
+def test_in_short_says_how_each_policy_differs_from_the_first(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    from stagefate.sim.stories import in_short
+
+    siblings = siblings_trace(tmp_path_factory)
+    live = make_replay("live", siblings, SMALL).run()
+    worse = live.model_copy(
+        update={
+            "l3_reads_wasted": live.l3_reads_wasted + 1,
+            "prefill_tokens_computed": live.prefill_tokens_computed + 1_024,
+        }
+    )
+    better = live.model_copy(update={"l3_reads_wasted": live.l3_reads_wasted + 2})
+    bound = hit_rate_bound(siblings, SMALL.page_size)
+    lines = in_short(
+        {"live": live, "sglang": worse, "blind": better, "twin": live},
+        bound,
+        "a test",
+        {"sglang": "0.5.23"},
+    )
+    assert lines[0] == f"in short: a test; the trace's bound is a hit rate of {bound.hit_rate:.3f}"
+    assert lines[2].startswith("  sglang (SGLang 0.5.23): hit rate ")
+    assert lines[5:8] == [
+        "  sglang computes 1,024 more prompt tokens and wastes 1 more L3 read than live",
+        "  blind computes as many prompt tokens and wastes 2 more L3 reads than live",
+        "  twin computes and wastes what live does",
+    ]

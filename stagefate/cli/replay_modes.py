@@ -361,7 +361,7 @@ def one_run(
     """Every policy once at ``first``'s speed: the table, the story, the logs asked for."""
     from ..sim.plots import write_plot
     from ..sim.report_json import policies_body
-    from ..sim.stories import bound_story, story
+    from ..sim.stories import bound_story, in_short, story
     from ..sim.tables import metrics_table, wasted_table
 
     bound = report.bound
@@ -391,6 +391,9 @@ def one_run(
             f"words; `stagefate validate --spec {spec_source(spec)} {design_logs[name]}`)",
             soft_wrap=True,
         )
+    heading = f"{len(trace):,} requests of {report.run.source} at {first.speed:g}x"
+    for line in in_short(results, bound, heading, releases):
+        console.print(line)
     console.print(metrics_table(results, bound))
     if any(m.wasted_by_reason for m in results.values()):
         console.print(wasted_table(results))

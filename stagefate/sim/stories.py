@@ -70,6 +70,50 @@ def cross_instance_story(results: dict[str, InstancesMetrics]) -> list[str]:
     return lines
 
 
+def in_short(
+    results: Mapping[str, ReplayMetrics],
+    bound: TraceBound,
+    heading: str,
+    releases: Mapping[str, str] | None = None,
+) -> list[str]:
+    """The first lines of a one-speed replay's report (``heading`` names the run): each
+    policy's hit rate against the trace's bound, its L3 reads and those wasted, the prompt
+    tokens it computed; then how each other policy differs from the first."""
+    releases = releases or {}
+
+    def label(name: str) -> str:
+        return f"{name} (SGLang {releases[name]})" if name in releases else name
+
+    lines = [f"in short: {heading}; the trace's bound is a hit rate of {bound.hit_rate:.3f}"]
+    for name, m in results.items():
+        lines.append(
+            f"  {label(name)}: hit rate {m.hit_rate:.3f}, {counted(m.l3_reads, 'L3 read')} "
+            f"({m.l3_reads_wasted:,} wasted), {m.prefill_tokens_computed:,} prompt tokens computed"
+        )
+    first, *others = results
+    base = results[first]
+    for name in others:
+        m = results[name]
+        more = m.prefill_tokens_computed - base.prefill_tokens_computed
+        wasted = m.l3_reads_wasted - base.l3_reads_wasted
+        if not more and not wasted:
+            lines.append(f"  {name} computes and wastes what {first} does")
+            continue
+        computes = (
+            f"computes {abs(more):,} {'more' if more > 0 else 'fewer'} prompt tokens"
+            if more
+            else "computes as many prompt tokens"
+        )
+        wastes = (
+            f"wastes {counted(abs(wasted), 'more L3 read' if wasted > 0 else 'fewer L3 read')}"
+            if wasted
+            else "wastes as many L3 reads"
+        )
+        lines.append(f"  {name} {computes} and {wastes} than {first}")
+    lines.append("the figures, and why each policy read what it read, follow")
+    return lines
+
+
 def story(
     results: dict[str, ReplayMetrics],
     arrival_seconds: float,
