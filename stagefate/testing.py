@@ -16,7 +16,7 @@ a test decides exactly when each storage read, existence query and H2D copy comp
   generated from the spec (``stagefate check --emit-tests``, tests/generated/) run on;
 * the fuzz world (:data:`SEQUENCES` sharing heads, :data:`NAMESPACES`, :func:`mark` and
   :func:`write_marked` for KV that names its token and namespace) and
-  :func:`~stagefate.fuzz.machine.configured`, to run stagefate's stateful fuzzer over your own
+  :func:`~stagefate.fuzz.fuzzer.configured`, to run stagefate's stateful fuzzer over your own
   tree or storage.
 
 docs/integration.md has an example test that uses only these and the public API.
@@ -32,8 +32,8 @@ from typing import Literal
 
 import torch
 
+from .fuzz.fuzzer import PipelineFuzzer, configured
 from .fuzz.gloo import run_ranks_over_gloo
-from .fuzz.machine import PipelineFuzzer, configured
 from .fuzz.stepping import manual_io
 from .fuzz.world import NAMESPACES, SEQUENCES, mark, write_marked
 from .runtime import MemoryStorage

@@ -12,7 +12,7 @@ import pytest
 _PROGRAM = """
 from hypothesis import settings
 from hypothesis.stateful import run_state_machine_as_test
-from stagefate.fuzz.machine import PipelineFuzzer
+from stagefate.fuzz.fuzzer import PipelineFuzzer
 from stagefate.fuzz.tally import TALLY
 from stagefate.fuzz.profiles import register_profiles
 

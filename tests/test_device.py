@@ -10,7 +10,7 @@ import time
 import torch
 from hypothesis.stateful import run_state_machine_as_test
 
-from stagefate.fuzz.machine import configured
+from stagefate.fuzz.fuzzer import configured
 from stagefate.runtime import HostPool, KVLayout
 
 from .harness import assert_quiescent, fuzz_settings, kv_marks, staged_with_threaded_io

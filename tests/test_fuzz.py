@@ -12,8 +12,8 @@ from hypothesis.stateful import RuleBasedStateMachine, rule, run_state_machine_a
 
 from stagefate.cli.fuzz import _violation
 from stagefate.fuzz.campaign import failing_programs
+from stagefate.fuzz.fuzzer import PipelineFuzzer
 from stagefate.fuzz.invariants import InvariantViolated, holds_problems
-from stagefate.fuzz.machine import PipelineFuzzer
 from stagefate.fuzz.world import KNOB_CHOICES, PAGE, mark
 from stagefate.runtime.hashing import ROOT_NAMESPACE
 from stagefate.spec import load_spec

@@ -190,7 +190,7 @@ def _reach(graph: dict[str, set[str]], start: str) -> set[str]:
 
 def test_the_engine_knows_only_the_policy_interface() -> None:
     """The scheduler model loads neither the pipeline nor any policy nor a target."""
-    reached = _reach(import_graph(), "stagefate.sim.engine")
+    reached = _reach(import_graph(), "stagefate.sim.engine_model")
     assert "stagefate.statemachine.pipeline" not in reached
     assert not {t for t in reached if t.startswith(("stagefate.sim.", "stagefate.targets"))} - {
         "stagefate.sim.costs",
@@ -226,3 +226,34 @@ def test_only_an_engines_own_target_imports_its_integration() -> None:
         and not _within(module, f"stagefate.targets.{engine}")
     }
     assert offenders == set(), f"these import an engine integration: {sorted(offenders)}"
+
+
+ONE_CONCEPT_IN_SEVERAL_PLACES = {
+    "books": "what must add up: L3 reads (statemachine) and SGLang's engine at idle (its target)",
+    "findings": "SGLang's findings, run on the stand-in and through SGLang's engine",
+    "fuzzer": "a stateful fuzzer: of stagefate's pipeline, and of SGLang's",
+    "pipeline": "a buffer pipeline: stagefate's, and stagefate's as SGLang's",
+    "policy": "a replay policy: the interface (sim) and SGLang's pipeline as one (its target)",
+    "settings": "an integration's settings: the shared checks, SGLang's, vLLM's, the engine's",
+    "tree": "a radix tree: stagefate's, SGLang's adapted, SGLang's built for its target",
+}
+"""Basenames several modules share because they are one concept in several places (why)."""
+NAMED_FOR_WHAT_THEY_RUN = ("stagefate/cli/", "stagefate/bench/")
+"""A command's module (``cli/replay.py``) or a benchmark's (``bench/replay.py``) is named for what
+it runs, which lives under the same name elsewhere."""
+
+
+def test_no_two_modules_share_a_basename_unless_they_are_one_concept() -> None:
+    by_name: dict[str, list[str]] = {}
+    for folder, _, files in sorted(os.walk(ROOT, followlinks=True)):  # spec/, runtime/: links
+        for name in sorted(files):
+            if name.endswith(".py") and name != "__init__.py":
+                relative = os.path.relpath(Path(folder, name), ROOT.parent)
+                by_name.setdefault(name.removesuffix(".py"), []).append(relative)
+    shared = {}
+    for name, places in by_name.items():
+        named_elsewhere = [p for p in places if not p.startswith(NAMED_FOR_WHAT_THEY_RUN)]
+        if len(named_elsewhere) > 1 and name not in ONE_CONCEPT_IN_SEVERAL_PLACES:
+            shared[name] = places
+    assert not shared, f"modules sharing a basename, each naming another concept: {shared}"
+    assert set(ONE_CONCEPT_IN_SEVERAL_PLACES) <= {n for n, p in by_name.items() if len(p) > 1}

@@ -98,7 +98,7 @@ def _alive(pid: int) -> bool:
 def test_a_fuzz_program_cut_short_leaves_no_log_one_that_ended_a_whole_one(
     tmp_path: Path,
 ) -> None:
-    from stagefate.fuzz.machine import configured
+    from stagefate.fuzz.fuzzer import configured
 
     log = tmp_path / "program.jsonl"
     machine = configured(log_path=str(log))()

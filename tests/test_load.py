@@ -12,8 +12,8 @@ import pytest
 from stagefate.cli import main
 from stagefate.cli.replay import AUTO_SWEEP, _parse_speeds
 from stagefate.registry import make_replay, policy_factories
-from stagefate.sim.engine import Percentiles
-from stagefate.sim.load import PARTING_STEP, find_parting_speed, find_speed
+from stagefate.sim.engine_model import Percentiles
+from stagefate.sim.load_search import PARTING_STEP, find_parting_speed, find_speed
 from stagefate.sim.replay import ReplayOptions
 from stagefate.sim.trace import TraceRequest
 

@@ -11,7 +11,7 @@ import pytest
 from stagefate.cli import build_parser
 from stagefate.cli.model_options import add_field_flag
 from stagefate.cli.replay_modes import FIELD_FLAGS, replay_options
-from stagefate.sim.engine import EngineOptions
+from stagefate.sim.engine_model import EngineOptions
 from stagefate.sim.replay import ReplayOptions
 
 

@@ -26,7 +26,7 @@ except ImportError as error:  # pragma: no cover - depends on the platform
 
 from stagefate import BufferPipeline
 from stagefate.cli import main
-from stagefate.fuzz.machine import configured
+from stagefate.fuzz.fuzzer import configured
 from stagefate.runtime import KVLayout
 from stagefate.runtime.mooncake import (
     LocalMaster,

@@ -13,8 +13,8 @@ import yaml
 from hypothesis import Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
 
+from stagefate.fuzz.fuzzer import configured
 from stagefate.fuzz.invariants import violated_invariant
-from stagefate.fuzz.machine import configured
 from stagefate.spec import model_rules
 from stagefate.spec.load import DEFAULT_SPEC_PATH, parse_spec
 from stagefate.spec.model_world import Bounds, Rec

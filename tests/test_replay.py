@@ -13,7 +13,7 @@ from stagefate.cli import main
 from stagefate.registry import make_replay, policies_for_all
 from stagefate.sim.blind import BlindPolicy
 from stagefate.sim.costs import CostModel
-from stagefate.sim.engine import EngineOptions
+from stagefate.sim.engine_model import EngineOptions
 from stagefate.sim.live import LivePolicy
 from stagefate.sim.replay import Replay, ReplayMetrics, ReplayOptions
 from stagefate.sim.stories import story

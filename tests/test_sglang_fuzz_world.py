@@ -135,7 +135,7 @@ def test_an_id_reused_while_its_read_lands_keeps_two_records_in_the_design_log()
     """r0's read is under way when r0 is aborted and a new request reuses the id: the log
     writes the new attempt as r0@1, and the abandoned read's landing ends r0."""
     from stagefate.targets.sglang.design_log import design_path, load_design, watch_design
-    from stagefate.targets.sglang.machine import SEQUENCES, fuzz_world
+    from stagefate.targets.sglang.fuzzer import SEQUENCES, fuzz_world
     from stagefate.transition_log import TransitionLog, validate_log
 
     driver = fuzz_world(FuzzConfig(), namespaces=(None,))
@@ -165,7 +165,7 @@ def test_an_id_reused_while_its_read_lands_keeps_two_records_in_the_design_log()
 
 @pytest.mark.usefixtures("sglang")
 def test_a_retry_of_an_admitted_request_is_refused_and_a_retraction_starts_afresh() -> None:
-    from stagefate.targets.sglang.machine import SEQUENCES, fuzz_world
+    from stagefate.targets.sglang.fuzzer import SEQUENCES, fuzz_world
 
     driver = fuzz_world(FuzzConfig(), namespaces=(None,))
     try:
@@ -191,7 +191,7 @@ def test_a_retry_of_an_admitted_request_is_refused_and_a_retraction_starts_afres
 @pytest.fixture
 def staged_world() -> Iterator[Any]:
     """SGLang with r0's hit staged in the bounce buffer and r1's sequence on the device."""
-    from stagefate.targets.sglang.machine import SEQUENCES, fuzz_world
+    from stagefate.targets.sglang.fuzzer import SEQUENCES, fuzz_world
 
     driver = fuzz_world(FuzzConfig(), namespaces=(None,))
     try:
@@ -251,7 +251,7 @@ def test_the_oldest_query_and_read_go_first_the_others_held_past_them() -> None:
     """SGLang's storage threads take their queues first in first out: the world answers the
     oldest query alone, lands the oldest read alone (r0's), and holds r1's read past r1's abort
     and a new request under its id; then it lands and frees its bounce once."""
-    from stagefate.targets.sglang.machine import SEQUENCES, fuzz_world
+    from stagefate.targets.sglang.fuzzer import SEQUENCES, fuzz_world
 
     driver = fuzz_world(FuzzConfig(), namespaces=(None,))
     try:
@@ -285,7 +285,7 @@ def test_quiescence_waits_for_the_bounce_an_ack_released_in_the_last_pass() -> N
     and its bounce queued for release, which SGLang frees a pass later (each drain takes only
     what its queues held when it began). The world took the pipeline's ``is_idle`` for
     quiescence and checked the host pool a pass early: "host pool leaked: 584 free of 616"."""
-    from stagefate.targets.sglang.machine import SEQUENCES, fuzz_world
+    from stagefate.targets.sglang.fuzzer import SEQUENCES, fuzz_world
 
     driver = fuzz_world(FuzzConfig(prefetch_policy="best_effort"), namespaces=(None,))
     try:
@@ -316,7 +316,7 @@ def test_a_running_batch_that_fills_the_device_leaves_a_staged_hit_waiting_until
 ):
     """Pressure: r1 runs and its decode takes every device slot (the tree evicted first), so r0's
     staged hit cannot load; once r1 is retracted its slots are free and r0 loads."""
-    from stagefate.targets.sglang.machine import SEQUENCES, fuzz_world
+    from stagefate.targets.sglang.fuzzer import SEQUENCES, fuzz_world
 
     driver = fuzz_world(FuzzConfig(), namespaces=(None,))
     try:
@@ -350,7 +350,7 @@ def test_a_program_replayed_on_a_twin_without_the_anchor_lock_wastes_the_read() 
     """The anchor of r0's staged hit is evicted before admission: with the lock (0.5.23's
     default) the anchor stays and all 28 tokens read are spliced; the twin without it reads the
     same 28 and splices none. Recorded once, replayed on the twin, printed as driver calls."""
-    from stagefate.targets.sglang.machine import SEQUENCES, fuzz_world
+    from stagefate.targets.sglang.fuzzer import SEQUENCES, fuzz_world
     from stagefate.targets.sglang.waste import (
         Comparison,
         ReadTokens,
@@ -409,7 +409,7 @@ def test_a_twin_with_the_drawn_setting_wastes_exactly_what_the_drawn_side_does()
     not, and 89 of 224 hybrid programs differed with nothing to differ by)."""
     from hypothesis.stateful import run_state_machine_as_test
 
-    from stagefate.targets.sglang.machine import SGLangPipelineFuzzer
+    from stagefate.targets.sglang.fuzzer import SGLangPipelineFuzzer
     from stagefate.targets.sglang.waste import WASTE
 
     from .harness import fuzz_settings, looking_past_sglangs_open_findings
@@ -462,7 +462,7 @@ def test_a_recorded_program_replays_in_a_release_process_as_it_does_here() -> No
     recording."""
     import pickle
 
-    from stagefate.targets.sglang.machine import SEQUENCES, KeepL3
+    from stagefate.targets.sglang.fuzzer import SEQUENCES, KeepL3
     from stagefate.targets.sglang.twins import replayed_in_this_release
 
     calls = [
@@ -493,8 +493,8 @@ def test_sglang_exports_each_hit_token_once_loaded_unfulfilled_or_left_out() -> 
     published r1's head: device_covered); r2 is aborted while staged, and r0 is retracted and
     re-admitted (both left out of the metrics on purpose). At every point the exported hit
     tokens less the unfulfilled equal the world's loads plus what was left out."""
+    from stagefate.targets.sglang.fuzzer import SEQUENCES, fuzz_world
     from stagefate.targets.sglang.hit_accounting import keeps_hit_metrics
-    from stagefate.targets.sglang.machine import SEQUENCES, fuzz_world
 
     driver = fuzz_world(FuzzConfig(), namespaces=(None,))
     try:
@@ -533,8 +533,8 @@ def test_sglang_exports_each_hit_token_once_loaded_unfulfilled_or_left_out() -> 
 def test_hit_tokens_resolved_without_a_reason_are_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     """A planted bug: admission forgets the tokens the device covered, so the ack resolves
     them silently (fulfilled without a reason) and they are exported as neither."""
+    from stagefate.targets.sglang.fuzzer import SEQUENCES, fuzz_world
     from stagefate.targets.sglang.hit_accounting import keeps_hit_metrics
-    from stagefate.targets.sglang.machine import SEQUENCES, fuzz_world
 
     driver = fuzz_world(FuzzConfig(), namespaces=(None,))
     try:
@@ -567,8 +567,8 @@ def test_a_reused_ids_revoked_prefetch_leaves_its_hit_tokens_unresolved_unless_f
     from contextlib import nullcontext
 
     from stagefate.targets.sglang.findings import FINDINGS, proposed_fixes
+    from stagefate.targets.sglang.fuzzer import SEQUENCES, fuzz_world
     from stagefate.targets.sglang.hit_accounting import keeps_hit_metrics
-    from stagefate.targets.sglang.machine import SEQUENCES, fuzz_world
 
     finding = FINDINGS["aborted_query_revokes_its_ids_next_prefetch"]
     driver = fuzz_world(finding.config)
@@ -598,7 +598,7 @@ def test_the_world_retracts_the_request_sglang_would() -> None:
     fewest output tokens first, then the longest input. The world takes no other."""
     from types import SimpleNamespace
 
-    from stagefate.targets.sglang.machine import SGLangPipelineFuzzer
+    from stagefate.targets.sglang.fuzzer import SGLangPipelineFuzzer
 
     state = SGLangPipelineFuzzer.__new__(SGLangPipelineFuzzer)
     running = {"long-decoded": (10, 12), "short-fresh": (0, 4), "long-fresh": (0, 9)}

@@ -27,7 +27,7 @@ def test_a_hybrid_is_a_drawn_dimension_off_by_default() -> None:
 def hybrid(request: pytest.FixtureRequest) -> Iterator[Any]:
     """SGLang deployed with an SWA window on each tree core, r0's whole sequence loaded from L3
     and admitted."""
-    from stagefate.targets.sglang.machine import SEQUENCES, fuzz_world
+    from stagefate.targets.sglang.fuzzer import SEQUENCES, fuzz_world
 
     driver = fuzz_world(FuzzConfig(swa_window=WINDOW), namespaces=(None,), core=request.param)
     try:
@@ -53,7 +53,7 @@ def _window_peers(driver: Any) -> Any:
 
 @pytest.mark.usefixtures("sglang")
 def test_a_hybrid_loads_a_hit_with_its_window_and_every_pool_balances(hybrid: Any) -> None:
-    from stagefate.targets.sglang.machine import SEQUENCES
+    from stagefate.targets.sglang.fuzzer import SEQUENCES
 
     assert hybrid.consumer.cache.supports_swa()
     assert hybrid.device_marks(SEQUENCES[0], None) == (len(SEQUENCES[0]), True)
@@ -91,8 +91,8 @@ def test_the_tree_holds_the_swa_slots_its_resident_nodes_map_to(hybrid: Any) -> 
 
 @pytest.mark.usefixtures("sglang")
 def test_an_swa_slot_holding_another_tokens_kv_is_caught(hybrid: Any) -> None:
+    from stagefate.targets.sglang.fuzzer import SEQUENCES
     from stagefate.targets.sglang.hybrid import kv_buffers
-    from stagefate.targets.sglang.machine import SEQUENCES
 
     swa = kv_buffers(hybrid.consumer.allocator)[1]
     assert swa is not None
@@ -114,8 +114,8 @@ def test_a_decode_holds_the_swa_peers_of_its_slots_until_it_stops(hybrid: Any) -
 def test_a_hybrid_sglang_cannot_stage_is_refused_and_leaves_nothing() -> None:
     """A host pool of 8 tokens gives the SWA staging pool fewer than two windows: SGLang
     refuses to start, as its server would; a campaign rejects such a draw."""
-    from stagefate.targets.sglang.machine import fuzz_world
-    from stagefate.targets.sglang.pipeline import Undeployable
+    from stagefate.targets.sglang.fuzzer import fuzz_world
+    from stagefate.targets.sglang.pipeline_driver import Undeployable
 
     before = set(Path(tempfile.gettempdir()).glob("sgl-l3-*"))
     with pytest.raises(Undeployable, match="two minimum Full/SWA transfers"):
@@ -129,8 +129,8 @@ def test_a_load_that_brings_the_window_is_credited_with_the_full_kv_it_unlocks()
     joint match serves nothing though full attention's KV of 28 tokens is still resident. r1's
     staged hit then loads 8 tokens and the window, unlocking the 24 resident ones: SGLang
     counts all 32 as storage's ("resident FULL the aux tail unlocks"), and so does the world."""
+    from stagefate.targets.sglang.fuzzer import SEQUENCES, fuzz_world
     from stagefate.targets.sglang.hit_accounting import HitMetrics, keeps_hit_metrics
-    from stagefate.targets.sglang.machine import SEQUENCES, fuzz_world
 
     driver = fuzz_world(FuzzConfig(swa_window=WINDOW), namespaces=(None,))
     try:
@@ -163,7 +163,7 @@ def test_a_hybrid_read_missing_its_window_is_discarded_whole_and_logged_so() -> 
     import io
 
     from stagefate.targets.sglang.design_log import watch_design
-    from stagefate.targets.sglang.machine import SEQUENCES, fuzz_world
+    from stagefate.targets.sglang.fuzzer import SEQUENCES, fuzz_world
     from stagefate.transition_log import TransitionLog
 
     driver = fuzz_world(FuzzConfig(swa_window=WINDOW), namespaces=(None,))
@@ -206,8 +206,8 @@ def test_resident_kv_the_window_unlocks_ahead_of_the_staged_span_is_no_hit() -> 
     its admission the head's window is gone (SWA reclaimed), its full-attention KV is not. The
     load makes all 32 usable, but only the staged 28 were a hit: SGLang credits 28, and so
     must the world (the third hybrid campaign's stop credited 32)."""
+    from stagefate.targets.sglang.fuzzer import SEQUENCES, fuzz_world
     from stagefate.targets.sglang.hit_accounting import HitMetrics, keeps_hit_metrics
-    from stagefate.targets.sglang.machine import SEQUENCES, fuzz_world
 
     driver = fuzz_world(FuzzConfig(swa_window=WINDOW), namespaces=(None,))
     try:
@@ -238,8 +238,8 @@ def test_a_head_trimmed_off_the_read_and_unlocked_by_the_window_is_the_hits() ->
     the IO commit, which trims that page off the read (staged: 28). By admission the head's
     window is gone, its full-attention KV is not: the load brings 28 and the window, and all 32
     of the hit are storage's (the fourth hybrid campaign's stop credited 28)."""
+    from stagefate.targets.sglang.fuzzer import SEQUENCES, fuzz_world
     from stagefate.targets.sglang.hit_accounting import HitMetrics, keeps_hit_metrics
-    from stagefate.targets.sglang.machine import SEQUENCES, fuzz_world
 
     driver = fuzz_world(FuzzConfig(swa_window=WINDOW), namespaces=(None,))
     try:
@@ -281,7 +281,7 @@ def test_a_load_of_the_window_alone_is_credited_with_what_it_unlocked() -> None:
     its hit as fulfilled at the ack, and the world credited nothing (it credited a hybrid's
     unlocked KV only when rows loaded: +16 tokens unaccounted for)."""
     from stagefate.targets.sglang.findings import proposed_fixes, set_aside
-    from stagefate.targets.sglang.machine import SGLangPipelineFuzzer
+    from stagefate.targets.sglang.fuzzer import SGLangPipelineFuzzer
 
     with ExitStack() as fixes:  # the campaign looked past the id-reuse finding with its fix
         for fix in proposed_fixes(set_aside(["id_reuse"])):

@@ -30,14 +30,14 @@ except TargetUnavailable as missing:
 from sglang.srt.mem_cache.buffer_mode.pipeline import BufferModePipeline
 from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
 
-from stagefate.targets.sglang.generations import stepped_sglang
-from stagefate.targets.sglang.machine import (
+from stagefate.targets.sglang.fuzzer import (
     OUTCOMES,
     SEQUENCES,
     STATES,
     SGLangPipelineFuzzer,
 )
-from stagefate.targets.sglang.pipeline import SteppedSGLang
+from stagefate.targets.sglang.generations import stepped_sglang
+from stagefate.targets.sglang.pipeline_driver import SteppedSGLang
 
 
 @pytest.fixture

@@ -23,7 +23,7 @@ except TargetUnavailable as missing:
 from stagefate.cli import main
 from stagefate.registry import make_replay
 from stagefate.sim.costs import CostModel
-from stagefate.sim.engine import EngineOptions
+from stagefate.sim.engine_model import EngineOptions
 from stagefate.sim.replay import ReplayOptions
 from stagefate.sim.trace import TraceRequest, load_trace
 from stagefate.targets.sglang.policy import SGLangPolicy

@@ -15,7 +15,7 @@ from hypothesis.stateful import run_state_machine_as_test
 
 from stagefate import BufferPipeline
 from stagefate.cli import main
-from stagefate.fuzz.machine import configured
+from stagefate.fuzz.fuzzer import configured
 from stagefate.registry import make_replay, tree_factory
 from stagefate.runtime import DevicePool, KVLayout
 from stagefate.sim.replay import ReplayOptions

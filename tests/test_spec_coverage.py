@@ -8,8 +8,8 @@ from __future__ import annotations
 import inspect
 from types import ModuleType
 
-from stagefate.fuzz.machine import PipelineFuzzer
-from stagefate.fuzz.ranks import RankFuzzer
+from stagefate.fuzz.fuzzer import PipelineFuzzer
+from stagefate.fuzz.rank_fuzzer import RankFuzzer
 from stagefate.metrics import exported_counters
 from stagefate.spec import load_spec, model_world
 from stagefate.spec.checks import PROVES, run_static_checks

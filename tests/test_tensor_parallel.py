@@ -18,7 +18,7 @@ from hypothesis.stateful import run_state_machine_as_test
 
 from stagefate import BufferPipeline, LocalGroup, LockstepError, MemoryStorage, PipelineConfig
 from stagefate.fuzz.invariants import violated_invariant
-from stagefate.fuzz.ranks import TALLY, configured, run_in_processes
+from stagefate.fuzz.rank_fuzzer import TALLY, configured, run_in_processes
 from stagefate.runtime import Completion
 from stagefate.runtime.hashing import ROOT_NAMESPACE, page_hashes, rank_storage_keys, storage_key
 from stagefate.statemachine.group import Group

@@ -12,7 +12,7 @@ import torch
 from hypothesis.stateful import run_state_machine_as_test
 
 from stagefate.cli import main
-from stagefate.fuzz.machine import configured
+from stagefate.fuzz.fuzzer import configured
 from stagefate.spec import load_spec
 from stagefate.transition_log import TransitionLog, validate_log
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from hypothesis.stateful import run_state_machine_as_test
 
-from stagefate.fuzz.machine import configured
+from stagefate.fuzz.fuzzer import configured
 from stagefate.runtime import RadixTree, SlotPool
 
 from .harness import fuzz_settings

@@ -1,7 +1,7 @@
 """The vLLM connector: its parts here (no vLLM needed), and in a real vLLM (slow tier).
 
 The real-vLLM tests run the tiny local Llama (dummy weights, seed 0) in vLLM's own environment,
-in-process, through :mod:`stagefate.targets.vllm.engine`; without that environment they skip and
+in-process, through :mod:`stagefate.targets.vllm.scenarios`; without that environment they skip and
 name `stagefate targets install vllm`.
 """
 
@@ -618,7 +618,7 @@ def test_the_load_watch_tells_two_requests_apart_from_one_request_loading_again(
     request loading its blocks again (vLLM preempted it) is not."""
     from types import SimpleNamespace
 
-    from stagefate.targets.vllm.engine import BLOCK, LoadWatch
+    from stagefate.targets.vllm.scenarios import BLOCK, LoadWatch
 
     connector = SimpleNamespace(
         get_num_new_matched_tokens=lambda request, computed: (None, False),

@@ -321,9 +321,9 @@ def run_side_by_side(peer: str | None, prefetches: int = 300) -> Section:
         f"(the release's own environment; stagefate's side runs there too): a {SPAN}-token "
         f"span after a {PREFIX}-token device prefix, page {PAGE}, one layer × one head × one dim "
         "of KV, IO run inline (stagefate: ManualIO; SGLang: its storage threads' bodies on the "
-        "caller's thread, `stagefate/targets/sglang/pipeline.py`). Both sides run the scheduler's "
-        "calls in the scheduler's order, issue to ack, and read L3 from page files in a "
-        "temporary directory (stagefate's `FileStorage`, SGLang's `file` backend). Goals: "
+        "caller's thread, `stagefate/targets/sglang/pipeline_driver.py`). Both sides run the "
+        "scheduler's calls in the scheduler's order, issue to ack, and read L3 from page files "
+        "in a temporary directory (stagefate's `FileStorage`, SGLang's `file` backend). Goals: "
         f"stagefate at most SGLang's ({'met' if met else 'NOT met'}) and at most "
         f"50 µs ({'met' if worst <= 50 else 'NOT met'})."
     )

@@ -3,7 +3,7 @@ vLLM's own connectors that keep KV outside the device pool, a copy-per-request c
 peer that loads here) and stagefate's, in one run.
 
 Two workloads of different shapes, each sent as real requests to the tiny Llama in vLLM's
-environment (one process per connector, back to back; :mod:`stagefate.targets.vllm.engine`):
+environment (one process per connector, back to back; :mod:`stagefate.targets.vllm.scenarios`):
 
 * **the embedded slice** (the first ``limit`` requests of Mooncake's synthetic trace) scaled to
   the tiny model (:mod:`stagefate.targets.vllm.workloads`: a 512-token Mooncake block becomes

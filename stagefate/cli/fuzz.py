@@ -124,7 +124,7 @@ def add_parser(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..fuzz.campaign import DATABASE, edge_table, run_campaign
-    from ..fuzz.machine import configured
+    from ..fuzz.fuzzer import configured
     from ..fuzz.world import PAGE
     from ..registry import target_for, tree_factory
 
@@ -194,7 +194,7 @@ def _violation(failure: BaseException, database: Path) -> int:
 def _fuzz_ranks(args: argparse.Namespace, database: Path) -> int:
     """``--tp N``: N ranks of stagefate's pipeline, agreeing through a LocalGroup."""
     from ..fuzz.campaign import run_batches
-    from ..fuzz.ranks import TALLY, configured
+    from ..fuzz.rank_fuzzer import TALLY, configured
 
     if args.target != "stagefate" or args.tree != "stagefate" or args.log or args.sglang_env:
         raise ValueError(
@@ -231,7 +231,7 @@ _RANK_FAULTS = (
 def _fuzz_rank_processes(args: argparse.Namespace) -> int:
     import tempfile
 
-    from ..fuzz.ranks import run_in_processes
+    from ..fuzz.rank_fuzzer import run_in_processes
 
     with tempfile.TemporaryDirectory(prefix="stagefate-tp-l3-") as l3:
         ranks = run_in_processes(args.tp, args.steps, args.budget, args.seed, Path(l3))
@@ -276,7 +276,7 @@ def _compared(text: str | None, pins: dict[str, Any]) -> tuple[str, Any] | None:
 def _report_waste(waste: Comparison) -> None:
     """What ``--compare`` found: how often each side wasted more, and each side's worst program
     (a performance finding, not a violation)."""
-    from ..targets.sglang.machine import SEQUENCES
+    from ..targets.sglang.fuzzer import SEQUENCES
     from ..targets.sglang.waste import program_text
 
     twin = f"the twin ({waste.key}={waste.value!r})"
@@ -333,7 +333,7 @@ def _fuzz_sglang(args: argparse.Namespace, database: Path) -> int:
     from ..fuzz.world import NAMESPACES
     from ..targets.sglang.findings import proposed_fixes, set_aside
     from ..targets.sglang.fuzz_config import parse_pins
-    from ..targets.sglang.machine import run_target_campaign
+    from ..targets.sglang.fuzzer import run_target_campaign
     from ..targets.sglang.twins import compare_with_release
     from ..targets.sglang.waste import RELEASE
 

@@ -1,10 +1,10 @@
 """Command-line flags made from the option models' fields.
 
 A flag that sets a field of :class:`~stagefate.sim.replay.ReplayOptions` or
-:class:`~stagefate.sim.engine.EngineOptions` takes its default, its choices (a ``Literal``), its
-bound (``ge``/``gt``) and, unless a command words it better, its help from the field: the parser
-cannot drift from the model it fills (a docs default of 8 once outlived a model's 12). The same
-table reads the parsed flags back into the model (:func:`field_values`).
+:class:`~stagefate.sim.engine_model.EngineOptions` takes its default, its choices (a
+``Literal``), its bound (``ge``/``gt``) and, unless a command words it better, its help from the
+field: the parser cannot drift from the model it fills (a docs default of 8 once outlived a
+model's 12). The same table reads the parsed flags back into the model (:func:`field_values`).
 """
 
 from __future__ import annotations

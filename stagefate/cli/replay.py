@@ -264,7 +264,7 @@ def _resolve_speeds(
 ) -> list[float]:
     """``args.speed`` made a number (searched for when auto, and by default with ``--trace``
     and no ``--sweep``) and the sweep's speeds with it, in order."""
-    from ..sim.load import find_speed
+    from ..sim.load_search import find_speed
 
     auto = _auto_speed(args, sweep)
     if not auto and not any(relative for _speed, relative in sweep):
@@ -300,8 +300,8 @@ AUTO_SWEEP_SPEEDS = 5
 
 def _parting_speed(trace: list[TraceRequest], options: ReplayOptions, busy: float) -> float:
     """From the busy load ``busy``, the load at which live or blind first misses the trace's
-    bound (:func:`~stagefate.sim.load.find_parting_speed`), said with both loads."""
-    from ..sim.load import PARTED_SHARE, find_parting_speed
+    bound (:func:`~stagefate.sim.load_search.find_parting_speed`), said with both loads."""
+    from ..sim.load_search import PARTED_SHARE, find_parting_speed
 
     found = find_parting_speed(policy_factories(["live", "blind"]), trace, options, busy)
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from ..registry import TREES, policy_factories
 from ..sim.bound import TraceBound
 from ..sim.costs import load_costs
-from ..sim.engine import EngineOptions
+from ..sim.engine_model import EngineOptions
 from ..sim.policy import Policy
 from ..sim.replay import ReplayMetrics, ReplayOptions
 from ..sim.trace import TraceRequest

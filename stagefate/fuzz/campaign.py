@@ -20,7 +20,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..spec import load_spec
-from .machine import PipelineFuzzer
+from .fuzzer import PipelineFuzzer
 from .profiles import register_profiles
 from .tally import TALLY, Edge
 
@@ -66,7 +66,7 @@ def run_campaign(
     profile: str = "fuzz",
 ) -> CampaignResult:
     """Batches of ``machine``'s programs until ``steps`` states are checked or
-    ``budget_seconds`` pass; ``machine`` comes configured from :func:`~.machine.configured`
+    ``budget_seconds`` pass; ``machine`` comes configured from :func:`~.fuzzer.configured`
     (its tree, faults, log), so the campaign changes no class another caller sees."""
     TALLY.reset()
     examples, seconds, failure = run_batches(

@@ -6,7 +6,7 @@ producer writes all of them through to L3 first, with KV whose every value is th
 :data:`MARK_STRIDE` per namespace (:func:`mark`): any device slot a consumer's tree maps can then
 be checked against the tokens it claims to hold, which catches a splice at the wrong offset, an
 untrimmed head or a cross-namespace reuse as a byte mismatch. stagefate's fuzzer
-(:mod:`.machine`) and SGLang's (:mod:`stagefate.targets.sglang.machine`) use the same marks and
+(:mod:`.fuzzer`) and SGLang's (:mod:`stagefate.targets.sglang.fuzzer`) use the same marks and
 namespaces; each picks its page size and how much its sequences share (:func:`sequences`).
 """
 

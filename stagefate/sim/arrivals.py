@@ -14,7 +14,7 @@ import heapq
 from pydantic import BaseModel, ConfigDict
 
 from .conversations import Turns
-from .engine import Percentiles
+from .engine_model import Percentiles
 from .trace import TraceRequest
 
 

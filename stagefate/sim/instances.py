@@ -49,7 +49,7 @@ from ..runtime.storage import open_storage
 from .arrivals import Arrivals
 from .bound import leading_pages, page_chain
 from .conversations import infer_turns
-from .engine import Percentiles
+from .engine_model import Percentiles
 from .policy import PolicyFactory
 from .prefetches import PrefetchCounts
 from .replay import STALLED, Replay, ReplayMetrics, ReplayOptions, WastedReads, replay_config

@@ -1,6 +1,6 @@
 """The interface between the replay's engine and a prefetch policy, and what every policy shares.
 
-The engine (:mod:`.engine`) and the replay (:mod:`.replay`) know a policy only through
+The engine (:mod:`.engine_model`) and the replay (:mod:`.replay`) know a policy only through
 :class:`Policy`; the policies a replay can compare are registered at the public face
 (:mod:`stagefate.registry`), which is the one place that knows the targets (SGLang's pipeline).
 

@@ -3,7 +3,7 @@
 Theory of operation
 -------------------
 Time is simulated milliseconds from the trace's first arrival, advanced from event to event.
-Requests arrive at their trace timestamps (divided by ``speed``); the engine (:mod:`.engine`,
+Requests arrive at their trace timestamps (divided by ``speed``); the engine (:mod:`.engine_model`,
 with its own essay) runs back-to-back steps while it has work, each taking the cost model's
 time. Before every step the replay:
 
@@ -41,7 +41,7 @@ from ..statemachine.group import Group
 from .arrivals import ArrivalMetrics, Arrivals
 from .conversations import infer_turns
 from .costs import CostModel
-from .engine import Engine, EngineMetrics, EngineOptions, EngineRequest
+from .engine_model import Engine, EngineMetrics, EngineOptions, EngineRequest
 from .policy import PolicyFactory, PolicyInputs
 from .prefetches import PrefetchCounts
 from .trace import TraceRequest
@@ -179,7 +179,7 @@ class Replay:
         """``group``: this replay is one tensor-parallel rank of ``options.tp_size``
         (:mod:`.ranks` builds them all). ``arrivals``: the requests come from outside (an
         instance behind a router, :mod:`.instances`), through :meth:`advance`. ``on_splice``:
-        the engine's observer of admissions that spliced (:class:`~.engine.Engine`)."""
+        the engine's observer of admissions that spliced (:class:`~.engine_model.Engine`)."""
         self.options = opts = options or ReplayOptions()
         config = replay_config(opts, trace, 0 if group is None else group.rank)
         inputs = PolicyInputs(config, storage, opts.tree, opts.engine.prefetch_policy, group)

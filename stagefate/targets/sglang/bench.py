@@ -5,7 +5,7 @@
   ``RadixKey``s built once, values are fresh slot numbers, and the allocator only counts what
   the tree frees (stagefate's tree, beside it, frees into its real pool).
 * :class:`SGLangPrefetcher`: one prefetch after another through its ``BufferModePipeline``
-  (:mod:`.pipeline`), for ``bench lifecycle --peer sglang``.
+  (:mod:`.pipeline_driver`), for ``bench lifecycle --peer sglang``.
 """
 
 from __future__ import annotations

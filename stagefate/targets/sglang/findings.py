@@ -1,6 +1,6 @@
 """What the fuzzer found in SGLang's releases, each as the minimal program it printed.
 
-Every finding is a program in the fuzz world's moves (:mod:`.machine`: the same sequences,
+Every finding is a program in the fuzz world's moves (:mod:`.fuzzer`: the same sequences,
 written to L3 under both namespaces before it starts), run on the release this interpreter
 imports; :func:`reproduce` returns what broke, or None where the release passes it. A test runs
 each program on every installed release (tests/test_sglang_findings.py), and
@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .fuzz_config import PAGE, FuzzConfig
+from .fuzzer import SEQUENCES, fuzz_world
 from .hit_accounting import HitMetrics, keeps_hit_metrics
-from .machine import SEQUENCES, fuzz_world
-from .pipeline import SteppedSGLang
+from .pipeline_driver import SteppedSGLang
 from .request_books import per_request_books
 
 

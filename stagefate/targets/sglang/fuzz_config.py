@@ -56,7 +56,7 @@ class FuzzConfig:
     is rejected, not failed."""
 
     def driver_settings(self) -> dict[str, Any]:
-        """The fields of :class:`~.pipeline.SteppedSGLang` this configuration sets."""
+        """The fields of :class:`~.pipeline_driver.SteppedSGLang` this configuration sets."""
         return {"page_size": PAGE, "device_tokens": DEVICE_TOKENS, **dataclasses.asdict(self)}
 
 

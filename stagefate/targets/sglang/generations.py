@@ -1,10 +1,10 @@
 """The scheduler's calls that differ between SGLang's two buffer-mode API generations.
 
-:class:`~.pipeline.SteppedSGLang` makes the calls in the scheduler's order; the two drivers here
-say how each generation spells them (docs/sglang.md, "Releases"). SGLang's own code decides in
-both: where the scheduler's logic lives in ``scheduler.py`` rather than in the cache (0.5.19's
-retry sweep), that method itself is called, on a stand-in for the scheduler holding only the
-fields it reads.
+:class:`~.pipeline_driver.SteppedSGLang` makes the calls in the scheduler's order; the two drivers
+here say how each generation spells them (docs/sglang.md, "Releases"). SGLang's own code decides in
+both: where the scheduler's logic lives in ``scheduler.py`` rather than in the cache (0.5.19's retry
+sweep), that method itself is called, on a stand-in for the scheduler holding only the fields it
+reads.
 
 =================  ======================================  ======================================
 call               ``plan`` (0.5.19)                       ``prepare`` (0.5.20 and later)
@@ -18,7 +18,7 @@ retries            the missed-rid set, swept by            ``StoragePrefetchRetr
                    prefetches`` each pass
 =================  ======================================  ======================================
 
-The ``timeout`` clock is a release's, not a generation's (:meth:`~.pipeline.SteppedSGLang.
+The ``timeout`` clock is a release's, not a generation's (:meth:`~.pipeline_driver.SteppedSGLang.
 stop_wall_clock`)."""
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from ...integrations.sglang.tree import (
     match_counts_tokens,
 )
 from . import require
-from .pipeline import Request, SteppedSGLang, retry_settings
+from .pipeline_driver import Request, SteppedSGLang, retry_settings
 
 Due = tuple[str, int | None]
 """A retry due now: ``(rid, storage_hit_end)`` (0.5.19's is always None)."""
@@ -169,5 +169,5 @@ DRIVERS: dict[str, type[PlanDriver] | type[PrepareDriver]] = {
 
 def stepped_sglang(**settings: Any) -> SteppedSGLang:
     """The driver of the release this interpreter imports (:func:`~.require`), built with
-    ``settings`` (the fields of :class:`~.pipeline.SteppedSGLang`)."""
+    ``settings`` (the fields of :class:`~.pipeline_driver.SteppedSGLang`)."""
     return DRIVERS[require().generation](**settings)

@@ -2,9 +2,9 @@
 
 Theory of operation
 -------------------
-The engine's tree *is* the consumer cache of a :class:`~.pipeline.SteppedSGLang` (seen through
-the :class:`~stagefate.integrations.sglang.tree.SGLangTree` adapter), and the engine's device
-pool is the stagefate pool that SGLang's allocator draws from and frees into. So the engine's
+The engine's tree *is* the consumer cache of a :class:`~.pipeline_driver.SteppedSGLang` (seen
+through the :class:`~stagefate.integrations.sglang.tree.SGLangTree` adapter), and the engine's
+device pool is the stagefate pool that SGLang's allocator draws from and frees into. So the engine's
 inserts, locks and evictions and SGLang's own load-backs act on one tree and one pool, and the
 engine, trace, cost model and IO clock are the ones ``live`` and ``blind`` run on. The release
 is the one this interpreter imports (another runs in its own environment's process,
@@ -64,7 +64,7 @@ from ...statemachine.books import ReadBooks
 from ...transition_log import TransitionLog
 from .design_log import design_path, watch_design
 from .generations import stepped_sglang
-from .pipeline import SteppedSGLang
+from .pipeline_driver import SteppedSGLang
 from .shared_l3 import attach
 
 _EMPTY = torch.empty(0, dtype=torch.int64)

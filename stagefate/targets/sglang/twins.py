@@ -17,7 +17,7 @@ from . import require
 from .environments import resolve
 from .findings import proposed_fixes
 from .fuzz_config import FuzzConfig
-from .machine import replayed
+from .fuzzer import replayed
 from .waste import Call, Comparison, Waste
 from .worker import call_in
 

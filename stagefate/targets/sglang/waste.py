@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .fuzz_config import FuzzConfig
-from .pipeline import SteppedSGLang
+from .pipeline_driver import SteppedSGLang
 
 Call = tuple[str, tuple[Any, ...], dict[str, Any], Any]
 """A recorded driver call: its name, arguments, keyword arguments and result."""

@@ -163,7 +163,7 @@ def one_logged_program(log_path: str) -> str:
     from ...transition_log import TransitionLog, closing_logs
     from .design_log import design_path, watch_design
     from .fuzz_config import PAGE, FuzzConfig
-    from .machine import SEQUENCES, fuzz_world
+    from .fuzzer import SEQUENCES, fuzz_world
 
     driver = fuzz_world(FuzzConfig(), namespaces=(None,))
     try:

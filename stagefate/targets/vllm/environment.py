@@ -1,4 +1,4 @@
-"""vLLM's environment: install, find, and run :mod:`.engine` there.
+"""vLLM's environment: install, find, and run :mod:`.scenarios` there.
 
 ``stagefate targets install vllm`` (``make vllm``) builds ``vllm-VERSION.partial`` under the
 targets folder (the SGLang releases' one) and renames it ``vllm-VERSION`` only once one request
@@ -110,7 +110,7 @@ def start_in_vllm(action: str, arguments: dict[str, Any], log: Path) -> subproce
 
 
 def _command(interpreter: Path, action: str) -> list[str]:
-    return [str(interpreter), "-m", "stagefate.targets.vllm.engine", action]
+    return [str(interpreter), "-m", "stagefate.targets.vllm.scenarios", action]
 
 
 def _environment(interpreter: Path) -> dict[str, str]:

@@ -4,7 +4,7 @@ Theory of operation
 -------------------
 ``spec/designs/`` writes each of SGLang's buffer-mode lifecycles in the spec language: 0.5.19
 with its anchor lock off (its default) and on, and the rework 0.5.20 to 0.5.23. A design log
-watches a stepped SGLang pipeline (:mod:`..pipeline`) and writes one line per transition
+watches a stepped SGLang pipeline (:mod:`..pipeline_driver`) and writes one line per transition
 SGLang's code makes, in the words of the design its release and knobs follow
 (:func:`design_path`), in ``stagefate/transition_log.py``'s format; ``stagefate validate --spec
 DESIGN LOG`` then checks what SGLang did against what its design says it may do, as TLA+ trace
@@ -26,7 +26,7 @@ from ....spec import load_spec
 from ....spec.load import DEFAULT_SPEC_PATH
 from ....spec.schema import LifecycleSpec
 from ....transition_log import TransitionLog
-from ..pipeline import SteppedSGLang
+from ..pipeline_driver import SteppedSGLang
 from .observer import DesignObserver
 from .plan import PlanDesignLog
 from .prepare import PrepareDesignLog

@@ -22,7 +22,7 @@ from typing import Any, ClassVar
 
 from ....spec.schema import LifecycleSpec
 from ....transition_log import TransitionLog
-from ..pipeline import SteppedSGLang
+from ..pipeline_driver import SteppedSGLang
 
 
 def rid_of(key: Any) -> str:

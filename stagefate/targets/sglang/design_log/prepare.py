@@ -33,7 +33,7 @@ from typing import Any
 
 from ....spec.schema import LifecycleSpec
 from ....transition_log import TransitionLog
-from ..pipeline import SteppedSGLang
+from ..pipeline_driver import SteppedSGLang
 from .observer import DesignObserver
 
 _DEVICE_CAPACITY = "device_capacity"

@@ -1,7 +1,7 @@
 """Runs inside vLLM's environment: a tiny local Llama served by vLLM (in-process engine, dummy
 weights, fixed seed), with and without the StagefateConnector; each action answers one JSON line.
 
-``python -m stagefate.targets.vllm.engine ACTION`` with the arguments as JSON on stdin:
+``python -m stagefate.targets.vllm.scenarios ACTION`` with the arguments as JSON on stdin:
 
 * ``check``: one request served end to end through the connector (the install's last step);
 * ``compare``: a multi-turn workload without the connector and with it, greedy outputs of both,

@@ -1,8 +1,8 @@
 """A Hypothesis state machine over SGLang's buffer-mode pipeline, with the invariants of
 docs/design.md §10.
 
-The world is the one stagefate's own fuzzer plays (:mod:`stagefate.fuzz.machine`), on SGLang's
-code through :class:`~.pipeline.SteppedSGLang` (the driver of the installed release's API
+The world is the one stagefate's own fuzzer plays (:mod:`stagefate.fuzz.fuzzer`), on SGLang's
+code through :class:`~.pipeline_driver.SteppedSGLang` (the driver of the installed release's API
 generation): three token sequences sharing heads (anchors collide, nodes split) written to L3
 under two namespaces before the program starts; rules issue
 (with the live match or a stale one), run the existence queries, run the reads (whole, or every
@@ -72,7 +72,7 @@ from .design_log import design_path, load_design, watch_design
 from .fuzz_config import PAGE, FuzzConfig, configurations
 from .generations import stepped_sglang
 from .hit_accounting import HitMetrics, keeps_hit_metrics
-from .pipeline import SteppedSGLang, Undeployable
+from .pipeline_driver import SteppedSGLang, Undeployable
 from .request_books import per_request_books
 from .waste import (
     RELEASE,
