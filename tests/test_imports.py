@@ -14,7 +14,13 @@ from pathlib import Path
 import stagefate
 
 ROOT = Path(stagefate.__file__).parent
-FACE = ("stagefate.cli", "stagefate.bench", "stagefate.registry", "stagefate.targets")
+FACE = (
+    "stagefate.cli",
+    "stagefate.bench",
+    "stagefate.registry",
+    "stagefate.runner",
+    "stagefate.targets",
+)
 """The public face's packages (and the targets themselves): the only ones that may import
 ``stagefate.targets``."""
 LAYERS = {

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from stagefate.cli import main
-from stagefate.registry import make_replay, replay_over_seeds
+from stagefate.registry import make_replay
+from stagefate.runner import replay_over_seeds
 from stagefate.sim.replay import ReplayMetrics
 from stagefate.sim.spread import Spread, compare, flatten, summary
 from stagefate.sim.trace import TraceRequest, load_trace

@@ -174,7 +174,7 @@ def test_an_expired_wait_ends_the_prefetch_on_this_interpreters_release() -> Non
 def test_every_installed_release_runs_behind_the_router() -> None:
     """Each release's pipeline, in its own process, as two instances over one store: the
     prompt that returns to the other instance is spliced from pages the first one wrote."""
-    from stagefate.registry import run_instances
+    from stagefate.runner import run_instances
 
     from .test_instances import returning_prompt
     from .test_replay import SMALL

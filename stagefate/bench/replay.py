@@ -12,7 +12,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from ..registry import policies_for_all, replay_over_seeds
+from ..registry import policies_for_all
+from ..runner import replay_over_seeds
 from ..sim.conversations import Turns, infer_turns
 from ..sim.replay import ReplayOptions
 from ..sim.spread import summary

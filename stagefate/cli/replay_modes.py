@@ -143,7 +143,8 @@ def run_policies(
     process; ``design_logs[name]``: where that SGLang policy writes its transitions in its
     design's words. The figures of each, the policies run here, and each design log's spec
     and transitions written."""
-    from ..registry import run_replay, run_replay_logged, target_for
+    from ..registry import target_for
+    from ..runner import run_replay, run_replay_logged
     from ..sim.running import replay_policies
     from ..targets.sglang.worker import environment_set
 
@@ -201,7 +202,7 @@ def _sweep_runs(
     sglang_env: dict[str, str],
 ) -> dict[float, dict[str, ReplayMetrics]]:
     """Every policy at every speed, each run in a process of a pool (``--jobs``)."""
-    from ..registry import pool_size, replay_in_processes
+    from ..runner import pool_size, replay_in_processes
     from ..sim.stories import counted
 
     runs = {
@@ -226,7 +227,7 @@ def behind_the_router(
     sglang_env: dict[str, str],
 ) -> int:
     """Every policy as ``--instances`` engines behind ``--router``, on the same arrivals."""
-    from ..registry import run_instances
+    from ..runner import run_instances
     from ..sim.report_json import policies_body
     from ..sim.stories import bound_story, cross_instance_story, story
     from ..sim.tables import instances_table, metrics_table
@@ -272,7 +273,7 @@ def over_seeds(
     report: Report,
 ) -> int:
     """Every policy once per seed (and speed), in processes; figures as median [min–max]."""
-    from ..registry import pool_size, replay_over_seeds
+    from ..runner import pool_size, replay_over_seeds
     from ..sim.plots import write_spread_sweep_plot
     from ..sim.report_json import spread_body, spread_sweep_body
     from ..sim.stories import bound_story, counted, spread_story
