@@ -46,3 +46,31 @@ def test_the_engine_shows_each_finding_on_the_releases_that_hold_it(
         f"{name} on SGLang {version}: expected {'present' if expected else 'absent'}, "
         f"saw: {seen.seen}"
     )
+
+
+@pytest.mark.parametrize(
+    ("version", "message", "counted"),
+    [
+        (
+            "0.5.19",
+            "exited with status -9 ... AssertionError: Double-free detected: slots ...",
+            True,
+        ),
+        (
+            "0.5.23",
+            "exited with status -9 ... AssertionError: Double-free detected: slots ...",
+            False,
+        ),
+        ("0.5.19", "exited with status -9 ... ValueError: something else", False),
+    ],
+)
+def test_an_engine_dead_of_the_reused_ids_double_free_counts_only_where_that_crash_is_held(
+    version: str, message: str, counted: bool
+) -> None:
+    from types import SimpleNamespace
+
+    from stagefate.targets.sglang.engine.client import EngineFailed
+    from stagefate.targets.sglang.engine.findings import _died_of_the_reused_ids_double_free
+
+    engine = SimpleNamespace(target=SimpleNamespace(version=version))
+    assert _died_of_the_reused_ids_double_free(engine, EngineFailed(message)) is counted  # type: ignore[arg-type]

@@ -20,7 +20,7 @@ from typing import Any
 from ..environments import Installed
 from ..findings import FINDINGS
 from ..releases import RELEASES
-from .client import SGLangEngine
+from .client import EngineFailed, SGLangEngine
 from .settings import EngineSettings
 
 TRIES = 3
@@ -91,9 +91,19 @@ def _retry_under_aborted_id(engine: SGLangEngine) -> Observation:
     for attempt in range(TRIES):
         engine.flush()
         rid = f"retry-{attempt}"
-        _, retried = engine.generate(
-            [tokens, tokens], rids=[rid, rid], abort_after_s={rid: 0.0}, start_after=[None, 0]
-        )
+        try:
+            _, retried = engine.generate(
+                [tokens, tokens], rids=[rid, rid], abort_after_s={rid: 0.0}, start_after=[None, 0]
+            )
+        except EngineFailed as failed:
+            if not _died_of_the_reused_ids_double_free(engine, failed):
+                raise
+            seen.append(
+                "the scheduler died: SGLang's host pool raised a double free when the aborted "
+                f"attempt's bounce was released (the crash of {_ID_REUSE_CRASH}, which this "
+                "release holds, met by the same reused id)"
+            )
+            return Observation(True, "; ".join(seen))
         engine.flush()
         control = from_l3(engine.generate([tokens], rids=[f"control-{attempt}"])[0])
         if retried.get("timed_out"):
@@ -103,6 +113,17 @@ def _retry_under_aborted_id(engine: SGLangEngine) -> Observation:
         if control and (retried.get("timed_out") or from_l3(retried) < control):
             return Observation(True, "; ".join(seen))
     return Observation(False, "; ".join(seen))
+
+
+_ID_REUSE_CRASH = "id_reused_while_its_read_lands_crashes_the_pass"
+
+
+def _died_of_the_reused_ids_double_free(engine: SGLangEngine, failed: EngineFailed) -> bool:
+    """The engine died of SGLang's host-pool double free on a release that holds the crash of a
+    reused id (0.5.19): the window that finding needs is met by chance on a loaded machine
+    (seen once, 2026-12-07), and the retry then never answers."""
+    held = affected(_ID_REUSE_CRASH, engine.target.version)
+    return held and "Double-free detected" in str(failed)
 
 
 _SMALL = EngineSettings(max_total_tokens=512, chunked_prefill_size=128)
@@ -131,8 +152,10 @@ STAND_IN_ONLY: dict[str, str] = {
     "id_reused_while_its_read_lands_crashes_the_pass": (
         "the reused id's request must arrive while the aborted attempt's L3 read is still "
         "landing; aborts 0.05-0.4 s into a 1,500-token read on 0.5.19 found the read not yet "
-        "begun or already landed (the retry then lost its hit, the id-reuse finding), never the "
-        "crash; the window is the IO thread's, which the engine does not expose"
+        "begun or already landed (the retry then lost its hit, the id-reuse finding); the window "
+        "is the IO thread's, which the engine does not expose. Met once by chance on a loaded "
+        "machine (the retry script, 2026-12-07: the scheduler died of a host-pool double free), "
+        "never on demand"
     ),
     "aborted_parked_hit_revokes_its_ids_next_prefetch": (
         "the aborted attempt's hit must be parked (the bounce full with another read) when the "
