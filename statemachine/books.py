@@ -33,6 +33,7 @@ class ReadBooks:
         self.counts["trimmed_tokens"] += trimmed
 
     def waste(self, reason: str, reads: int, tokens: int) -> None:
+        """Settle ``reads`` reads of ``tokens`` tokens as wasted, for ``reason``."""
         if not reads and not tokens:
             return
         self.counts["l3_reads_wasted"] += reads

@@ -33,11 +33,13 @@ class DedupBook:
         return next((s for s in self._owners.get(digests[0], ()) if s != request_id), None)
 
     def own(self, request_id: str, digests: Sequence[bytes]) -> None:
+        """``request_id`` owns ``digests`` (its read is launched)."""
         owners = self._owners
         for digest in digests:
             owners.setdefault(digest, {})[request_id] = None
 
     def wait(self, waiter: str, sibling: str) -> None:
+        """``waiter`` waits on ``sibling`` (declined while the sibling reads its head)."""
         self.stop_waiting(waiter)  # (re-issued while still waiting: it waits on one sibling)
         self._waiters.setdefault(sibling, []).append(waiter)
         self._waiting_on[waiter] = sibling
@@ -66,6 +68,7 @@ class DedupBook:
                 del self._waiters[sibling]
 
     def is_waiting(self, request_id: str) -> bool:
+        """Whether ``request_id`` waits on a sibling."""
         return request_id in self._waiting_on
 
     def is_empty(self) -> bool:

@@ -33,14 +33,22 @@ class Group(Protocol):
     """What a pipeline needs of its ranks: who it is, how many they are, and agreement."""
 
     @property
-    def rank(self) -> int: ...
+    def rank(self) -> int:
+        """This process's rank, from 0."""
+        ...
 
     @property
-    def size(self) -> int: ...
+    def size(self) -> int:
+        """How many ranks the group has."""
+        ...
 
-    def all_reduce_min(self, values: Sequence[int]) -> list[int]: ...
+    def all_reduce_min(self, values: Sequence[int]) -> list[int]:
+        """The element-wise minimum of every rank's ``values`` (each rank the same length)."""
+        ...
 
-    def all_reduce_max(self, values: Sequence[int]) -> list[int]: ...
+    def all_reduce_max(self, values: Sequence[int]) -> list[int]:
+        """The element-wise maximum of every rank's ``values``."""
+        ...
 
     def all_gather(self, value: object) -> list[object]:
         """Every rank's ``value``, in rank order (only on the error path: it is not cheap)."""
@@ -88,6 +96,7 @@ class LocalGroup:
 
     @classmethod
     def create(cls, size: int, timeout: float = 30.0) -> list[LocalGroup]:
+        """All ``size`` ranks, one rendezvous among them (a rank waits at most ``timeout`` s)."""
         if not isinstance(size, int) or size < 1:
             raise ValueError(f"a group needs at least one rank, got size={size!r}")
         rendezvous = _Rendezvous(size, timeout)
@@ -95,19 +104,24 @@ class LocalGroup:
 
     @property
     def rank(self) -> int:
+        """This rank's index."""
         return self._rank
 
     @property
     def size(self) -> int:
+        """How many ranks share the rendezvous."""
         return self._rendezvous.size
 
     def all_reduce_min(self, values: Sequence[int]) -> list[int]:
+        """As :meth:`Group.all_reduce_min`, once every rank deposited."""
         return self._reduce(values, min)
 
     def all_reduce_max(self, values: Sequence[int]) -> list[int]:
+        """As :meth:`Group.all_reduce_max`, once every rank deposited."""
         return self._reduce(values, max)
 
     def all_gather(self, value: object) -> list[object]:
+        """As :meth:`Group.all_gather`, once every rank deposited."""
         gathered = self._rendezvous.exchange(self._rank, value, lambda deposits: deposits)
         assert isinstance(gathered, list)
         return gathered
@@ -179,19 +193,24 @@ class TorchGroup:
 
     @property
     def rank(self) -> int:
+        """This process's rank in the torch group."""
         return int(self._dist.get_rank(self._group))  # type: ignore[arg-type]
 
     @property
     def size(self) -> int:
+        """The torch group's world size."""
         return int(self._dist.get_world_size(self._group))  # type: ignore[arg-type]
 
     def all_reduce_min(self, values: Sequence[int]) -> list[int]:
+        """As :meth:`Group.all_reduce_min`, one ``all_reduce`` (MIN)."""
         return self._reduce(values, self._dist.ReduceOp.MIN)
 
     def all_reduce_max(self, values: Sequence[int]) -> list[int]:
+        """As :meth:`Group.all_reduce_max`, one ``all_reduce`` (MAX)."""
         return self._reduce(values, self._dist.ReduceOp.MAX)
 
     def all_gather(self, value: object) -> list[object]:
+        """As :meth:`Group.all_gather`, through ``all_gather_object``."""
         gathered: list[object] = [None] * self.size
         self._dist.all_gather_object(gathered, value, group=self._group)
         return gathered

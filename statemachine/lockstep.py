@@ -47,6 +47,7 @@ class Lockstep:
         self.ring: deque[Transition] = deque(maxlen=self.RING)
 
     def record(self, request: str, event: str, target: str) -> None:
+        """Fold one fired transition into the digest and keep it in the ring."""
         self.fired += 1
         step = zlib.crc32(f"{request}\0{event}\0{target}".encode())
         self.digest = (self.digest * _MULTIPLIER + step + 1) & _MASK

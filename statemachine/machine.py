@@ -33,10 +33,14 @@ class HasState(Protocol):
     a context may type its state with the spec's names, ``spec/names.py``)."""
 
     @property
-    def request_id(self) -> str: ...
+    def request_id(self) -> str:
+        """The request the record belongs to."""
+        ...
 
     @property
-    def state(self) -> str: ...
+    def state(self) -> str:
+        """The record's state (a name of the spec's ``states``)."""
+        ...
 
 
 Ctx = TypeVar("Ctx", bound=HasState)
@@ -135,9 +139,11 @@ class CompiledMachine(Generic[Ctx]):
         self._decisions: Mapping[tuple[str, str], Transition[Ctx]] = made["decide"]
 
     def allows(self, state: str, event: str) -> bool:
+        """Whether the spec has a row for ``event`` in ``state``."""
         return (state, event) in self.transitions
 
     def legal_events(self, state: str) -> list[str]:
+        """The events the spec's rows accept in ``state``, in spec order."""
         return list(self._legal.get(state, ()))
 
     def decide(self, ctx: Ctx, event: str) -> Outcome:

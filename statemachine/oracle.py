@@ -65,11 +65,13 @@ class OracleMachine:
                 )
 
     def add(self, ctx: Any, state: str | None = None) -> OracleModel:
+        """Track ``ctx`` in the oracle from ``state`` (the spec's initial state by default)."""
         model = OracleModel(ctx)
         self.machine.add_model(model, initial=state or self.spec.initial)
         return model
 
     def remove(self, model: OracleModel) -> None:
+        """Stop tracking ``model`` (its record ended)."""
         self.machine.remove_model(model)
 
     def trigger(self, model: OracleModel, event: str) -> str:

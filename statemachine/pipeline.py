@@ -421,6 +421,7 @@ class BufferPipeline:
     # ================================================================== public queries
 
     def state(self, req_id: str) -> str | None:
+        """The state of ``req_id``'s live record (None: it has none)."""
         record = self._records.get(req_id)
         return None if record is None else record.state
 
@@ -470,6 +471,7 @@ class BufferPipeline:
 
     @property
     def stats(self) -> Stats:
+        """Every counter of the spec (each end reason counts itself), as they stand."""
         return Stats(**self._counts)
 
     def reads_in_flight(self) -> tuple[int, int]:

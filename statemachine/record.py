@@ -70,6 +70,7 @@ class Record:
 
     @property
     def span_tokens(self) -> int:
+        """Tokens the span covers, ``[matched_len, span_end)``."""
         return self.span_end - self.matched_len
 
 

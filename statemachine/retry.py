@@ -30,12 +30,15 @@ class RetryBook:
         return True
 
     def pending(self, request_id: str) -> bool:
+        """Whether ``request_id`` has a retry armed."""
         return request_id in self._armed_at
 
     def pending_count(self) -> int:
+        """How many requests have a retry armed."""
         return len(self._armed_at)
 
     def attempts(self, request_id: str) -> int:
+        """How many retries ``request_id`` has made."""
         return self._attempts.get(request_id, 0)
 
     def make_due(self, request_id: str, now: int) -> None:
