@@ -116,9 +116,11 @@ class PipelineMetrics:
     # ------------------------------------------------------------------ the collector
 
     def describe(self) -> list[Metric]:
-        return []  # no samples at registration: the families are built at each scrape
+        """Nothing at registration: the families are built at each scrape."""
+        return []
 
     def collect(self) -> Iterator[Metric]:
+        """The pipeline's counters and gauges as of this scrape, with the collector's labels."""
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
         snap, spec = self._snapshot, self.pipe.spec

@@ -140,6 +140,7 @@ class Pair:
         return slots
 
     def settle(self, rounds: int = 4) -> None:
+        """:func:`settle` the consumer: its IO completes, then it polls, ``rounds`` times."""
         settle(self.consumer, rounds)
 
 
@@ -264,6 +265,7 @@ class LineWorld:
         self.pipe.instruments.append(TransitionLog(self._log))
 
     def key(self, request: int) -> list[int]:
+        """Request ``request``'s prompt: the line less one page per request index."""
         return self.line[: (self.bounds.pages - request) * self.PAGE]
 
     @property
@@ -282,22 +284,28 @@ class LineWorld:
         return self.pipe.prefetch_from_storage(f"r{request}", self.key(request), matched)
 
     def lock(self, request: int) -> str:
+        """``try_lock_anchor`` for request ``request``."""
         return self.pipe.try_lock_anchor(f"r{request}")
 
     def plan(self, request: int) -> tuple[int, int]:
+        """``plan_staged_splice`` at the live device match."""
         return self.pipe.plan_staged_splice(f"r{request}", self._live_match(request))
 
     def consume(self, request: int) -> torch.Tensor:
+        """``init_load_back`` onto the live device prefix."""
         prefix = self.pipe.tree.match_prefix(self.key(request)).device_indices
         return self.pipe.init_load_back(f"r{request}", prefix)
 
     def release_hold(self, request: int) -> bool:
+        """``release_staged_hold`` (the scheduler dropped the hold)."""
         return self.pipe.release_staged_hold(f"r{request}")
 
     def abort(self, request: int) -> None:
+        """``release_aborted_request`` (the request was aborted)."""
         self.pipe.release_aborted_request(f"r{request}")
 
     def poll(self) -> None:
+        """One scheduling pass's ``poll``."""
         self.pipe.poll()
 
     # ------------------------------------------------------------------ the world's moves
