@@ -33,9 +33,13 @@ class CopyHandle(Protocol):
     """One queued copy (a load into the device, or a read into the host): poll it, wait for it,
     and once done ask whether it failed."""
 
-    def done(self) -> bool: ...
+    def done(self) -> bool:
+        """Whether the copy has finished (successfully or not); never blocks."""
+        ...
 
-    def wait(self) -> None: ...
+    def wait(self) -> None:
+        """Block until the copy has finished."""
+        ...
 
     def error(self) -> str | None:
         """Once done: why the copy failed, or None if it succeeded."""

@@ -61,15 +61,21 @@ class IOExecutor(Protocol):
     """Where the pipeline's storage operations run: :class:`ThreadedIO` in production,
     :class:`ManualIO` where a test or fuzzer decides when each completes."""
 
-    def submit(self, op: IOOp) -> None: ...
+    def submit(self, op: IOOp) -> None:
+        """Queue ``op``; it runs when the executor decides (a thread now, or a test's call)."""
+        ...
 
     def drain(self) -> list[Completion]:
         """Completions posted since the last drain, in completion order."""
         ...
 
-    def pending(self) -> int: ...
+    def pending(self) -> int:
+        """Operations submitted and not yet drained."""
+        ...
 
-    def close(self) -> None: ...
+    def close(self) -> None:
+        """Stop running operations; later submissions are refused by the pipeline."""
+        ...
 
 
 @runtime_checkable
@@ -78,7 +84,9 @@ class Closable(Protocol):
     calls before they change anything, rather than failing inside a transition."""
 
     @property
-    def closed(self) -> bool: ...
+    def closed(self) -> bool:
+        """Whether :meth:`IOExecutor.close` was called."""
+        ...
 
 
 def _completion(op: IOOp, result: IOResult) -> Completion:

@@ -43,13 +43,19 @@ class PrefixMatch(Protocol):
     ends, and the device slots of those tokens."""
 
     @property
-    def length(self) -> int: ...
+    def length(self) -> int:
+        """Tokens matched: whole pages, from the start of the key."""
+        ...
 
     @property
-    def last_node(self) -> Node: ...
+    def last_node(self) -> Node:
+        """The node the match ends at exactly (a match inside a node splits it)."""
+        ...
 
     @property
-    def device_indices(self) -> torch.Tensor: ...
+    def device_indices(self) -> torch.Tensor:
+        """The device slots of the matched tokens, in order."""
+        ...
 
 
 class PrefixTree(Protocol):
@@ -71,7 +77,9 @@ class PrefixTree(Protocol):
 
     def match_prefix(
         self, tokens: Tokens, extra_key: str | None = None, cache_salt: str | None = None
-    ) -> PrefixMatch: ...
+    ) -> PrefixMatch:
+        """The longest cached whole-page prefix of ``tokens`` in the namespace."""
+        ...
 
     def insert(
         self,
@@ -79,7 +87,10 @@ class PrefixTree(Protocol):
         device_indices: torch.Tensor,
         extra_key: str | None = None,
         cache_salt: str | None = None,
-    ) -> int: ...
+    ) -> int:
+        """Add what of ``tokens`` is missing, with its slots; return the length already present
+        (the caller's slots for that part stay the caller's)."""
+        ...
 
     def insert_node(
         self,
@@ -87,7 +98,9 @@ class PrefixTree(Protocol):
         device_indices: torch.Tensor,
         extra_key: str | None = None,
         cache_salt: str | None = None,
-    ) -> tuple[int, Node]: ...
+    ) -> tuple[int, Node]:
+        """:meth:`insert`, also returning the node the inserted key ends at."""
+        ...
 
     def insert_leaf(
         self,
@@ -103,17 +116,26 @@ class PrefixTree(Protocol):
         since; return the node ending at the inserted length."""
         ...
 
-    def inc_lock_ref(self, node: Node) -> int: ...
+    def inc_lock_ref(self, node: Node) -> int:
+        """Pin ``node`` and its ancestors; return the tokens that became protected."""
+        ...
 
-    def dec_lock_ref(self, node: Node) -> int: ...
+    def dec_lock_ref(self, node: Node) -> int:
+        """Undo one :meth:`inc_lock_ref`; return the tokens that became evictable."""
+        ...
 
     def move_lock_ref(self, old: Node, new: Node) -> None:
         """``inc_lock_ref(new)`` then ``dec_lock_ref(old)``; may share their common path."""
         ...
 
-    def evict(self, num_tokens: int) -> int: ...
+    def evict(self, num_tokens: int) -> int:
+        """Free least recently used unlocked leaves until ``num_tokens`` are freed or none is
+        left; return the tokens freed."""
+        ...
 
-    def attach_aux(self, node: Node, aux_indices: torch.Tensor) -> None: ...
+    def attach_aux(self, node: Node, aux_indices: torch.Tensor) -> None:
+        """Give ``node`` the aux (sliding-window) slots of the window ending at its end."""
+        ...
 
     def cached_page_key(self, node: Node) -> bytes | None:
         """The page key (:mod:`.hashing`) of the last page ending at ``node``, when the tree
@@ -131,13 +153,21 @@ class PrefixTree(Protocol):
         prefetch); a tree may keep it for :meth:`cached_page_key`, changing nothing else."""
         ...
 
-    def nodes(self) -> Sequence[Node]: ...
+    def nodes(self) -> Sequence[Node]:
+        """Every node but the root."""
+        ...
 
-    def total_tokens(self) -> int: ...
+    def total_tokens(self) -> int:
+        """Tokens cached in the tree."""
+        ...
 
-    def aux_slots(self) -> torch.Tensor: ...
+    def aux_slots(self) -> torch.Tensor:
+        """Every aux slot the tree's nodes hold."""
+        ...
 
-    def sanity_check(self) -> None: ...
+    def sanity_check(self) -> None:
+        """Raise naming the first structural invariant of the tree that does not hold."""
+        ...
 
 
 TreeFactory = Callable[[int, SlotPool, SlotPool | None], PrefixTree]

@@ -57,7 +57,9 @@ class Storage(Protocol):
         """How many keys exist consecutively from the first."""
         ...
 
-    def batch_get(self, keys: Sequence[str]) -> list[torch.Tensor | None]: ...
+    def batch_get(self, keys: Sequence[str]) -> list[torch.Tensor | None]:
+        """The pages of ``keys`` as tensors (None where a key is missing)."""
+        ...
 
     def batch_get_into(self, keys: Sequence[str], out: np.ndarray, dtype: torch.dtype) -> int:
         """Copy the pages of ``keys``, in order and back to back on dim 2, into ``out``: the
@@ -66,9 +68,14 @@ class Storage(Protocol):
         not of ``dtype`` and ``out``'s page shape, ends the read (nothing after it is copied)."""
         ...
 
-    def batch_set(self, keys: Sequence[str], tensors: Sequence[torch.Tensor]) -> None: ...
+    def batch_set(self, keys: Sequence[str], tensors: Sequence[torch.Tensor]) -> None:
+        """Store one page per key (pages are content-addressed: a key already present holds the
+        same page)."""
+        ...
 
-    def delete(self, keys: Sequence[str]) -> None: ...
+    def delete(self, keys: Sequence[str]) -> None:
+        """Remove the pages of ``keys`` (absent keys are ignored)."""
+        ...
 
 
 @runtime_checkable
@@ -89,7 +96,9 @@ class ReportsDamage(Protocol):
 class HoldsConnections(Protocol):
     """A backend with a client to shut (Mooncake's); memory and files hold none."""
 
-    def close(self) -> None: ...
+    def close(self) -> None:
+        """Shut the client's connections (once)."""
+        ...
 
 
 def _check_pairs(keys: Sequence[str], tensors: Sequence[torch.Tensor]) -> None:
