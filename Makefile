@@ -20,7 +20,7 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/stagefate replay
 
-# The fast tier (a developer runs it every few minutes; about 75 s here), then the slow one:
+# The fast tier (a developer runs it every few minutes; about 80 s here), then the slow one:
 # campaigns, long replays and SGLang's pipeline (marked `slow`). CI runs both. No environment is
 # needed for determinism: tests/conftest.py loads the derandomized `ci` profile.
 test: $(STAMP)
