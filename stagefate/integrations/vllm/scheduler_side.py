@@ -153,7 +153,7 @@ class SchedulerSide:
             # the device lost part of the prefix the attempt was planned from while the request
             # queued (evicted by the requests admitted before it): L3 may hold what it lost, so
             # the paced retry the attempt armed re-issues (SGLang re-queries at admission too)
-            shrank = kept.attempt_open and num_computed_tokens < kept.attempt_local
+            shrank = num_computed_tokens < kept.attempt_local
             if kept.attempt_open and not woken and not (shrank and pipe.due_retries([rid])):
                 return 0, False  # this attempt ended with nothing staged: vLLM computes
             kept.attempt_open, kept.attempt_local = True, num_computed_tokens

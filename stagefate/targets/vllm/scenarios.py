@@ -151,6 +151,13 @@ def books(llm: Any) -> dict[str, Any]:
     }
 
 
+def stats_since(before: Any, after: dict[str, int]) -> dict[str, int]:
+    """The connector's counters ``after`` (a :func:`books` ``stats``) less a snapshot taken
+    ``before`` (the pipeline's ``stats``): what the measured part of an action counted."""
+    earlier = before.model_dump()
+    return {name: value - earlier[name] for name, value in after.items()}
+
+
 def run_turns(llm: Any, chats: list[list[list[int]]], reset: bool) -> list[dict[str, Any]]:
     """Every conversation's turns, turn by turn (all conversations' turn k together); with
     ``reset`` vLLM's prefix cache is emptied between turns, so a turn's prefix comes from L3."""
@@ -286,7 +293,7 @@ def l3_failures(arguments: dict[str, Any]) -> dict[str, Any]:
     llm.reset_prefix_cache()
     side = scheduler_connector(llm).scheduler
     storage, read = side.storage, side.storage.batch_get_into
-    watch = LoadWatch(llm.llm_engine.engine_core.engine_core.scheduler.connector)
+    watch = LoadWatch(scheduler_connector(llm))
 
     def failing(keys: list[str], out: Any, dtype: Any) -> int:
         if mode == "whole":
@@ -303,14 +310,12 @@ def l3_failures(arguments: dict[str, Any]) -> dict[str, Any]:
     finally:
         storage.batch_get_into = read
     after = books(llm)
-    counted = {k: v - before.model_dump()[k] for k, v in after["stats"].items()}
     return {
         "plain": plain,
         "served": served,
         "again": again,
-        "stats": counted,
+        "stats": stats_since(before, after["stats"]),
         "loaded_blocks": watch.blocks,
-        "prompt_tokens": len(prompt),
         "books": after,
     }
 
@@ -341,7 +346,7 @@ def evicted_while_queued(arguments: dict[str, Any]) -> dict[str, Any]:
     return {
         "held_pages": held,
         "cached": [answer["cached"] for answer in served],
-        "stats": {k: v - before.model_dump()[k] for k, v in after["stats"].items()},
+        "stats": stats_since(before, after["stats"]),
         "books": after,
     }
 
@@ -638,10 +643,9 @@ def workload(arguments: dict[str, Any]) -> dict[str, Any]:
     if connector == COPY_PER_REQUEST:  # its store is its L3: it reads what it loads
         result["copied"] = {k: v - copied[k] for k, v in copy_per_request.COUNTS.items()}
     if counted is not None:
-        result["stagefate"] = books(llm)
-        stats = result["stagefate"]["stats"]  # the measured batches' only, not the warm-up's
-        for name, value in counted.model_dump().items():
-            stats[name] -= value
+        books_now = result["stagefate"] = books(llm)
+        # the measured batches' only, not the warm-up's
+        books_now["stats"] = stats_since(counted, books_now["stats"])
     return result
 
 
