@@ -25,7 +25,20 @@ def required() -> tuple[str, ...]:
 
 
 def _sglang_version(target: str) -> str | None:
-    return target.removeprefix("sglang==") if target.startswith("sglang==") else None
+    """The release of an ``sglang==V`` target, checked as every SGLang name is
+    (:func:`stagefate.registry.split`); None for vLLM and Mooncake."""
+    from stagefate.registry import split
+
+    try:
+        base, version = split(target, ("sglang", "vllm", "mooncake"), "target")
+    except ValueError as unknown:
+        raise pytest.UsageError(f"STAGEFATE_REQUIRED_TARGETS: {unknown}") from None
+    if base == "sglang" and version is None:
+        raise pytest.UsageError(
+            f"STAGEFATE_REQUIRED_TARGETS names {target!r}: expected sglang==VERSION, vllm or "
+            "mooncake"
+        )
+    return version
 
 
 def fix_commands(target: str) -> tuple[str, ...]:
@@ -41,11 +54,7 @@ def fix_commands(target: str) -> tuple[str, ...]:
         return (install_command(version), check_command(version), *newest)
     if target == "vllm":
         return (INSTALL_COMMAND, "make vllm")
-    if target == "mooncake":
-        return ("mooncake.store does not import",)
-    raise pytest.UsageError(
-        f"STAGEFATE_REQUIRED_TARGETS names {target!r}: expected sglang==VERSION, vllm or mooncake"
-    )
+    return ("mooncake.store does not import",)
 
 
 def why_unusable(target: str) -> str | None:

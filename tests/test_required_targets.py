@@ -77,3 +77,7 @@ def test_a_required_target_that_cannot_run_stops_the_session_before_any_test(
 def test_an_unknown_target_name_is_refused_naming_the_known_ones() -> None:
     with pytest.raises(pytest.UsageError, match="expected sglang==VERSION, vllm or mooncake"):
         required_targets.fix_commands("sglang")
+    with pytest.raises(pytest.UsageError, match="choose one of sglang, vllm, mooncake"):
+        required_targets.fix_commands("lmcache")
+    with pytest.raises(pytest.UsageError, match=r"0\.5\.99"):
+        required_targets.fix_commands("sglang==0.5.99")
