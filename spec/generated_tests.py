@@ -61,8 +61,11 @@ def _call(step: Step) -> str:
     kind, request, what = step.kind, step.request, step.what
     if kind == "world":
         return f"world.{what}()"
+    slow = "loads_slower=True"
     if kind == "poll":
-        return "world.poll()"
+        return f"world.poll({slow})" if step.slower else "world.poll()"
+    if step.slower:
+        return f"world.complete({request}, {slow})"
     if kind == "issue":
         return (
             f"world.issue({request}, stale=True)" if what == "stale" else f"world.issue({request})"
@@ -94,7 +97,17 @@ def _fired(transitions: list[Fired]) -> str:
     line = f"    world.fired({', '.join(texts)})"
     if len(line) <= LINE:
         return line
-    return "\n".join(["    world.fired(", *[f"        {text}," for text in texts], "    )"])
+    return "\n".join(["    world.fired(", *[_argument(text) for text in texts], "    )"])
+
+
+def _argument(literal: str, indent: str = "        ") -> str:
+    """A string literal as one argument line, or two lines of one concatenated literal (at a
+    space) where one would be longer than :data:`LINE`."""
+    line = f"{indent}{literal},"
+    if len(line) <= LINE:
+        return line
+    cut = literal.rindex(" ", 0, LINE - len(indent) - 1)
+    return f'{indent}{literal[:cut]}"\n{indent}"{literal[cut:]},'
 
 
 def _call_line(function: str, arguments: str) -> str:

@@ -105,6 +105,8 @@ class Args:
     prefix: int = 0
     host_slack: int = 0
     """The agreed bounce room minus this rank's own (at most 0; tensor parallelism only)."""
+    slower: bool = False
+    """At the IO commit: the measured speeds say the load would be slower than computing."""
 
 
 class Step(NamedTuple):
@@ -118,6 +120,10 @@ class Step(NamedTuple):
     slack: int = 0
     """At the IO commit: the host room the ranks agreed minus this rank's own
     (:mod:`.modelcheck_ranks`; 0 on one rank)."""
+    slower: bool = False
+    """At the IO commit (or the pass a completion or a poll runs): the speeds measured say
+    loads are slower than computing. Speeds change between any two passes, so the model draws
+    both answers at every commit."""
 
 
 class Fired(NamedTuple):

@@ -126,6 +126,8 @@ class ModelChecker:
         self.orphaned = spec.group("orphaned", required=False)
         self.pre_commit = spec.group("pre_commit")
         self.holds = spec.group("hold")
+        self.draws_speeds = "load_slower_than_compute" in spec.guards
+        """Whether the IO commit reads the measured speeds: then it is drawn both ways."""
         self._levels = {
             name: (state.level("pin").value, state.level("bounce").value)
             for name, state in spec.states.items()
@@ -306,6 +308,8 @@ class ModelChecker:
             and (record.hit >= 0 or state in self.waiting_for_room)
         ):
             out.append(Step("event", i, commit))
+            if self.draws_speeds:
+                out.append(Step("event", i, commit, slower=True))
         if state in self.holds:
             out.append(Step("live", i, "plan"))
             if self._plan_then_consume:  # one pass plans and consumes back to back, or plans
@@ -338,7 +342,8 @@ class ModelChecker:
             ("issue", "live"): "prefetch_from_storage",
             ("issue", "stale"): "prefetch_from_storage with a matched_len one page past the "
             "live prefix (stale)",
-            ("event", "commit"): f"IO commit ({call.get('commit', 'poll')})",
+            ("event", "commit"): f"IO commit ({call.get('commit', 'poll')})"
+            + (", loads measured slower than computing" if step.slower else ""),
             ("live", "plan"): f"{call.get('plan', 'plan')}(live prefix)",
             ("live", "consume"): f"{call.get('consume', 'consume')}(live prefix)",
             ("live", "plan_consume"): f"plan, then {call.get('consume', 'consume')} in the "
@@ -412,7 +417,7 @@ class ModelChecker:
         if kind == "issue":
             self._issue(draft, i, what == "stale", edges)
         elif kind == "event":
-            self._fire(draft, i, what, Args(host_slack=step.slack), edges)
+            self._fire(draft, i, what, Args(host_slack=step.slack, slower=step.slower), edges)
         elif kind == "live":
             args = Args(prefix=draft.device)
             for call in _LIVE_CALLS[what]:  # each call's events in order, until one ends it
@@ -530,6 +535,9 @@ class ModelChecker:
         release or publish, the IO completing and the scheduler polling and admitting (evicting
         for it) lead every live record to its end.
 
+        The drain's IO commits never find loads slower than computing: a record that ends
+        only if the measured speeds decline it is a record that may never end.
+
         From each state (breadth first, so the first failure has the shortest prefix) the drain
         takes the first move of :data:`_DRAIN_PLACE` that changes the state, until no record is
         live; a state whose drain ended is remembered, so each state is drained once. A drain
@@ -567,7 +575,8 @@ class ModelChecker:
         moves = sorted(
             (place[step.kind if step.what == "full" else step.what], order, step)
             for order, step in enumerate(self.actions(state))
-            if step.what in ("full", "commit", "evict") or step.kind == "live"
+            if (step.what in ("full", "commit", "evict") or step.kind == "live")
+            and not step.slower  # the speeds may never say a load is slower: no way out
         )
         for _, _, step in moves:
             if (after := self.successor(state, step, edges)) != state:

@@ -304,15 +304,28 @@ class LineWorld:
         """``release_aborted_request`` (the request was aborted)."""
         self.pipe.release_aborted_request(f"r{request}")
 
-    def poll(self) -> None:
-        """One scheduling pass's ``poll``."""
+    def poll(self, loads_slower: bool = False) -> None:
+        """One scheduling pass's ``poll`` (``loads_slower``: in a pass whose measured speeds
+        say a load takes longer than computing its tokens)."""
+        self._pass(loads_slower)
+
+    def _pass(self, loads_slower: bool) -> None:
+        """One ``poll``; with ``loads_slower`` the engine has reported loads of a second and
+        forwards of a microsecond a token, forgotten after the pass."""
+        speeds = self.pipe.speeds
+        if loads_slower:
+            speeds.observe_load(self.PAGE, 1.0)
+            speeds.observe_forward(self.PAGE, 1e-6 * self.PAGE)
         self.pipe.poll()
+        speeds.forget()
 
     # ------------------------------------------------------------------ the world's moves
 
-    def complete(self, request: int, mode: str = "full", pages: int = 0) -> None:
+    def complete(
+        self, request: int, mode: str = "full", pages: int = 0, loads_slower: bool = False
+    ) -> None:
         """The request's operation in flight completes (``full``, ``short`` finding ``pages``
-        pages, or ``error``), then one scheduling pass."""
+        pages, or ``error``), then one scheduling pass (``loads_slower``: as :meth:`poll`)."""
         record = self.pipe.live_records[f"r{request}"]
         op_id = record.op_id
         assert op_id is not None, f"r{request} has no operation in flight"
@@ -329,7 +342,7 @@ class LineWorld:
             self.io.fail(op_id)
         else:
             self.io.complete(op_id)
-        self.pipe.poll()
+        self._pass(loads_slower)
 
     def evict(self) -> None:
         """The line's last page leaves the device (the node is split there first)."""

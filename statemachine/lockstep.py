@@ -22,6 +22,7 @@ from typing import cast
 from ..runtime import Completion
 from .errors import LockstepError
 from .group import Group
+from .speeds import SpeedEstimate
 
 _MASK = (1 << 63) - 1
 _MULTIPLIER = 0x9E3779B97F4A7C15 & _MASK
@@ -114,7 +115,10 @@ class RankAgreement:
     with what the ranks agreed: the fewest tokens any rank's operation brought (an L3 page one
     rank lacks, a short read), failed if it failed anywhere, its sliding window complete only if
     complete everywhere. The bounce room every rank has is agreed too (the smallest), as the
-    slack :meth:`completions` leaves in :attr:`host_slack` for the commit's ``host_short``.
+    slack :meth:`completions` leaves in :attr:`host_slack` for the commit's ``host_short``, and
+    so is the speed estimate the commit's ``load_slower_than_compute`` reads (each cost the
+    smallest any rank measured; unknown where any rank has not measured it), in
+    :attr:`estimate`.
     """
 
     FACTS_PER_OP = 4
@@ -124,9 +128,15 @@ class RankAgreement:
         self._local: dict[int, Completion] = {}
         self.host_slack = [0, 0]
         """Agreed minus this rank's own free bounce (main, aux) at the pass's start; at most 0."""
+        self.estimate = SpeedEstimate()
+        """The speed estimate the ranks agreed at the pass's start."""
 
     def completions(
-        self, drained: Sequence[Completion], in_flight: Sequence[int], room: Sequence[int]
+        self,
+        drained: Sequence[Completion],
+        in_flight: Sequence[int],
+        room: Sequence[int],
+        estimate: SpeedEstimate,
     ) -> list[Completion]:
         """What to act on this pass: stale completions (their operation ended everywhere in
         lockstep, counted by the caller) and the agreed ones, in operation order."""
@@ -136,7 +146,8 @@ class RankAgreement:
         live = set(in_flight)
         out = [local.pop(op_id) for op_id in [op for op in local if op not in live]]
         self.lockstep.agree_header(len(in_flight))
-        facts = list(room)
+        speeds = estimate.as_facts()
+        facts = [*room, *speeds]
         for op_id in in_flight:
             mine = local.get(op_id)
             if mine is None:
@@ -146,7 +157,8 @@ class RankAgreement:
                 facts += [1, mine.tokens, failed, int(mine.aux_complete)]
         agreed = self.lockstep.agree_facts(facts)
         self.host_slack = [a - r for a, r in zip(agreed[: len(room)], room, strict=True)]
-        base = len(room)
+        base = len(room) + len(speeds)
+        self.estimate = SpeedEstimate.of_facts(agreed[len(room) : base])
         for index, op_id in enumerate(in_flight):
             at = base + index * self.FACTS_PER_OP
             done, tokens, failed, aux_complete = agreed[at : at + self.FACTS_PER_OP]

@@ -85,6 +85,7 @@ from .lockstep import RankAgreement
 from .machine import CompiledMachine, Outcome, bind, named_methods
 from .record import Instrument, Lookups, Record, TransitionEvent
 from .retry import RetryBook
+from .speeds import LoadSpeeds, SpeedEstimate
 from .stats import Stats
 
 if TYPE_CHECKING:  # the oracle runs on `transitions`, a tool: imported only when it is on
@@ -213,6 +214,10 @@ class BufferPipeline:
         self._dedup = DedupBook()
         self.polls = 0
         self.instruments: list[Instrument] = []
+        self.speeds = LoadSpeeds()
+        """Loads and forwards as the engine measured them (:meth:`LoadSpeeds.observe_load`,
+        :meth:`LoadSpeeds.observe_forward`); each pass's IO commits read their estimate."""
+        self._estimate = SpeedEstimate()
         self._agreement = None if group is None else RankAgreement(group)
         if self._agreement is not None:
             self._agreement.lockstep.agree_config(cfg.fingerprint())
@@ -292,9 +297,13 @@ class BufferPipeline:
         self.polls += 1
         agreement = self._agreement
         completions = self.io.drain()
+        self._estimate = self.speeds.estimate()
         if agreement is not None:
             room = [self.host_pool.available(), self._host_aux_available()]
-            completions = agreement.completions(completions, sorted(self._ops), room)
+            completions = agreement.completions(
+                completions, sorted(self._ops), room, self._estimate
+            )
+            self._estimate = agreement.estimate
         for completion in completions:
             self._on_completion(completion)
         self._run_commits()
@@ -679,6 +688,9 @@ class BufferPipeline:
 
     def _guard_parked_ahead(self, record: Record) -> bool:
         return bool(self._parked)  # asked of hits not parked yet (the spec's rows)
+
+    def _guard_load_slower_than_compute(self, record: Record) -> bool:
+        return self._estimate.load_slower_than_compute(record.plan_tokens)
 
     def _guard_span_oversize(self, record: Record) -> bool:
         # capacities, not room: the ranks of a tensor-parallel group share one config

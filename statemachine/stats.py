@@ -67,6 +67,9 @@ class Stats(BaseModel):
     declined_host_oversize: int = 0
     """records that ended declined_host_oversize: the IO commit found the hit larger than the
     whole host pool"""
+    declined_slower_than_compute: int = 0
+    """records that ended declined_slower_than_compute: the IO commit estimated the load slower
+    than computing the span"""
     discarded: int = 0
     """records that ended discarded: the read brought nothing usable"""
     shrunk: int = 0

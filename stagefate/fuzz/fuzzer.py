@@ -211,6 +211,22 @@ class PipelineFuzzer(RuleBasedStateMachine):
     def poll(self) -> None:
         self.pipe.poll()
 
+    @rule(
+        measured=st.sampled_from(["load", "forward", "nothing yet"]),
+        tokens=st.sampled_from([4, 16, 64]),
+        seconds=st.sampled_from([1e-5, 1e-3, 0.1]),
+    )
+    def the_engine_measures_speeds(self, measured: str, tokens: int, seconds: float) -> None:
+        """The engine reports a load's or a forward's time (or restarts its measuring), so
+        the IO commit's ``load_slower_than_compute`` answers both ways."""
+        speeds = self.pipe.speeds
+        if measured == "load":
+            speeds.observe_load(tokens, seconds)
+        elif measured == "forward":
+            speeds.observe_forward(tokens, seconds)
+        else:
+            speeds.forget()
+
     @rule()
     def reissue_due_retries(self) -> None:
         for request_id in self.pipe.due_retries(list(self.asked)):

@@ -1,8 +1,8 @@
 """Written by `stagefate check --emit-tests tests/generated` from spec/lifecycle.yaml.
 
 Do not edit: a spec change shows up here as a diff of tests. One test per modelled edge of the spec
-(93 of 95; not modelled: the branches guarded by aux_cut), and one per overlap of two neighbouring
-guards a program can meet (29, named ..__also__<guard>), each the model checker's shortest program
+(98 of 100; not modelled: the branches guarded by aux_cut), and one per overlap of two neighbouring
+guards a program can meet (33, named ..__also__<guard>), each the model checker's shortest program
 of public calls that takes it (spec/witnesses.py), on the model's world made of real objects
 (stagefate.testing.LineWorld). After every step: the state the model predicts and the transitions
 the step fired. At the end: every request let go, the pipeline quiescent.
@@ -787,14 +787,15 @@ def test_cap_skip__commit__span_inflight() -> None:
     world.finish()
 
 
-def test_cap_skip__commit__span_inflight__also__span_oversize() -> None:
+def test_cap_skip__commit__span_inflight__also__load_slower_than_compute() -> None:
     """(cap_skip) --commit--> released (declined_inflight)
 
     when span_inflight: the first page key the read would bring (the span's head) is owned by a
     live sibling record (reading, staged, trimmed or consumed): it is already fetching that
-    head, and the re-issue after it lands reads only the rest; while span_oversize held too: the
-    span the hit found (or its aux window) is larger than the whole host pool: no amount of
-    waiting makes room for it
+    head, and the re-issue after it lands reads only the rest; while load_slower_than_compute
+    held too: the speeds the engine measured say that loading the span (its fixed latency plus
+    its tokens at the measured cost per token) would take longer than computing its tokens;
+    never before both have been measured
     """
     world = LineWorld(BOUNDS)
     world.issue(0, stale=True)
@@ -809,17 +810,79 @@ def test_cap_skip__commit__span_inflight__also__span_oversize() -> None:
         "r0: (anchor_lost) --hit[else]--> anchor_lost",
         "r0: (anchor_lost) --commit[else]--> reading",
     )
+    world.issue(1)
+    world.expect(device=1, host_free=0, pinned=2, r0="reading", r1="locked", r2=None)
+    world.fired("r1: (issued) --lock[else]--> locked")
     world.issue(2)
-    world.expect(device=1, host_free=0, pinned=2, r0="reading", r1=None, r2="locked")
+    world.expect(device=1, host_free=0, pinned=2, r0="reading", r1="locked", r2="cap_skip")
+    world.fired("r2: (issued) --lock[over_cap]--> cap_skip")
+    world.complete(2, loads_slower=True)
+    world.expect(device=1, host_free=0, pinned=2, r0="reading", r1="locked", r2=None)
+    world.fired(
+        "r2: (cap_skip) --hit[else]--> cap_skip",
+        "r2: (cap_skip) --commit[span_inflight]--> released (declined_inflight)",
+    )
+    world.finish()
+
+
+def test_cap_skip__commit__load_slower_than_compute() -> None:
+    """(cap_skip) --commit--> released (declined_slower_than_compute)
+
+    when load_slower_than_compute: the speeds the engine measured say that loading the span (its
+    fixed latency plus its tokens at the measured cost per token) would take longer than
+    computing its tokens; never before both have been measured
+    """
+    world = LineWorld(BOUNDS)
+    world.publish()
+    world.expect(device=1, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.fired()
+    world.issue(0)
+    world.expect(device=1, host_free=2, pinned=1, r0="locked", r1=None, r2=None)
+    world.fired("r0: (issued) --lock[else]--> locked")
+    world.issue(1)
+    world.expect(device=1, host_free=2, pinned=2, r0="locked", r1="locked", r2=None)
+    world.fired("r1: (issued) --lock[else]--> locked")
+    world.issue(2)
+    world.expect(device=1, host_free=2, pinned=2, r0="locked", r1="locked", r2="cap_skip")
+    world.fired("r2: (issued) --lock[over_cap]--> cap_skip")
+    world.complete(2, loads_slower=True)
+    world.expect(device=1, host_free=2, pinned=2, r0="locked", r1="locked", r2=None)
+    world.fired(
+        "r2: (cap_skip) --hit[else]--> cap_skip",
+        "r2: (cap_skip) --commit[load_slower_than_compute]--> released"
+        " (declined_slower_than_compute)",
+    )
+    world.finish()
+
+
+def test_cap_skip__commit__load_slower_than_compute__also__span_oversize() -> None:
+    """(cap_skip) --commit--> released (declined_slower_than_compute)
+
+    when load_slower_than_compute: the speeds the engine measured say that loading the span (its
+    fixed latency plus its tokens at the measured cost per token) would take longer than
+    computing its tokens; never before both have been measured; while span_oversize held too:
+    the span the hit found (or its aux window) is larger than the whole host pool: no amount of
+    waiting makes room for it
+    """
+    world = LineWorld(BOUNDS)
+    world.publish()
+    world.expect(device=1, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.fired()
+    world.issue(0)
+    world.expect(device=1, host_free=2, pinned=1, r0="locked", r1=None, r2=None)
+    world.fired("r0: (issued) --lock[else]--> locked")
+    world.issue(2)
+    world.expect(device=1, host_free=2, pinned=2, r0="locked", r1=None, r2="locked")
     world.fired("r2: (issued) --lock[else]--> locked")
     world.issue(1)
-    world.expect(device=1, host_free=0, pinned=2, r0="reading", r1="cap_skip", r2="locked")
+    world.expect(device=1, host_free=2, pinned=2, r0="locked", r1="cap_skip", r2="locked")
     world.fired("r1: (issued) --lock[over_cap]--> cap_skip")
-    world.complete(1)
-    world.expect(device=1, host_free=0, pinned=2, r0="reading", r1=None, r2="locked")
+    world.complete(1, loads_slower=True)
+    world.expect(device=1, host_free=2, pinned=2, r0="locked", r1=None, r2="locked")
     world.fired(
         "r1: (cap_skip) --hit[else]--> cap_skip",
-        "r1: (cap_skip) --commit[span_inflight]--> released (declined_inflight)",
+        "r1: (cap_skip) --commit[load_slower_than_compute]--> released"
+        " (declined_slower_than_compute)",
     )
     world.finish()
 
@@ -1158,14 +1221,15 @@ def test_anchor_lost__commit__span_inflight() -> None:
     world.finish()
 
 
-def test_anchor_lost__commit__span_inflight__also__span_oversize() -> None:
+def test_anchor_lost__commit__span_inflight__also__load_slower_than_compute() -> None:
     """(anchor_lost) --commit--> released (declined_inflight)
 
     when span_inflight: the first page key the read would bring (the span's head) is owned by a
     live sibling record (reading, staged, trimmed or consumed): it is already fetching that
-    head, and the re-issue after it lands reads only the rest; while span_oversize held too: the
-    span the hit found (or its aux window) is larger than the whole host pool: no amount of
-    waiting makes room for it
+    head, and the re-issue after it lands reads only the rest; while load_slower_than_compute
+    held too: the speeds the engine measured say that loading the span (its fixed latency plus
+    its tokens at the measured cost per token) would take longer than computing its tokens;
+    never before both have been measured
     """
     world = LineWorld(BOUNDS)
     world.issue(0)
@@ -1183,11 +1247,61 @@ def test_anchor_lost__commit__span_inflight__also__span_oversize() -> None:
     world.publish()
     world.expect(device=1, host_free=0, pinned=0, r0="reading", r1="anchor_lost", r2=None)
     world.fired()
-    world.complete(1)
+    world.complete(1, loads_slower=True)
     world.expect(device=1, host_free=0, pinned=0, r0="reading", r1=None, r2=None)
     world.fired(
         "r1: (anchor_lost) --hit[else]--> anchor_lost",
         "r1: (anchor_lost) --commit[span_inflight]--> released (declined_inflight)",
+    )
+    world.finish()
+
+
+def test_anchor_lost__commit__load_slower_than_compute() -> None:
+    """(anchor_lost) --commit--> released (declined_slower_than_compute)
+
+    when load_slower_than_compute: the speeds the engine measured say that loading the span (its
+    fixed latency plus its tokens at the measured cost per token) would take longer than
+    computing its tokens; never before both have been measured
+    """
+    world = LineWorld(BOUNDS)
+    world.issue(0, stale=True)
+    world.expect(device=0, host_free=2, pinned=0, r0="anchor_lost", r1=None, r2=None)
+    world.fired("r0: (issued) --lock[live_match_short]--> anchor_lost")
+    world.publish()
+    world.expect(device=1, host_free=2, pinned=0, r0="anchor_lost", r1=None, r2=None)
+    world.fired()
+    world.complete(0, loads_slower=True)
+    world.expect(device=1, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.fired(
+        "r0: (anchor_lost) --hit[else]--> anchor_lost",
+        "r0: (anchor_lost) --commit[load_slower_than_compute]--> released"
+        " (declined_slower_than_compute)",
+    )
+    world.finish()
+
+
+def test_anchor_lost__commit__load_slower_than_compute__also__span_oversize() -> None:
+    """(anchor_lost) --commit--> released (declined_slower_than_compute)
+
+    when load_slower_than_compute: the speeds the engine measured say that loading the span (its
+    fixed latency plus its tokens at the measured cost per token) would take longer than
+    computing its tokens; never before both have been measured; while span_oversize held too:
+    the span the hit found (or its aux window) is larger than the whole host pool: no amount of
+    waiting makes room for it
+    """
+    world = LineWorld(BOUNDS)
+    world.issue(0, stale=True)
+    world.expect(device=0, host_free=2, pinned=0, r0="anchor_lost", r1=None, r2=None)
+    world.fired("r0: (issued) --lock[live_match_short]--> anchor_lost")
+    world.publish()
+    world.expect(device=1, host_free=2, pinned=0, r0="anchor_lost", r1=None, r2=None)
+    world.fired()
+    world.complete(0, loads_slower=True)
+    world.expect(device=1, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.fired(
+        "r0: (anchor_lost) --hit[else]--> anchor_lost",
+        "r0: (anchor_lost) --commit[load_slower_than_compute]--> released"
+        " (declined_slower_than_compute)",
     )
     world.finish()
 
@@ -1593,12 +1707,50 @@ def test_parked__commit__span_inflight() -> None:
     world.finish()
 
 
-def test_parked__commit__span_inflight__also__host_short() -> None:
-    """(parked) --commit--> released (declined_inflight)
+def test_parked__commit__load_slower_than_compute() -> None:
+    """(parked) --commit--> released (declined_slower_than_compute)
 
-    when span_inflight: the first page key the read would bring (the span's head) is owned by a
-    live sibling record (reading, staged, trimmed or consumed): it is already fetching that
-    head, and the re-issue after it lands reads only the rest; while host_short held too: the
+    when load_slower_than_compute: the speeds the engine measured say that loading the span (its
+    fixed latency plus its tokens at the measured cost per token) would take longer than
+    computing its tokens; never before both have been measured
+    """
+    world = LineWorld(BOUNDS)
+    world.issue(0)
+    world.expect(device=0, host_free=2, pinned=0, r0="no_anchor", r1=None, r2=None)
+    world.fired("r0: (issued) --lock[root_prefix]--> no_anchor")
+    world.complete(0, "short", pages=2)
+    world.expect(device=0, host_free=0, pinned=0, r0="reading", r1=None, r2=None)
+    world.fired(
+        "r0: (no_anchor) --hit[else]--> no_anchor",
+        "r0: (no_anchor) --commit[else]--> reading",
+    )
+    world.abort(0)
+    world.expect(device=0, host_free=0, pinned=0, r0="abandoned", r1=None, r2=None)
+    world.fired("r0: (reading) --abort[else]--> abandoned")
+    world.issue(1)
+    world.expect(device=0, host_free=0, pinned=0, r0="abandoned", r1="no_anchor", r2=None)
+    world.fired("r1: (issued) --lock[root_prefix]--> no_anchor")
+    world.complete(1, "short", pages=2)
+    world.expect(device=0, host_free=0, pinned=0, r0="abandoned", r1="parked", r2=None)
+    world.fired(
+        "r1: (no_anchor) --hit[else]--> no_anchor",
+        "r1: (no_anchor) --commit[host_short]--> parked",
+    )
+    world.poll(loads_slower=True)
+    world.expect(device=0, host_free=0, pinned=0, r0="abandoned", r1=None, r2=None)
+    world.fired(
+        "r1: (parked) --commit[load_slower_than_compute]--> released"
+        " (declined_slower_than_compute)",
+    )
+    world.finish()
+
+
+def test_parked__commit__load_slower_than_compute__also__host_short() -> None:
+    """(parked) --commit--> released (declined_slower_than_compute)
+
+    when load_slower_than_compute: the speeds the engine measured say that loading the span (its
+    fixed latency plus its tokens at the measured cost per token) would take longer than
+    computing its tokens; never before both have been measured; while host_short held too: the
     host pool cannot hold the span (and its aux window) now
     """
     world = LineWorld(BOUNDS)
@@ -1623,22 +1775,11 @@ def test_parked__commit__span_inflight__also__host_short() -> None:
         "r1: (no_anchor) --hit[else]--> no_anchor",
         "r1: (no_anchor) --commit[host_short]--> parked",
     )
-    world.issue(2)
-    world.expect(device=0, host_free=0, pinned=0, r0="abandoned", r1="parked", r2="no_anchor")
-    world.fired("r2: (issued) --lock[root_prefix]--> no_anchor")
-    world.complete(2, "short", pages=2)
-    world.expect(device=0, host_free=0, pinned=0, r0="abandoned", r1="parked", r2="parked")
+    world.poll(loads_slower=True)
+    world.expect(device=0, host_free=0, pinned=0, r0="abandoned", r1=None, r2=None)
     world.fired(
-        "r2: (no_anchor) --hit[else]--> no_anchor",
-        "r1: (parked) --commit[host_short]--> parked",
-        "r2: (no_anchor) --commit[parked_ahead]--> parked",
-    )
-    world.complete(0)
-    world.expect(device=0, host_free=0, pinned=0, r0=None, r1="reading", r2=None)
-    world.fired(
-        "r0: (abandoned) --read_done[else]--> released (aborted)",
-        "r1: (parked) --commit[else]--> reading",
-        "r2: (parked) --commit[span_inflight]--> released (declined_inflight)",
+        "r1: (parked) --commit[load_slower_than_compute]--> released"
+        " (declined_slower_than_compute)",
     )
     world.finish()
 
@@ -1810,14 +1951,15 @@ def test_locked__commit__span_inflight() -> None:
     world.finish()
 
 
-def test_locked__commit__span_inflight__also__span_oversize() -> None:
+def test_locked__commit__span_inflight__also__load_slower_than_compute() -> None:
     """(locked) --commit--> released (declined_inflight)
 
     when span_inflight: the first page key the read would bring (the span's head) is owned by a
     live sibling record (reading, staged, trimmed or consumed): it is already fetching that
-    head, and the re-issue after it lands reads only the rest; while span_oversize held too: the
-    span the hit found (or its aux window) is larger than the whole host pool: no amount of
-    waiting makes room for it
+    head, and the re-issue after it lands reads only the rest; while load_slower_than_compute
+    held too: the speeds the engine measured say that loading the span (its fixed latency plus
+    its tokens at the measured cost per token) would take longer than computing its tokens;
+    never before both have been measured
     """
     world = LineWorld(BOUNDS)
     world.issue(0)
@@ -1835,11 +1977,61 @@ def test_locked__commit__span_inflight__also__span_oversize() -> None:
     world.issue(1)
     world.expect(device=1, host_free=0, pinned=1, r0="reading", r1="locked", r2=None)
     world.fired("r1: (issued) --lock[else]--> locked")
-    world.complete(1)
+    world.complete(1, loads_slower=True)
     world.expect(device=1, host_free=0, pinned=0, r0="reading", r1=None, r2=None)
     world.fired(
         "r1: (locked) --hit[else]--> locked",
         "r1: (locked) --commit[span_inflight]--> released (declined_inflight)",
+    )
+    world.finish()
+
+
+def test_locked__commit__load_slower_than_compute() -> None:
+    """(locked) --commit--> released (declined_slower_than_compute)
+
+    when load_slower_than_compute: the speeds the engine measured say that loading the span (its
+    fixed latency plus its tokens at the measured cost per token) would take longer than
+    computing its tokens; never before both have been measured
+    """
+    world = LineWorld(BOUNDS)
+    world.publish()
+    world.expect(device=1, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.fired()
+    world.issue(0)
+    world.expect(device=1, host_free=2, pinned=1, r0="locked", r1=None, r2=None)
+    world.fired("r0: (issued) --lock[else]--> locked")
+    world.complete(0, loads_slower=True)
+    world.expect(device=1, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.fired(
+        "r0: (locked) --hit[else]--> locked",
+        "r0: (locked) --commit[load_slower_than_compute]--> released"
+        " (declined_slower_than_compute)",
+    )
+    world.finish()
+
+
+def test_locked__commit__load_slower_than_compute__also__span_oversize() -> None:
+    """(locked) --commit--> released (declined_slower_than_compute)
+
+    when load_slower_than_compute: the speeds the engine measured say that loading the span (its
+    fixed latency plus its tokens at the measured cost per token) would take longer than
+    computing its tokens; never before both have been measured; while span_oversize held too:
+    the span the hit found (or its aux window) is larger than the whole host pool: no amount of
+    waiting makes room for it
+    """
+    world = LineWorld(BOUNDS)
+    world.publish()
+    world.expect(device=1, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.fired()
+    world.issue(0)
+    world.expect(device=1, host_free=2, pinned=1, r0="locked", r1=None, r2=None)
+    world.fired("r0: (issued) --lock[else]--> locked")
+    world.complete(0, loads_slower=True)
+    world.expect(device=1, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.fired(
+        "r0: (locked) --hit[else]--> locked",
+        "r0: (locked) --commit[load_slower_than_compute]--> released"
+        " (declined_slower_than_compute)",
     )
     world.finish()
 
@@ -2144,14 +2336,15 @@ def test_no_anchor__commit__span_inflight() -> None:
     world.finish()
 
 
-def test_no_anchor__commit__span_inflight__also__span_oversize() -> None:
+def test_no_anchor__commit__span_inflight__also__load_slower_than_compute() -> None:
     """(no_anchor) --commit--> released (declined_inflight)
 
     when span_inflight: the first page key the read would bring (the span's head) is owned by a
     live sibling record (reading, staged, trimmed or consumed): it is already fetching that
-    head, and the re-issue after it lands reads only the rest; while span_oversize held too: the
-    span the hit found (or its aux window) is larger than the whole host pool: no amount of
-    waiting makes room for it
+    head, and the re-issue after it lands reads only the rest; while load_slower_than_compute
+    held too: the speeds the engine measured say that loading the span (its fixed latency plus
+    its tokens at the measured cost per token) would take longer than computing its tokens;
+    never before both have been measured
     """
     world = LineWorld(BOUNDS)
     world.issue(0)
@@ -2166,11 +2359,55 @@ def test_no_anchor__commit__span_inflight__also__span_oversize() -> None:
     world.issue(1)
     world.expect(device=0, host_free=0, pinned=0, r0="reading", r1="no_anchor", r2=None)
     world.fired("r1: (issued) --lock[root_prefix]--> no_anchor")
-    world.complete(1)
+    world.complete(1, loads_slower=True)
     world.expect(device=0, host_free=0, pinned=0, r0="reading", r1=None, r2=None)
     world.fired(
         "r1: (no_anchor) --hit[else]--> no_anchor",
         "r1: (no_anchor) --commit[span_inflight]--> released (declined_inflight)",
+    )
+    world.finish()
+
+
+def test_no_anchor__commit__load_slower_than_compute() -> None:
+    """(no_anchor) --commit--> released (declined_slower_than_compute)
+
+    when load_slower_than_compute: the speeds the engine measured say that loading the span (its
+    fixed latency plus its tokens at the measured cost per token) would take longer than
+    computing its tokens; never before both have been measured
+    """
+    world = LineWorld(BOUNDS)
+    world.issue(0)
+    world.expect(device=0, host_free=2, pinned=0, r0="no_anchor", r1=None, r2=None)
+    world.fired("r0: (issued) --lock[root_prefix]--> no_anchor")
+    world.complete(0, loads_slower=True)
+    world.expect(device=0, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.fired(
+        "r0: (no_anchor) --hit[else]--> no_anchor",
+        "r0: (no_anchor) --commit[load_slower_than_compute]--> released"
+        " (declined_slower_than_compute)",
+    )
+    world.finish()
+
+
+def test_no_anchor__commit__load_slower_than_compute__also__span_oversize() -> None:
+    """(no_anchor) --commit--> released (declined_slower_than_compute)
+
+    when load_slower_than_compute: the speeds the engine measured say that loading the span (its
+    fixed latency plus its tokens at the measured cost per token) would take longer than
+    computing its tokens; never before both have been measured; while span_oversize held too:
+    the span the hit found (or its aux window) is larger than the whole host pool: no amount of
+    waiting makes room for it
+    """
+    world = LineWorld(BOUNDS)
+    world.issue(0)
+    world.expect(device=0, host_free=2, pinned=0, r0="no_anchor", r1=None, r2=None)
+    world.fired("r0: (issued) --lock[root_prefix]--> no_anchor")
+    world.complete(0, loads_slower=True)
+    world.expect(device=0, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.fired(
+        "r0: (no_anchor) --hit[else]--> no_anchor",
+        "r0: (no_anchor) --commit[load_slower_than_compute]--> released"
+        " (declined_slower_than_compute)",
     )
     world.finish()
 
