@@ -307,6 +307,26 @@ class RankFuzzer(RuleBasedStateMachine):
         else:
             io.complete(op_id)
 
+    @rule(
+        rank=st.integers(0, 3),
+        measured=st.sampled_from(["load", "forward"]),
+        tokens=st.sampled_from([1, 4, 16]),
+        seconds=st.sampled_from([1e-5, 1e-3, 0.1]),
+    )
+    def one_rank_measures_speeds(
+        self, rank: int, measured: str, tokens: int, seconds: float
+    ) -> None:
+        """One rank's engine reports a load's or a forward's time (each rank times its own):
+        the IO commits must decide on the estimate the ranks agreed."""
+        here = self._here(rank)
+        if here is None:
+            return
+        speeds = here[1].speeds
+        if measured == "load":
+            speeds.observe_load(tokens, seconds)
+        else:
+            speeds.observe_forward(tokens, seconds)
+
     @rule(rank=st.integers(0, 3), pages=st.integers(1, 20))
     def one_rank_bounce_fills(self, rank: int, pages: int) -> None:
         rank %= self.tp
