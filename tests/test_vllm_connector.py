@@ -28,7 +28,7 @@ from stagefate.runtime.engine import EngineCache, GrantedSlots, SharedHostPool
 from stagefate.runtime.pools import HostPool, KVLayout, PoolError
 from stagefate.targets import TargetUnavailable
 from stagefate.targets.vllm import environment as vllm_env
-from stagefate.targets.workloads import convoy
+from stagefate.targets.workloads import convoy, documents
 
 from .harness import DEVICES
 
@@ -696,3 +696,31 @@ def test_the_copy_per_request_peer_serves_vllms_outputs_from_its_store() -> None
     assert peer["outputs"] == plain["outputs"]
     assert peer["loaded_blocks"] == peer["copied"]["loaded_blocks"] == 8
     assert peer["duplicate_blocks"] == 0
+
+
+@pytest.mark.slow
+@needs_vllm
+def test_loads_from_a_slow_l3_are_declined_once_measured_and_vllm_computes() -> None:
+    """An L3 whose every read takes half a second, against a model that prefills a 20-block
+    document in a few ms: the first load is timed, and the later ones are declined at the IO
+    commit (``declined_slower_than_compute``) and computed, with vLLM's outputs. With the
+    decision off every hit is loaded."""
+    warm, again = documents(4, 20)
+    arguments: dict[str, Any] = {
+        "warm": warm,
+        "batches": [[prompt] for prompt in again],  # one at a time: each load is timed first
+        "max_tokens": 4,
+        "l3_read_seconds": 0.5,
+        "connector": vllm_env.STAGEFATE,
+    }
+    plain = vllm_env.run_in_vllm("workload", {**arguments, "connector": None})
+    deciding = vllm_env.run_in_vllm("workload", arguments)
+    off = {"stagefate.decline_slower_loads": False}
+    loading = vllm_env.run_in_vllm("workload", {**arguments, "settings": off})
+    assert deciding["outputs"] == loading["outputs"] == plain["outputs"]
+    stats = deciding["stagefate"]["stats"]
+    assert stats["l3_reads"] == 1 and stats["filled"] == 1  # the load that was timed
+    assert stats["declined_slower_than_compute"] == 3
+    assert loading["stagefate"]["stats"]["declined_slower_than_compute"] == 0
+    assert loading["stagefate"]["stats"]["filled"] == 4
+    _closed(deciding["stagefate"])

@@ -11,6 +11,10 @@ environment (one process per connector, back to back; :mod:`stagefate.targets.vl
   order, 16 requests arriving together;
 * **multi-turn conversations** (a shared system prompt, each turn extending the last), turn k
   of every conversation arriving together;
+* **a slow L3** (:func:`slow_l3_workloads`): every L3 read takes :data:`SLOW_READ_S` more,
+  on two shapes (distinct documents asked about again, two at a time; the multi-turn
+  conversations), with stagefate deciding from the speeds it measures and with that decision
+  off (``stagefate.decline_slower_loads=false``): a load slower than computing is declined;
 * **convoys** (:func:`convoys`): 10 and 50 requests sharing a 60-block prefix, and 30 whose
   prefixes of one base are 20, 40 and 60 blocks, arriving together with L3 warm and vLLM's
   cache cold (vLLM's own pool size), with stagefate's in-flight dedup on and off; TTFT p50,
@@ -34,7 +38,14 @@ from typing import Any
 from ..sim.trace import load_trace
 from ..targets.vllm import environment as vllm
 from ..targets.vllm.environment import COPY_PER_REQUEST, PEERS, STAGEFATE
-from ..targets.workloads import BLOCK, conversations, convoy, in_batches, scaled_prompt
+from ..targets.workloads import (
+    BLOCK,
+    conversations,
+    convoy,
+    documents,
+    in_batches,
+    scaled_prompt,
+)
 from .report import Section, table
 
 KV_BLOCKS = 128
@@ -168,6 +179,88 @@ def convoy_sections(repeats: int = CONVOY_REPEATS) -> list[str]:
     return parts
 
 
+SLOW_READ_S = 0.5
+"""What every L3 read costs in the slow-L3 workloads: an L3 across a network (tens of ms)
+and a page-cache miss on a busy disk, against a tiny model that prefills 1,920 tokens in about
+0.1 s here."""
+SLOW_L3_ROWS: tuple[tuple[str, str | None, dict[str, Any]], ...] = (
+    ("none", None, {}),
+    ("stagefate (declines loads slower than computing)", STAGEFATE, {}),
+    ("stagefate, loads every hit", STAGEFATE, {"stagefate.decline_slower_loads": False}),
+)
+_SLOW_L3_HEADERS = (
+    "connector",
+    "outputs = none's",
+    "TTFT mean (ms)",
+    "TTFT p50 (ms)",
+    "TTFT p99 (ms)",
+    "L3 reads",
+    "declined: slower than computing",
+    "blocks loaded",
+)
+
+
+def slow_l3_workloads() -> dict[str, dict[str, Any]]:
+    """Two shapes through an L3 whose every read takes :data:`SLOW_READ_S` more."""
+    warm, again = documents(12, 40)
+    chats = conversations(24, 4, seed=5)
+    return {
+        "slow L3: 12 documents of 40 blocks asked about again, two at a time": {
+            "warm": warm,
+            "batches": in_batches(again, 2),
+        },
+        "slow L3: multi-turn, 24 conversations × 4 turns": {
+            "batches": [[chat[turn] for chat in chats] for turn in range(4)],
+            "kv_blocks": KV_BLOCKS,
+        },
+    }
+
+
+def _slow_l3_row(name: str, result: dict[str, Any], baseline: list[Any] | None) -> list[object]:
+    ttfts = [1000 * t for t in result["ttfts"]]
+    same = "–"
+    if baseline is not None:
+        pairs = zip(result["outputs"], baseline, strict=True)
+        same = f"{sum(a == b for a, b in pairs)}/{len(baseline)}"
+    books = result.get("stagefate")
+    stats = books["stats"] if books else {}
+    return [
+        name,
+        same,
+        f"{statistics.mean(ttfts):.0f}",
+        f"{percentile(ttfts, 0.5):.0f}",
+        f"{percentile(ttfts, 0.99):.0f}",
+        stats.get("l3_reads", "–"),
+        stats.get("declined_slower_than_compute", "–"),
+        result["loaded_blocks"],
+    ]
+
+
+def slow_l3_sections() -> list[str]:
+    """Each slow-L3 workload through no connector and stagefate with and without the
+    decision, one after the other."""
+    parts = []
+    for title, workload in slow_l3_workloads().items():
+        rows, failures, baseline = [], [], None
+        for name, connector, settings in SLOW_L3_ROWS:
+            arguments = {
+                "connector": connector,
+                "settings": settings,
+                "max_tokens": MAX_TOKENS,
+                "l3_read_seconds": SLOW_READ_S,
+                **workload,
+            }
+            try:
+                result = vllm.run_in_vllm("workload", arguments, timeout=900)
+            except RuntimeError as error:
+                failures.append(f"- {name} did not run here: `{_failure(error)}`")
+                continue
+            rows.append(_slow_l3_row(name, result, baseline if connector else None))
+            baseline = baseline if baseline is not None else result["outputs"]
+        parts += [f"### {title}", table(_SLOW_L3_HEADERS, rows), *failures]
+    return parts
+
+
 def workloads(limit: int) -> dict[str, list[list[list[int]]]]:
     slice_prompts = [scaled_prompt(request) for request in load_trace(None, limit)]
     chats = conversations(24, 4, seed=3)
@@ -242,6 +335,7 @@ def run(limit: int = 300) -> Section:
             rows.append(_row(connector, result, baseline))
             baseline = baseline if baseline is not None else result["outputs"]
         parts += [f"### {title}", table(_HEADERS, rows), *failures]
+    parts += slow_l3_sections()
     parts += convoy_sections()
     return Section(
         "vllm", "vLLM: no connector, vLLM's own connectors and stagefate's", "\n\n".join(parts)

@@ -78,3 +78,15 @@ def convoy(
         for i in range(requests)
     ]
     return warm, prompts
+
+
+def documents(count: int, blocks: int, seed: int = 11) -> tuple[list[list[int]], list[list[int]]]:
+    """``count`` distinct documents of ``blocks`` blocks: the prompts that put them in L3, and
+    the prompts asking about each again (the document, then :data:`CONVOY_TAIL` new tokens)."""
+    rng = random.Random(seed)
+    bodies = [[rng.randrange(3, VOCAB) for _ in range(blocks * BLOCK)] for _ in range(count)]
+
+    def tail() -> list[int]:
+        return [rng.randrange(3, VOCAB) for _ in range(CONVOY_TAIL)]
+
+    return [body + tail() for body in bodies], [body + tail() for body in bodies]

@@ -22,12 +22,20 @@ Which vLLM call does what in the lifecycle (docs/vllm.md draws it):
   (its handle completes and ``poll()`` fires the ``ack``) once vLLM has published its blocks in
   the prefix cache, one schedule later, so a sibling always sees the span somewhere: owned by
   the loading record, or cached on the device.
+* Speeds (unless ``stagefate.decline_slower_loads`` is false): a forward is timed from
+  ``build_connector_meta`` to the ``update_connector_output`` after it, with the tokens the
+  step scheduled; a load from its IO commit (the record entering ``reading``) to its ack, with
+  the tokens it brought; and every step, the oldest L3 read still in flight, so far (a burst
+  of hits does not all read a slow L3 before the first load has finished). The pipeline's IO
+  commit declines a span whose load would take longer than computing it
+  (``load_slower_than_compute``), and vLLM computes it.
 * ``request_finished`` (finished or aborted): ``release_aborted_request``; a load in flight
   ends when the worker reports it, and vLLM holds the blocks until then.
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,6 +44,7 @@ from ...runtime.hashing import Namespace, page_hashes, rank_storage_keys
 from ...runtime.io import ThreadedIO
 from ...runtime.storage import Storage
 from ...statemachine.pipeline import BufferPipeline
+from ...statemachine.record import TransitionEvent
 from ...transition_log import TransitionLog
 from .prefix_cache import VllmPrefixCache, block_slots, namespace_of_request
 from .transfer import HandedLoads, LoadHandle, LoadOrder, SaveOrder, StagefateMetadata
@@ -95,6 +104,7 @@ class SchedulerSide:
         storage: Storage,
         write_through: bool,
         log: TransitionLog | None,
+        measure_speeds: bool = True,
     ) -> None:
         self.pipeline, self.cache, self.granted, self.loads = pipeline, cache, granted, loads
         self.io = io
@@ -111,6 +121,15 @@ class SchedulerSide:
         self._unloadable: dict[str, list[int]] = {}
         self._storage_key, _ = rank_storage_keys(0, 1)
         self.load_errors = 0
+        self.measure_speeds = measure_speeds
+        self._forward: tuple[float, int] | None = None
+        """(when, tokens) of the step whose forward runs now, when speeds are measured."""
+        self._committed: dict[str, float] = {}
+        """Request -> when its load's IO commit launched the read."""
+        self._reading: dict[str, tuple[float, int]] = {}
+        """Request -> (when, tokens) of its L3 read, while nothing else happened to it."""
+        if measure_speeds:
+            pipeline.instruments.append(self._note_commit)
 
     @classmethod
     def build(
@@ -121,6 +140,7 @@ class SchedulerSide:
         host_pool: SharedHostPool,
         write_through: bool,
         log: TransitionLog | None,
+        measure_speeds: bool = True,
     ) -> SchedulerSide:
         granted = GrantedSlots(pipeline_config.layout, host_pool.device)
         loads = HandedLoads()
@@ -129,7 +149,9 @@ class SchedulerSide:
         pipeline = BufferPipeline(pipeline_config, storage=storage, io=io, engine=engine)
         if log is not None:
             pipeline.instruments.append(log)
-        return cls(pipeline, cache, granted, loads, io, storage, write_through, log)
+        return cls(
+            pipeline, cache, granted, loads, io, storage, write_through, log, measure_speeds
+        )
 
     # ------------------------------------------------------------------ vLLM's calls
 
@@ -219,12 +241,21 @@ class SchedulerSide:
             # a step with no forward: vLLM steps again at once, and a scheduler that spins keeps
             # the IO threads from the GIL; waiting for their next completion lets them run
             self.io.wait(IDLE_STEP_WAIT_S)
+        if self.measure_speeds:
+            self._report_running_read()
         self.pipeline.poll()
+        tokens = scheduler_output.total_num_scheduled_tokens
+        if self.measure_speeds and tokens:
+            self._forward = (time.perf_counter(), tokens)
         meta = StagefateMetadata(self._outbox, self._saves(scheduler_output), self._unloadable)
         self._outbox, self._unloadable = [], {}
         return meta
 
     def update_connector_output(self, connector_output: Any) -> None:
+        if self._forward is not None:  # the forward of the step built last has run
+            started, tokens = self._forward
+            self.pipeline.speeds.observe_forward(tokens, time.perf_counter() - started)
+            self._forward = None
         failed = set(connector_output.invalid_block_ids or ())
         for rid in connector_output.finished_recving or ():
             load = self.in_flight.pop(rid, None)
@@ -265,6 +296,31 @@ class SchedulerSide:
             if published or rid not in self.requests:
                 load.handle.finish()
                 del self.landed[rid]
+                committed = self._committed.pop(rid, None)
+                if committed is not None and published:
+                    tokens = len(load.block_ids) * self.block_size
+                    self.pipeline.speeds.observe_load(tokens, time.perf_counter() - committed)
+
+    def _note_commit(self, event: TransitionEvent) -> None:
+        """Remember when a load's IO commit launched its read (its time runs to the ack), and
+        which reads are in flight."""
+        outcome, rid = event.outcome, event.request_id
+        self._reading.pop(rid, None)  # whatever happened to it, its read is no longer running
+        if "launch_read" in outcome.effects:
+            now = time.perf_counter()
+            self._committed[rid] = now
+            self._reading[rid] = (now, self.pipeline.live_records[rid].plan_tokens)
+        elif outcome.ended and outcome.reason != "filled":
+            self._committed.pop(rid, None)
+
+    def _report_running_read(self) -> None:
+        """Tell the speeds how long the oldest L3 read in flight has run so far."""
+        speeds = self.pipeline.speeds
+        if not self._reading:
+            speeds.observe_running_read(0, 0.0)
+            return
+        started, tokens = min(self._reading.values())
+        speeds.observe_running_read(tokens, time.perf_counter() - started)
 
     def _saves(self, scheduler_output: Any) -> list[SaveOrder]:
         """Every full block a scheduled request computes this step and L3 lacks."""

@@ -33,6 +33,10 @@ class ConnectorSettings(BaseModel):
     retry_max_attempts: int = Field(default=12, ge=0)
     io_workers: int = Field(default=2, ge=1)
     dedup_inflight: bool = True
+    decline_slower_loads: bool = True
+    """Time every load (IO commit to ack) and every forward, and let the IO commit decline a
+    span whose load would take longer than computing it (the spec's
+    ``load_slower_than_compute``); false: every hit is loaded."""
     write_through: bool = True
     """Store every full block vLLM computes in L3 under stagefate's page keys."""
     log: str | None = None

@@ -479,6 +479,19 @@ def _cached(answer: dict[str, Any]) -> int:
     return int(details.get("cached_tokens") or 0)
 
 
+def _slow_reads(storage: Any, seconds: float) -> Any:
+    """Every read of ``storage`` from now on takes ``seconds`` more (an L3 far away); its own
+    read is returned, to put back."""
+    read = storage.batch_get_into
+
+    def slow_read(*args: Any) -> int:
+        time.sleep(seconds)
+        return int(read(*args))
+
+    storage.batch_get_into = slow_read
+    return read
+
+
 def computed_meanwhile(_: dict[str, Any]) -> dict[str, Any]:
     """A prefix vLLM computes while its L3 read is in flight: the staged hold is declined at
     the plan (vLLM's local hit now covers the span) and vLLM uses its own blocks.
@@ -495,13 +508,7 @@ def computed_meanwhile(_: dict[str, Any]) -> dict[str, Any]:
     generate(llm, [prompt])  # its KV reaches L3
     llm.reset_prefix_cache()
     engine, side = llm.llm_engine, scheduler_connector(llm).scheduler
-    storage, read = side.storage, side.storage.batch_get_into
-
-    def slow_read(*args: Any) -> int:
-        time.sleep(1.0)
-        return int(read(*args))
-
-    storage.batch_get_into = slow_read
+    read = _slow_reads(side.storage, 1.0)
     before = side.pipeline.stats
     options = {"temperature": 0, "max_tokens": 8, "ignore_eos": True, "detokenize": False}
     engine.add_request("loader", TokensPrompt(prompt_token_ids=prompt), SamplingParams(**options))
@@ -518,7 +525,7 @@ def computed_meanwhile(_: dict[str, Any]) -> dict[str, Any]:
         if states[-1] in reading and not reading.intersection(states[:-1]):
             computed = SamplingParams(**options, skip_reading_prefix_cache=True)
             engine.add_request("computer", TokensPrompt(prompt_token_ids=prompt), computed)
-    storage.batch_get_into = read
+    side.storage.batch_get_into = read
     return {
         "plain": plain,
         "outputs": outputs,
@@ -615,6 +622,8 @@ def workload(arguments: dict[str, Any]) -> dict[str, Any]:
         generate(llm, arguments["warm"], arguments["max_tokens"])
         llm.reset_prefix_cache()
     side = None if connector is None else llm.llm_engine.engine_core.engine_core.scheduler
+    if side is not None and connector == STAGEFATE and arguments.get("l3_read_seconds"):
+        _slow_reads(side.connector.scheduler.storage, arguments["l3_read_seconds"])
     watch = None if side is None else LoadWatch(side.connector)
     before = _metrics(llm)
     from stagefate.targets.vllm import copy_per_request  # imports vLLM: here, not at the top
