@@ -13,7 +13,12 @@ import pytest
 
 from stagefate.cli import main
 from stagefate.targets.sglang import environments
-from stagefate.targets.sglang.environments import InstallFailed, install, installed
+from stagefate.targets.sglang.environments import (
+    InstallFailed,
+    install,
+    installed,
+    source_roots,
+)
 from stagefate.targets.sglang.releases import UnknownRelease, release, split_name
 
 
@@ -30,6 +35,23 @@ def test_release_names_are_checked() -> None:
         release("latest")
     with pytest.raises(UnknownRelease, match="expected one of sglang"):
         split_name("sglang==", ("sglang",))
+
+
+def test_what_each_installed_release_declares_is_in_its_own_sources() -> None:
+    """The drivers read release differences from :mod:`releases`, not by probing SGLang: the
+    declarations are held to every installed release's files (the others were read from their
+    wheels when written)."""
+    ready = installed()
+    if not ready:
+        pytest.skip("no SGLang release is installed here; run `make sglang`")
+    for version, target in ready.items():
+        cache = "".join(
+            (root / "srt" / "mem_cache" / "unified_radix_cache.py").read_text(encoding="utf-8")
+            for root in source_roots(target)
+        )
+        declared = release(version)
+        assert ("def request_buffer_backup" in cache) == declared.backs_up_on_request, version
+        assert ("class _StoragePrefetchWait" in cache) == declared.times_prefetch_wait, version
 
 
 @pytest.fixture

@@ -274,18 +274,21 @@ def _build(version: str, partial: Path, say: Callable[[str], None]) -> None:
 _KNOB = re.compile(rb"SGLANG_[A-Z0-9_]+")
 
 
-@functools.cache
-def release_knobs(target: Installed) -> frozenset[str]:
-    """Every ``SGLANG_…`` name the release's own sources spell: the knobs it can read (read off
-    its files, not imported: a release of another environment is not importable here)."""
+def source_roots(target: Installed) -> list[Path]:
+    """The folders of the release's ``sglang`` package (read as files: a release of another
+    environment is not importable here)."""
     if target.here:
         spec = importlib.util.find_spec("sglang")
-        roots = [Path(p) for p in (spec.submodule_search_locations or [])] if spec else []
-    else:
-        env = target.python.parent.parent
-        roots = list(env.glob("lib/python*/site-packages/sglang"))
+        return [Path(p) for p in (spec.submodule_search_locations or [])] if spec else []
+    env = target.python.parent.parent
+    return list(env.glob("lib/python*/site-packages/sglang"))
+
+
+@functools.cache
+def release_knobs(target: Installed) -> frozenset[str]:
+    """Every ``SGLANG_…`` name the release's own sources spell: the knobs it can read."""
     names: set[str] = set()
-    for root in roots:
+    for root in source_roots(target):
         for source in root.rglob("*.py"):
             names.update(match.decode() for match in _KNOB.findall(source.read_bytes()))
     return frozenset(names)

@@ -16,10 +16,15 @@ admission plan     ``plan_staged_splice(rid, prefix)``     ``prepare_staged_pref
 retries            the missed-rid set, swept by            ``StoragePrefetchRetries.pop_ready``
                    ``Scheduler._retry_missed_storage_
                    prefetches`` each pass
+loaded tokens      ``pop_prefetch_loaded_tokens``          ``pop_prefetch_loaded_span``
+after admission    nothing                                 ``finish_storage_prefetch_admission``
+anchor lock        opt-in, ``SGLANG_ENABLE_HICACHE_        on; a cap of 0 turns it off
+                   BUFFER_ANCHOR_LOCK``
 =================  ======================================  ======================================
 
-The ``timeout`` clock is a release's, not a generation's (:meth:`~.pipeline_driver.SteppedSGLang.
-stop_wall_clock`)."""
+What differs between releases of one generation (the ``timeout`` clock, a backup on request) is
+declared per release in :mod:`.releases` and read from :attr:`~.pipeline_driver.SteppedSGLang.
+release`."""
 
 from __future__ import annotations
 
@@ -90,6 +95,15 @@ class PlanDriver(SteppedSGLang):
     def forget_retries(self, rid: str) -> None:
         self.waiting.pop(rid, None)
 
+    def _pop_loaded(self, request: Request) -> None:
+        self.consumer.cache.pop_prefetch_loaded_tokens(request.handle)
+
+    def close_storage_wait(self, request: Request) -> None:
+        """0.5.19's scheduler keeps no storage wait past admission."""
+
+    def anchor_lock_switch(self, envs: Any) -> Any:
+        return envs.SGLANG_ENABLE_HICACHE_BUFFER_ANCHOR_LOCK  # opt-in (deprecated in 0.5.20)
+
     def retry_budget(self) -> int:
         """0.5.19 retries only missed prefetches, on its pacing: none when that is off."""
         interval, max_attempts = retry_settings()
@@ -133,6 +147,27 @@ class PrepareDriver(SteppedSGLang):
 
     def forget_retries(self, rid: str) -> None:
         self.attempts.pop(rid, None)
+
+    def _pop_loaded(self, request: Request) -> None:
+        self.consumer.cache.pop_prefetch_loaded_span(request.handle)
+
+    def close_storage_wait(self, request: Request) -> None:
+        """Close the request's storage wait (``finish_storage_prefetch_admission``, from
+        ``_account_prefill_cache_admission``); a retracted request's storage hit is left out of
+        the metrics (``discard_storage_prefetch_accounting``)."""
+        cache = self.consumer.cache
+        if request.retracted:
+            self.world_loads.leave_out(cache, request.handle)
+            cache.discard_storage_prefetch_accounting(request.handle)
+            cache.finish_storage_prefetch_admission(request.handle, fulfilled_tokens=0, reason=None)
+            return
+        self.world_loads.loaded += request.credited_tokens
+        cache.finish_storage_prefetch_admission(
+            request.handle, fulfilled_tokens=request.loaded_tokens, reason=None
+        )
+
+    def anchor_lock_switch(self, envs: Any) -> Any:
+        return None  # on by default; a cap of 0 turns it off
 
     def retry_budget(self) -> int:
         """0.5.20 on: ``max_attempts`` re-issues of any kind; an interval of 0 turns off only

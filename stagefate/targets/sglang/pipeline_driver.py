@@ -46,6 +46,7 @@ from array import array
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal
 
@@ -67,6 +68,7 @@ from .hybrid import (
     swa_peers,
     write,
 )
+from .releases import Release
 from .slot_owners import slot_problems
 
 
@@ -152,13 +154,6 @@ class Side:
     cache: Any
     allocator: Any
     req_to_token_pool: Any
-
-
-def _has_wait_book() -> bool:
-    """Whether this release times a prefetch wait with its own book (0.5.23)."""
-    from sglang.srt.mem_cache import unified_radix_cache
-
-    return hasattr(unified_radix_cache, "_StoragePrefetchWait")
 
 
 @dataclass
@@ -325,7 +320,7 @@ class SteppedSGLang(ABC):
         """The cap, and the lock on or off where this release has a switch for it (0.5.19's
         ``SGLANG_ENABLE_HICACHE_BUFFER_ANCHOR_LOCK``; later ones read a cap of 0 as off)."""
         cap = 0.0 if self.anchor_lock is False else self.anchor_cap
-        switch = getattr(envs, "SGLANG_ENABLE_HICACHE_BUFFER_ANCHOR_LOCK", None)
+        switch = self.anchor_lock_switch(envs)
         with ExitStack() as stack:
             stack.enter_context(envs.SGLANG_HICACHE_BUFFER_ANCHOR_LOCK_CAP.override(cap))
             if self.anchor_lock is not None and switch is not None:
@@ -338,7 +333,7 @@ class SteppedSGLang(ABC):
         generation's: 0.5.23 keeps a wait book (``_StoragePrefetchWait``) timed from
         ``prefetch_timeout_base``; 0.5.19 to 0.5.22 ask ``_prefetch_timeout_check_linear_func``
         of each operation (whose ``request_id`` is the rid in every release)."""
-        if _has_wait_book():
+        if self.release.times_prefetch_wait:
             cache.prefetch_timeout_base = math.inf
         else:
             cache._prefetch_timeout_check_linear_func = lambda operation: (
@@ -561,9 +556,8 @@ class SteppedSGLang(ABC):
         the write in the insert itself (``write_through``); 0.5.22 and later write once a node's
         hit count reaches the threshold, and offer ``request_buffer_backup`` to write at once
         (no SGLang code of theirs calls it: the producer, which fills L3 for the world, does)."""
-        backup = getattr(side.cache, "request_buffer_backup", None)
-        if backup is not None:
-            backup(node)
+        if self.release.backs_up_on_request:
+            side.cache.request_buffer_backup(node)
 
     def issue(
         self,
@@ -610,6 +604,12 @@ class SteppedSGLang(ABC):
             **self.issue_extras(storage_hit_end),
         )
         return request
+
+    @cached_property
+    def release(self) -> Release:
+        """The release this interpreter imports: what differs between releases of one API
+        generation is declared there (:mod:`.releases`), not probed."""
+        return require()
 
     @abstractmethod
     def request_key(self, rid: str) -> Any:
@@ -658,30 +658,22 @@ class SteppedSGLang(ABC):
         pending = self.consumer.cache.buffer_pipeline.ongoing_buffer_load_back.values()
         return any(self.load_back_rid(load) == rid for load in pending)
 
+    @abstractmethod
     def _pop_loaded(self, request: Request) -> None:
-        """The adder takes what L3 loaded as soon as the prefetch is done, staged or not
-        (``pop_prefetch_loaded_span`` from 0.5.20 on, ``pop_prefetch_loaded_tokens`` before)."""
-        cache = self.consumer.cache
-        pop = getattr(cache, "pop_prefetch_loaded_span", None) or cache.pop_prefetch_loaded_tokens
-        pop(request.handle)
+        """The adder takes what L3 loaded as soon as the prefetch is done, staged or not."""
 
     def _admitted(self, request: Request) -> None:
-        """What the adder does once a request is admitted, loaded or not: 0.5.20 and later close
-        its storage wait (``finish_storage_prefetch_admission``, from
-        ``_account_prefill_cache_admission``), and leave a retracted request's storage hit out
-        of the metrics (``discard_storage_prefetch_accounting``)."""
+        """What the adder does once a request is admitted, loaded or not."""
         request.state = "admitted"
-        cache = self.consumer.cache
-        finish = getattr(cache, "finish_storage_prefetch_admission", None)
-        if finish is None:
-            return
-        if request.retracted:
-            self.world_loads.leave_out(cache, request.handle)
-            cache.discard_storage_prefetch_accounting(request.handle)
-            finish(request.handle, fulfilled_tokens=0, reason=None)
-            return
-        self.world_loads.loaded += request.credited_tokens
-        finish(request.handle, fulfilled_tokens=request.loaded_tokens, reason=None)
+        self.close_storage_wait(request)
+
+    @abstractmethod
+    def close_storage_wait(self, request: Request) -> None:
+        """What the generation's scheduler does with an admitted request's storage wait."""
+
+    @abstractmethod
+    def anchor_lock_switch(self, envs: Any) -> Any:
+        """The release's on/off switch of the anchor lock (None: a cap of 0 turns it off)."""
 
     def _load(self, rid: str, request: Request, make_room: Callable[[int], object] | None) -> None:
         """The staged span's plan and load back, as the adder makes them."""
@@ -788,7 +780,7 @@ class SteppedSGLang(ABC):
         cache = self.consumer.cache
         handle = self.requests[rid].handle
         if cache.prefetch_stop_policy == "timeout":
-            if _has_wait_book():
+            if self.release.times_prefetch_wait:
                 from sglang.srt.mem_cache.unified_radix_cache import _StoragePrefetchWait
 
                 wait = cache._storage_prefetch_wait.setdefault(handle, _StoragePrefetchWait())

@@ -31,6 +31,13 @@ class Release:
     """The wheel's build date (PyPI)."""
     holds: str
     """What its buffer mode is, in a line."""
+    backs_up_on_request: bool = False
+    """Its cache writes a node through at once when asked (``request_buffer_backup``, 0.5.22
+    on); earlier ones write in the insert itself, later ones at a hit-count threshold too."""
+    times_prefetch_wait: bool = False
+    """Its ``timeout`` policy keeps a wait book (``_StoragePrefetchWait``, timed from
+    ``prefetch_timeout_base``: 0.5.23); earlier ones ask ``_prefetch_timeout_check_linear_func``
+    of each operation."""
 
 
 RELEASES: dict[str, Release] = {
@@ -51,9 +58,14 @@ RELEASES: dict[str, Release] = {
             "StoragePrefetchRetries",
         ),
         Release("0.5.21", "prepare", "2026-10-01", "0.5.20's API; the Rust tree core by default"),
-        Release("0.5.22", "prepare", "2026-10-15", "0.5.20's API"),
+        Release("0.5.22", "prepare", "2026-10-15", "0.5.20's API", backs_up_on_request=True),
         Release(
-            "0.5.23", "prepare", "2026-11", "0.5.20's API (the release `make sglang` installs)"
+            "0.5.23",
+            "prepare",
+            "2026-11",
+            "0.5.20's API (the release `make sglang` installs)",
+            backs_up_on_request=True,
+            times_prefetch_wait=True,
         ),
     )
 }
