@@ -14,6 +14,7 @@ happens. The executors never touch lifecycle state.
 from __future__ import annotations
 
 import queue
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -55,6 +56,9 @@ class Completion(NamedTuple):
     tokens: int = 0
     aux_complete: bool = True
     error: str | None = None
+    seconds: float | None = None
+    """How long a storage operation took from its submission (None: not timed, as
+    :class:`ManualIO` does not: a test decides when it completes)."""
 
 
 class IOExecutor(Protocol):
@@ -79,6 +83,16 @@ class IOExecutor(Protocol):
 
 
 @runtime_checkable
+class TimesReads(Protocol):
+    """An executor that knows how long its oldest read in flight has run (:class:`ThreadedIO`):
+    the pipeline's speed estimate takes it as a floor under a load's latency."""
+
+    def oldest_read_running(self) -> tuple[int, float] | None:
+        """``(op_id, seconds since its submission)`` of the oldest read not yet done."""
+        ...
+
+
+@runtime_checkable
 class Closable(Protocol):
     """An executor that knows it was closed (both of stagefate's): the pipeline then refuses
     calls before they change anything, rather than failing inside a transition."""
@@ -89,10 +103,10 @@ class Closable(Protocol):
         ...
 
 
-def _completion(op: IOOp, result: IOResult) -> Completion:
+def _completion(op: IOOp, result: IOResult, seconds: float | None = None) -> Completion:
     """A done operation's completion (a copy that failed carries its handle's error)."""
     error = None if result.handle is FINISHED else result.handle.error()
-    return Completion(op.op_id, op.kind, result.tokens, result.aux_complete, error)
+    return Completion(op.op_id, op.kind, result.tokens, result.aux_complete, error, seconds)
 
 
 class ManualIO:
@@ -176,6 +190,9 @@ class ThreadedIO:
     """Completions :meth:`wait` took off the queue, handed out by the next drain first."""
     _in_flight: int = 0
     _closed: bool = False
+    _reads: dict[int, float] = field(default_factory=dict)
+    """Reads not yet done: op id -> when it was submitted (written by both threads: a dict's
+    single item operations are atomic in CPython)."""
 
     def __post_init__(self) -> None:
         self._pool = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="stagefate-io")
@@ -185,14 +202,28 @@ class ThreadedIO:
             self._loads.append(_Launched(op, op.run(None)))
             return
         self._in_flight += 1
-        self._pool.submit(self._run, op)
+        submitted = time.perf_counter()
+        if op.kind == "read":
+            self._reads[op.op_id] = submitted
+        self._pool.submit(self._run, op, submitted)
 
-    def _run(self, op: IOOp) -> None:
+    def _run(self, op: IOOp, submitted: float) -> None:
         try:
-            completion = _completion(op, op.run(None))
+            result = op.run(None)
+            completion = _completion(op, result, time.perf_counter() - submitted)
         except Exception as exc:  # the IO side reports failures; the caller decides
             completion = Completion(op.op_id, op.kind, error=f"{type(exc).__name__}: {exc}")
+        self._reads.pop(op.op_id, None)
         self._results.put(completion)
+
+    def oldest_read_running(self) -> tuple[int, float] | None:
+        """``(op_id, seconds since its submission)`` of the oldest read not yet done (queued
+        behind others or running)."""
+        reads = dict(self._reads)  # a copy: the worker threads remove theirs meanwhile
+        if not reads:
+            return None
+        op_id = min(reads, key=reads.__getitem__)
+        return op_id, time.perf_counter() - reads[op_id]
 
     def wait(self, timeout_s: float) -> bool:
         """Block (the GIL released) until a storage operation completes or ``timeout_s``

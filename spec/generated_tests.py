@@ -61,22 +61,16 @@ def _call(step: Step) -> str:
     kind, request, what = step.kind, step.request, step.what
     if kind == "world":
         return f"world.{what}()"
-    slow = "loads_slower=True"
+    slow = ["loads_slower=True"] if step.slower else []
     if kind == "poll":
-        return f"world.poll({slow})" if step.slower else "world.poll()"
-    if step.slower:
-        return f"world.complete({request}, {slow})"
+        return f"world.poll({', '.join(slow)})"
     if kind == "issue":
-        return (
-            f"world.issue({request}, stale=True)" if what == "stale" else f"world.issue({request})"
-        )
+        stale = ["stale=True"] if what == "stale" else []
+        return f"world.issue({', '.join([str(request), *stale, *slow])})"
     if kind in ("event", "live"):
         return f"world.{what}({request})"
-    if what == "short":
-        return f'world.complete({request}, "short", pages={step.pages})'
-    return (
-        f'world.complete({request}, "error")' if what == "error" else f"world.complete({request})"
-    )
+    mode = {"short": ['"short"', f"pages={step.pages}"], "error": ['"error"']}.get(what, [])
+    return f"world.complete({', '.join([str(request), *mode, *slow])})"
 
 
 def _expect(world: World) -> str:

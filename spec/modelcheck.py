@@ -294,8 +294,12 @@ class ModelChecker:
         if record is None:
             if slot.issues >= self.bounds.issues_per_request:
                 return ()
-            live = Step("issue", i, "live")
-            return (live, Step("issue", i, "stale")) if below_want else (live,)
+            issues = [Step("issue", i, "live")]
+            if below_want:
+                issues.append(Step("issue", i, "stale"))
+            if self.draws_speeds:  # speeds that say even the whole span loads too slowly
+                issues += [step._replace(slower=True) for step in issues]
+            return tuple(issues)
         out: list[Step] = []
         state = record.state
         lock = self._first_event("try_lock_anchor")
@@ -342,8 +346,7 @@ class ModelChecker:
             ("issue", "live"): "prefetch_from_storage",
             ("issue", "stale"): "prefetch_from_storage with a matched_len one page past the "
             "live prefix (stale)",
-            ("event", "commit"): f"IO commit ({call.get('commit', 'poll')})"
-            + (", loads measured slower than computing" if step.slower else ""),
+            ("event", "commit"): f"IO commit ({call.get('commit', 'poll')})",
             ("live", "plan"): f"{call.get('plan', 'plan')}(live prefix)",
             ("live", "consume"): f"{call.get('consume', 'consume')}(live prefix)",
             ("live", "plan_consume"): f"plan, then {call.get('consume', 'consume')} in the "
@@ -354,6 +357,8 @@ class ModelChecker:
             text = call.get(what, what) if kind == "event" else f"{kind} completes {what}"
         if what == "short":
             text += f" ({step.pages} page{'s' if step.pages > 1 else ''} found)"
+        if step.slower:
+            text += ", loads measured slower than computing"
         return f"r{step.request}: {text}"
 
     def successor(self, state: State, step: Step, edges: set[Edge], pinned: int = -1) -> State:
@@ -415,7 +420,7 @@ class ModelChecker:
         """Run a request's ``step`` on ``draft`` through the spec's rows."""
         kind, i, what = step.kind, step.request, step.what
         if kind == "issue":
-            self._issue(draft, i, what == "stale", edges)
+            self._issue(draft, i, what == "stale", step.slower, edges)
         elif kind == "event":
             self._fire(draft, i, what, Args(host_slack=step.slack, slower=step.slower), edges)
         elif kind == "live":
@@ -434,14 +439,16 @@ class ModelChecker:
         """The first event the spec binds to ``call`` ("" for a call the design lacks)."""
         return self._calls.get(call, ("",))[0]
 
-    def _issue(self, draft: _Draft, index: int, stale: bool, edges: set[Edge]) -> None:
+    def _issue(
+        self, draft: _Draft, index: int, stale: bool, slower: bool, edges: set[Edge]
+    ) -> None:
         """Issue as a scheduler does, with the live match or one measured before an eviction."""
         want = self._wants[index]
         draft.issues[index] += 1
         draft.waiting_on[index] = -1
         matched = min(draft.device + stale, want)
         draft.records[index] = Rec(self.spec.initial, matched, want)
-        if self._fire(draft, index, self.spec.issue_event, Args(), edges) is None:
+        if self._fire(draft, index, self.spec.issue_event, Args(slower=slower), edges) is None:
             record = draft.records[index]
             assert record is not None
             draft.records[index] = record._replace(op="exists")

@@ -170,10 +170,10 @@ class ApiModelChecker(ModelChecker):
         return (draft.device, draft.host_free, *slots)
 
     def describe(self, step: Step) -> str:
-        slow = ", loads measured slower than computing" if step.slower else ""
         if step.kind == "poll":
+            slow = ", loads measured slower than computing" if step.slower else ""
             return f"poll (the parked hits commit from the FIFO's head{slow})"
-        return super().describe(step) + slow
+        return super().describe(step)
 
 
 @dataclass(frozen=True)

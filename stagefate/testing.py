@@ -25,7 +25,8 @@ docs/integration.md has an example test that uses only these and the public API.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from io import StringIO
 from typing import Literal
@@ -278,10 +279,12 @@ class LineWorld:
 
     # ------------------------------------------------------------------ the scheduler's calls
 
-    def issue(self, request: int, stale: bool = False) -> str:
-        """``prefetch_from_storage`` with the live match (``stale``: one page past it)."""
+    def issue(self, request: int, stale: bool = False, loads_slower: bool = False) -> str:
+        """``prefetch_from_storage`` with the live match (``stale``: one page past it;
+        ``loads_slower``: with speeds measured that make even the whole span load too slowly)."""
         matched = min(self._live_match(request) + stale * self.PAGE, len(self.key(request)))
-        return self.pipe.prefetch_from_storage(f"r{request}", self.key(request), matched)
+        with self._speeds(loads_slower):
+            return self.pipe.prefetch_from_storage(f"r{request}", self.key(request), matched)
 
     def lock(self, request: int) -> str:
         """``try_lock_anchor`` for request ``request``."""
@@ -310,14 +313,23 @@ class LineWorld:
         self._pass(loads_slower)
 
     def _pass(self, loads_slower: bool) -> None:
-        """One ``poll``; with ``loads_slower`` the engine has reported loads of a second and
-        forwards of a microsecond a token, forgotten after the pass."""
+        """One ``poll``, with :meth:`_speeds`."""
+        with self._speeds(loads_slower):
+            self.pipe.poll()
+
+    @contextmanager
+    def _speeds(self, loads_slower: bool) -> Iterator[None]:
+        """With ``loads_slower``: loads of a second and forwards of a microsecond a token have
+        been measured, and are forgotten afterwards (the model draws the speeds afresh at every
+        step)."""
         speeds = self.pipe.speeds
         if loads_slower:
             speeds.observe_load(self.PAGE, 1.0)
             speeds.observe_forward(self.PAGE, 1e-6 * self.PAGE)
-        self.pipe.poll()
-        speeds.forget()
+        try:
+            yield
+        finally:
+            speeds.forget()
 
     # ------------------------------------------------------------------ the world's moves
 

@@ -166,5 +166,7 @@ class RankAgreement:
                 continue
             mine = local.pop(op_id)
             error = mine.error or ("failed on another rank" if failed else None)
-            out.append(Completion(op_id, mine.kind, tokens, bool(aux_complete), error))
+            out.append(
+                Completion(op_id, mine.kind, tokens, bool(aux_complete), error, mine.seconds)
+            )
         return out

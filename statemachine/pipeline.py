@@ -68,7 +68,7 @@ from ..runtime import (
 )
 from ..runtime.engine import EngineCache
 from ..runtime.hashing import rank_storage_keys
-from ..runtime.io import Closable
+from ..runtime.io import Closable, TimesReads
 from ..runtime.pools import SlotPool
 from ..runtime.prefix_tree import Node, PrefixMatch, PrefixTree, TreeFactory, locked
 from ..runtime.storage import KnowsWrites, open_storage
@@ -85,7 +85,7 @@ from .lockstep import RankAgreement
 from .machine import CompiledMachine, Outcome, bind, named_methods
 from .record import Instrument, Lookups, Record, TransitionEvent
 from .retry import RetryBook
-from .speeds import LoadSpeeds, SpeedEstimate
+from .speeds import LoadSpeeds
 from .stats import Stats
 
 if TYPE_CHECKING:  # the oracle runs on `transitions`, a tool: imported only when it is on
@@ -215,9 +215,10 @@ class BufferPipeline:
         self.polls = 0
         self.instruments: list[Instrument] = []
         self.speeds = LoadSpeeds()
-        """Loads and forwards as the engine measured them (:meth:`LoadSpeeds.observe_load`,
-        :meth:`LoadSpeeds.observe_forward`); each pass's IO commits read their estimate."""
-        self._estimate = SpeedEstimate()
+        """Loads and forwards as measured: the IO executor's timed reads (:class:`ThreadedIO`
+        times them) and the engine's forwards (:meth:`LoadSpeeds.observe_forward`); each pass's
+        IO commits read their estimate."""
+        self._times_reads = self.io if isinstance(self.io, TimesReads) else None
         self._agreement = None if group is None else RankAgreement(group)
         if self._agreement is not None:
             self._agreement.lockstep.agree_config(cfg.fingerprint())
@@ -297,13 +298,11 @@ class BufferPipeline:
         self.polls += 1
         agreement = self._agreement
         completions = self.io.drain()
-        self._estimate = self.speeds.estimate()
+        self._time_reads(completions)
         if agreement is not None:
             room = [self.host_pool.available(), self._host_aux_available()]
-            completions = agreement.completions(
-                completions, sorted(self._ops), room, self._estimate
-            )
-            self._estimate = agreement.estimate
+            estimate = self.speeds.estimate()
+            completions = agreement.completions(completions, sorted(self._ops), room, estimate)
         for completion in completions:
             self._on_completion(completion)
         self._run_commits()
@@ -617,6 +616,22 @@ class BufferPipeline:
         record.arg_completion = completion
         self._fire(record, self.spec.completions[completion.kind])
 
+    def _time_reads(self, drained: Sequence[Completion]) -> None:
+        """This rank's timed reads into the speeds: those that landed (their tokens and
+        seconds) and the oldest one still running (a floor)."""
+        speeds = self.speeds
+        for completion in drained:
+            seconds = completion.seconds
+            if completion.kind == "read" and seconds is not None and completion.error is None:
+                speeds.observe_load(completion.tokens, seconds)
+        if self._times_reads is not None:
+            running = self._times_reads.oldest_read_running()
+            record = None if running is None else self._ops.get(running[0])
+            if running is None or record is None:
+                speeds.observe_running_read(0, 0.0)
+            else:
+                speeds.observe_running_read(record.plan_tokens, running[1])
+
     def _run_commits(self) -> None:
         for request_id in list(self._parked) if self._parked else ():
             record = self._records[request_id]
@@ -690,7 +705,11 @@ class BufferPipeline:
         return bool(self._parked)  # asked of hits not parked yet (the spec's rows)
 
     def _guard_load_slower_than_compute(self, record: Record) -> bool:
-        return self._estimate.load_slower_than_compute(record.plan_tokens)
+        # one rank reads its speeds as they are; ranks read what they agreed at the pass's start
+        agreement = self._agreement
+        estimate = self.speeds.estimate() if agreement is None else agreement.estimate
+        # at issue the hit is not known yet: the whole span is what a read could bring
+        return estimate.load_slower_than_compute(record.plan_tokens or record.span_tokens)
 
     def _guard_span_oversize(self, record: Record) -> bool:
         # capacities, not room: the ranks of a tensor-parallel group share one config

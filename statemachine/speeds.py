@@ -3,18 +3,21 @@
 A staged load is worth its memory only when it ends sooner than computing the same tokens
 would. Neither cost is a constant: a load's time is mostly latency on one machine and
 bandwidth on another, and a forward's time per token depends on the model, the device and the
-batch. So the engine reports both as it serves (:meth:`LoadSpeeds.observe_load`: tokens a load
-brought and the seconds from its IO commit to its ack; :meth:`LoadSpeeds.observe_forward`:
-tokens a forward computed and its seconds) and the pipeline takes an :class:`SpeedEstimate` at
-the start of every pass; the spec's ``load_slower_than_compute`` guard reads that estimate.
+batch. So both are measured while serving: the pipeline times its own L3 reads
+(:meth:`LoadSpeeds.observe_load`, from the completions a timing executor such as
+:class:`~stagefate.runtime.ThreadedIO` gives: tokens read, seconds from submission to done),
+and the engine reports its forwards (:meth:`LoadSpeeds.observe_forward`: tokens computed,
+seconds). The pipeline takes a :class:`SpeedEstimate` at the start of every pass; the spec's
+``load_slower_than_compute`` guard reads it. The read is what a load costs beyond computing:
+either way the request then waits for admission and a forward.
 
 A load is modelled as a fixed latency plus a cost per token (a least-squares line over the
-recent loads, older ones weighing less); a forward as a cost per token. Until both have been
-observed the estimate knows nothing and declines nothing, so an engine that reports nothing
-loads every hit as before. A load still running is evidence too
-(:meth:`LoadSpeeds.observe_running_read`): the oldest L3 read in flight has taken at least its
-time so far, so the estimate's latency is never below it. That is what stops a burst of hits
-from all reading a slow L3 before the first of their loads has finished.
+recent reads, older ones weighing less); a forward as a cost per token. Until both have been
+observed the estimate knows nothing and declines nothing, so an engine that reports no forward
+loads every hit as before. A read still running is evidence too
+(:meth:`LoadSpeeds.observe_running_read`): the oldest read in flight has taken at least its time
+so far, so the estimate's latency is never below it. That is what stops a burst of hits from all
+reading a slow L3 before the first of their reads has landed.
 
 The estimate is three integers of nanoseconds, so that tensor-parallel ranks can agree one
 (the smallest of each, through the pass's agreement: docs/tensor-parallel.md) and every rank's
@@ -81,7 +84,7 @@ class LoadSpeeds:
         self._running: tuple[int, float] | None = None
 
     def observe_load(self, tokens: int, seconds: float) -> None:
-        """A load of ``tokens`` took ``seconds`` from its IO commit to its ack."""
+        """An L3 read of ``tokens`` took ``seconds`` from its submission to its end."""
         if _usable(tokens, seconds, "observe_load"):
             self._loads.add(float(tokens), seconds, self.memory)
 

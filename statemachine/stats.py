@@ -16,7 +16,7 @@ class Stats(BaseModel):
     attempts: int = 0
     """prefetch_from_storage calls, a live request id's included"""
     issued: int = 0
-    """records that passed the threshold and tried their first lock"""
+    """records that passed prefetch_threshold at issue (all but the too short)"""
     locked: int = 0
     """lock attempts that pinned the anchor"""
     no_anchor: int = 0
@@ -68,8 +68,8 @@ class Stats(BaseModel):
     """records that ended declined_host_oversize: the IO commit found the hit larger than the
     whole host pool"""
     declined_slower_than_compute: int = 0
-    """records that ended declined_slower_than_compute: the IO commit estimated the load slower
-    than computing the span"""
+    """records that ended declined_slower_than_compute: the issue (for the whole span) or the IO
+    commit (for the hit) estimated the load slower than computing those tokens"""
     discarded: int = 0
     """records that ended discarded: the read brought nothing usable"""
     shrunk: int = 0

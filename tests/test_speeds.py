@@ -118,18 +118,30 @@ def _slow_loads(pair: Pair) -> None:
 
 
 @pytest.mark.invariant("pure_revoke", "exactly_once_end")
-def test_a_hit_whose_load_is_slower_than_computing_is_declined_before_any_read() -> None:
+def test_a_span_whose_load_is_slower_than_computing_is_declined_before_l3_is_asked() -> None:
     pair, seq = _stored(8)
     _slow_loads(pair)
     consumer = pair.consumer
-    consumer.prefetch_from_storage("r", seq, 0)
+    assert consumer.prefetch_from_storage("r", seq, 0) == "released"
+    assert pair.outcomes == [("r", "issued", "released", "declined_slower_than_compute")]
+    assert consumer.io.pending() == 0  # no existence query
+    assert not consumer.prefetch_pending("r")  # the scheduler admits it and computes
+    assert not consumer.retry_pending("r")  # the speeds decide again only at a new issue
+    assert_quiescent(consumer)
+
+
+@pytest.mark.invariant("pure_revoke", "exactly_once_end")
+def test_a_hit_whose_load_became_slower_than_computing_is_declined_before_any_read() -> None:
+    pair, seq = _stored(8)
+    consumer = pair.consumer
+    consumer.prefetch_from_storage("r", seq, 0)  # nothing measured yet: L3 is asked
+    _slow_loads(pair)  # measured while the existence query runs
     pair.settle()
     assert pair.outcomes[-1] == ("r", "no_anchor", "released", "declined_slower_than_compute")
     stats = consumer.stats
     assert stats.declined_slower_than_compute == 1
     assert stats.l3_reads == 0  # no bounce taken, nothing read
-    assert not consumer.prefetch_pending("r")  # the scheduler admits it and computes
-    assert not consumer.retry_pending("r")  # the speeds decide again only at a new issue
+    assert not consumer.retry_pending("r")
     assert_quiescent(consumer)
 
 

@@ -1,8 +1,8 @@
 """Written by `stagefate check --emit-tests tests/generated` from spec/lifecycle.yaml.
 
 Do not edit: a spec change shows up here as a diff of tests. One test per modelled edge of the spec
-(98 of 100; not modelled: the branches guarded by aux_cut), and one per overlap of two neighbouring
-guards a program can meet (33, named ..__also__<guard>), each the model checker's shortest program
+(99 of 101; not modelled: the branches guarded by aux_cut), and one per overlap of two neighbouring
+guards a program can meet (35, named ..__also__<guard>), each the model checker's shortest program
 of public calls that takes it (spec/witnesses.py), on the model's world made of real objects
 (stagefate.testing.LineWorld). After every step: the state the model predicts and the transitions
 the step fired. At the end: every request let go, the pipeline quiescent.
@@ -36,6 +36,60 @@ def test_issued__lock__below_threshold() -> None:
     world.issue(2, stale=True)
     world.expect(device=1, host_free=2, pinned=0, r0=None, r1=None, r2=None)
     world.fired("r2: (issued) --lock[below_threshold]--> released (declined_too_short)")
+    world.finish()
+
+
+def test_issued__lock__below_threshold__also__load_slower_than_compute() -> None:
+    """(issued) --lock--> released (declined_too_short)
+
+    when below_threshold: the span is shorter than prefetch_threshold tokens; while
+    load_slower_than_compute held too: the speeds measured while serving say that loading the
+    span (a read's latency plus its tokens at the measured cost per token: the hit's tokens once
+    known, else the whole span's) would take longer than computing those tokens; never before
+    both have been measured
+    """
+    world = LineWorld(BOUNDS)
+    world.publish()
+    world.expect(device=1, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.fired()
+    world.issue(2, stale=True, loads_slower=True)
+    world.expect(device=1, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.fired("r2: (issued) --lock[below_threshold]--> released (declined_too_short)")
+    world.finish()
+
+
+def test_issued__lock__load_slower_than_compute() -> None:
+    """(issued) --lock--> released (declined_slower_than_compute)
+
+    when load_slower_than_compute: the speeds measured while serving say that loading the span
+    (a read's latency plus its tokens at the measured cost per token: the hit's tokens once
+    known, else the whole span's) would take longer than computing those tokens; never before
+    both have been measured
+    """
+    world = LineWorld(BOUNDS)
+    world.issue(0, loads_slower=True)
+    world.expect(device=0, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.fired(
+        "r0: (issued) --lock[load_slower_than_compute]--> released (declined_slower_than_compute)",
+    )
+    world.finish()
+
+
+def test_issued__lock__load_slower_than_compute__also__root_prefix() -> None:
+    """(issued) --lock--> released (declined_slower_than_compute)
+
+    when load_slower_than_compute: the speeds measured while serving say that loading the span
+    (a read's latency plus its tokens at the measured cost per token: the hit's tokens once
+    known, else the whole span's) would take longer than computing those tokens; never before
+    both have been measured; while root_prefix held too: the matched prefix is empty, so the
+    anchor is the root
+    """
+    world = LineWorld(BOUNDS)
+    world.issue(0, loads_slower=True)
+    world.expect(device=0, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.fired(
+        "r0: (issued) --lock[load_slower_than_compute]--> released (declined_slower_than_compute)",
+    )
     world.finish()
 
 
@@ -793,9 +847,9 @@ def test_cap_skip__commit__span_inflight__also__load_slower_than_compute() -> No
     when span_inflight: the first page key the read would bring (the span's head) is owned by a
     live sibling record (reading, staged, trimmed or consumed): it is already fetching that
     head, and the re-issue after it lands reads only the rest; while load_slower_than_compute
-    held too: the speeds the engine measured say that loading the span (its fixed latency plus
-    its tokens at the measured cost per token) would take longer than computing its tokens;
-    never before both have been measured
+    held too: the speeds measured while serving say that loading the span (a read's latency plus
+    its tokens at the measured cost per token: the hit's tokens once known, else the whole
+    span's) would take longer than computing those tokens; never before both have been measured
     """
     world = LineWorld(BOUNDS)
     world.issue(0, stale=True)
@@ -828,9 +882,10 @@ def test_cap_skip__commit__span_inflight__also__load_slower_than_compute() -> No
 def test_cap_skip__commit__load_slower_than_compute() -> None:
     """(cap_skip) --commit--> released (declined_slower_than_compute)
 
-    when load_slower_than_compute: the speeds the engine measured say that loading the span (its
-    fixed latency plus its tokens at the measured cost per token) would take longer than
-    computing its tokens; never before both have been measured
+    when load_slower_than_compute: the speeds measured while serving say that loading the span
+    (a read's latency plus its tokens at the measured cost per token: the hit's tokens once
+    known, else the whole span's) would take longer than computing those tokens; never before
+    both have been measured
     """
     world = LineWorld(BOUNDS)
     world.publish()
@@ -858,11 +913,11 @@ def test_cap_skip__commit__load_slower_than_compute() -> None:
 def test_cap_skip__commit__load_slower_than_compute__also__span_oversize() -> None:
     """(cap_skip) --commit--> released (declined_slower_than_compute)
 
-    when load_slower_than_compute: the speeds the engine measured say that loading the span (its
-    fixed latency plus its tokens at the measured cost per token) would take longer than
-    computing its tokens; never before both have been measured; while span_oversize held too:
-    the span the hit found (or its aux window) is larger than the whole host pool: no amount of
-    waiting makes room for it
+    when load_slower_than_compute: the speeds measured while serving say that loading the span
+    (a read's latency plus its tokens at the measured cost per token: the hit's tokens once
+    known, else the whole span's) would take longer than computing those tokens; never before
+    both have been measured; while span_oversize held too: the span the hit found (or its aux
+    window) is larger than the whole host pool: no amount of waiting makes room for it
     """
     world = LineWorld(BOUNDS)
     world.publish()
@@ -1227,9 +1282,9 @@ def test_anchor_lost__commit__span_inflight__also__load_slower_than_compute() ->
     when span_inflight: the first page key the read would bring (the span's head) is owned by a
     live sibling record (reading, staged, trimmed or consumed): it is already fetching that
     head, and the re-issue after it lands reads only the rest; while load_slower_than_compute
-    held too: the speeds the engine measured say that loading the span (its fixed latency plus
-    its tokens at the measured cost per token) would take longer than computing its tokens;
-    never before both have been measured
+    held too: the speeds measured while serving say that loading the span (a read's latency plus
+    its tokens at the measured cost per token: the hit's tokens once known, else the whole
+    span's) would take longer than computing those tokens; never before both have been measured
     """
     world = LineWorld(BOUNDS)
     world.issue(0)
@@ -1259,9 +1314,10 @@ def test_anchor_lost__commit__span_inflight__also__load_slower_than_compute() ->
 def test_anchor_lost__commit__load_slower_than_compute() -> None:
     """(anchor_lost) --commit--> released (declined_slower_than_compute)
 
-    when load_slower_than_compute: the speeds the engine measured say that loading the span (its
-    fixed latency plus its tokens at the measured cost per token) would take longer than
-    computing its tokens; never before both have been measured
+    when load_slower_than_compute: the speeds measured while serving say that loading the span
+    (a read's latency plus its tokens at the measured cost per token: the hit's tokens once
+    known, else the whole span's) would take longer than computing those tokens; never before
+    both have been measured
     """
     world = LineWorld(BOUNDS)
     world.issue(0, stale=True)
@@ -1283,11 +1339,11 @@ def test_anchor_lost__commit__load_slower_than_compute() -> None:
 def test_anchor_lost__commit__load_slower_than_compute__also__span_oversize() -> None:
     """(anchor_lost) --commit--> released (declined_slower_than_compute)
 
-    when load_slower_than_compute: the speeds the engine measured say that loading the span (its
-    fixed latency plus its tokens at the measured cost per token) would take longer than
-    computing its tokens; never before both have been measured; while span_oversize held too:
-    the span the hit found (or its aux window) is larger than the whole host pool: no amount of
-    waiting makes room for it
+    when load_slower_than_compute: the speeds measured while serving say that loading the span
+    (a read's latency plus its tokens at the measured cost per token: the hit's tokens once
+    known, else the whole span's) would take longer than computing those tokens; never before
+    both have been measured; while span_oversize held too: the span the hit found (or its aux
+    window) is larger than the whole host pool: no amount of waiting makes room for it
     """
     world = LineWorld(BOUNDS)
     world.issue(0, stale=True)
@@ -1710,9 +1766,10 @@ def test_parked__commit__span_inflight() -> None:
 def test_parked__commit__load_slower_than_compute() -> None:
     """(parked) --commit--> released (declined_slower_than_compute)
 
-    when load_slower_than_compute: the speeds the engine measured say that loading the span (its
-    fixed latency plus its tokens at the measured cost per token) would take longer than
-    computing its tokens; never before both have been measured
+    when load_slower_than_compute: the speeds measured while serving say that loading the span
+    (a read's latency plus its tokens at the measured cost per token: the hit's tokens once
+    known, else the whole span's) would take longer than computing those tokens; never before
+    both have been measured
     """
     world = LineWorld(BOUNDS)
     world.issue(0)
@@ -1748,10 +1805,11 @@ def test_parked__commit__load_slower_than_compute() -> None:
 def test_parked__commit__load_slower_than_compute__also__host_short() -> None:
     """(parked) --commit--> released (declined_slower_than_compute)
 
-    when load_slower_than_compute: the speeds the engine measured say that loading the span (its
-    fixed latency plus its tokens at the measured cost per token) would take longer than
-    computing its tokens; never before both have been measured; while host_short held too: the
-    host pool cannot hold the span (and its aux window) now
+    when load_slower_than_compute: the speeds measured while serving say that loading the span
+    (a read's latency plus its tokens at the measured cost per token: the hit's tokens once
+    known, else the whole span's) would take longer than computing those tokens; never before
+    both have been measured; while host_short held too: the host pool cannot hold the span (and
+    its aux window) now
     """
     world = LineWorld(BOUNDS)
     world.issue(0)
@@ -1957,9 +2015,9 @@ def test_locked__commit__span_inflight__also__load_slower_than_compute() -> None
     when span_inflight: the first page key the read would bring (the span's head) is owned by a
     live sibling record (reading, staged, trimmed or consumed): it is already fetching that
     head, and the re-issue after it lands reads only the rest; while load_slower_than_compute
-    held too: the speeds the engine measured say that loading the span (its fixed latency plus
-    its tokens at the measured cost per token) would take longer than computing its tokens;
-    never before both have been measured
+    held too: the speeds measured while serving say that loading the span (a read's latency plus
+    its tokens at the measured cost per token: the hit's tokens once known, else the whole
+    span's) would take longer than computing those tokens; never before both have been measured
     """
     world = LineWorld(BOUNDS)
     world.issue(0)
@@ -1989,9 +2047,10 @@ def test_locked__commit__span_inflight__also__load_slower_than_compute() -> None
 def test_locked__commit__load_slower_than_compute() -> None:
     """(locked) --commit--> released (declined_slower_than_compute)
 
-    when load_slower_than_compute: the speeds the engine measured say that loading the span (its
-    fixed latency plus its tokens at the measured cost per token) would take longer than
-    computing its tokens; never before both have been measured
+    when load_slower_than_compute: the speeds measured while serving say that loading the span
+    (a read's latency plus its tokens at the measured cost per token: the hit's tokens once
+    known, else the whole span's) would take longer than computing those tokens; never before
+    both have been measured
     """
     world = LineWorld(BOUNDS)
     world.publish()
@@ -2013,11 +2072,11 @@ def test_locked__commit__load_slower_than_compute() -> None:
 def test_locked__commit__load_slower_than_compute__also__span_oversize() -> None:
     """(locked) --commit--> released (declined_slower_than_compute)
 
-    when load_slower_than_compute: the speeds the engine measured say that loading the span (its
-    fixed latency plus its tokens at the measured cost per token) would take longer than
-    computing its tokens; never before both have been measured; while span_oversize held too:
-    the span the hit found (or its aux window) is larger than the whole host pool: no amount of
-    waiting makes room for it
+    when load_slower_than_compute: the speeds measured while serving say that loading the span
+    (a read's latency plus its tokens at the measured cost per token: the hit's tokens once
+    known, else the whole span's) would take longer than computing those tokens; never before
+    both have been measured; while span_oversize held too: the span the hit found (or its aux
+    window) is larger than the whole host pool: no amount of waiting makes room for it
     """
     world = LineWorld(BOUNDS)
     world.publish()
@@ -2342,9 +2401,9 @@ def test_no_anchor__commit__span_inflight__also__load_slower_than_compute() -> N
     when span_inflight: the first page key the read would bring (the span's head) is owned by a
     live sibling record (reading, staged, trimmed or consumed): it is already fetching that
     head, and the re-issue after it lands reads only the rest; while load_slower_than_compute
-    held too: the speeds the engine measured say that loading the span (its fixed latency plus
-    its tokens at the measured cost per token) would take longer than computing its tokens;
-    never before both have been measured
+    held too: the speeds measured while serving say that loading the span (a read's latency plus
+    its tokens at the measured cost per token: the hit's tokens once known, else the whole
+    span's) would take longer than computing those tokens; never before both have been measured
     """
     world = LineWorld(BOUNDS)
     world.issue(0)
@@ -2371,9 +2430,10 @@ def test_no_anchor__commit__span_inflight__also__load_slower_than_compute() -> N
 def test_no_anchor__commit__load_slower_than_compute() -> None:
     """(no_anchor) --commit--> released (declined_slower_than_compute)
 
-    when load_slower_than_compute: the speeds the engine measured say that loading the span (its
-    fixed latency plus its tokens at the measured cost per token) would take longer than
-    computing its tokens; never before both have been measured
+    when load_slower_than_compute: the speeds measured while serving say that loading the span
+    (a read's latency plus its tokens at the measured cost per token: the hit's tokens once
+    known, else the whole span's) would take longer than computing those tokens; never before
+    both have been measured
     """
     world = LineWorld(BOUNDS)
     world.issue(0)
@@ -2392,11 +2452,11 @@ def test_no_anchor__commit__load_slower_than_compute() -> None:
 def test_no_anchor__commit__load_slower_than_compute__also__span_oversize() -> None:
     """(no_anchor) --commit--> released (declined_slower_than_compute)
 
-    when load_slower_than_compute: the speeds the engine measured say that loading the span (its
-    fixed latency plus its tokens at the measured cost per token) would take longer than
-    computing its tokens; never before both have been measured; while span_oversize held too:
-    the span the hit found (or its aux window) is larger than the whole host pool: no amount of
-    waiting makes room for it
+    when load_slower_than_compute: the speeds measured while serving say that loading the span
+    (a read's latency plus its tokens at the measured cost per token: the hit's tokens once
+    known, else the whole span's) would take longer than computing those tokens; never before
+    both have been measured; while span_oversize held too: the span the hit found (or its aux
+    window) is larger than the whole host pool: no amount of waiting makes room for it
     """
     world = LineWorld(BOUNDS)
     world.issue(0)

@@ -24,11 +24,9 @@ Which vLLM call does what in the lifecycle (docs/vllm.md draws it):
   the loading record, or cached on the device.
 * Speeds (unless ``stagefate.decline_slower_loads`` is false): a forward is timed from
   ``build_connector_meta`` to the ``update_connector_output`` after it, with the tokens the
-  step scheduled; a load from its IO commit (the record entering ``reading``) to its ack, with
-  the tokens it brought; and every step, the oldest L3 read still in flight, so far (a burst
-  of hits does not all read a slow L3 before the first load has finished). The pipeline's IO
-  commit declines a span whose load would take longer than computing it
-  (``load_slower_than_compute``), and vLLM computes it.
+  step scheduled (the pipeline times its L3 reads itself). The IO commit declines a span whose
+  read would take longer than computing it (``load_slower_than_compute``), and vLLM computes
+  it.
 * ``request_finished`` (finished or aborted): ``release_aborted_request``; a load in flight
   ends when the worker reports it, and vLLM holds the blocks until then.
 """
@@ -44,7 +42,6 @@ from ...runtime.hashing import Namespace, page_hashes, rank_storage_keys
 from ...runtime.io import ThreadedIO
 from ...runtime.storage import Storage
 from ...statemachine.pipeline import BufferPipeline
-from ...statemachine.record import TransitionEvent
 from ...transition_log import TransitionLog
 from .prefix_cache import VllmPrefixCache, block_slots, namespace_of_request
 from .transfer import HandedLoads, LoadHandle, LoadOrder, SaveOrder, StagefateMetadata
@@ -124,12 +121,6 @@ class SchedulerSide:
         self.measure_speeds = measure_speeds
         self._forward: tuple[float, int] | None = None
         """(when, tokens) of the step whose forward runs now, when speeds are measured."""
-        self._committed: dict[str, float] = {}
-        """Request -> when its load's IO commit launched the read."""
-        self._reading: dict[str, tuple[float, int]] = {}
-        """Request -> (when, tokens) of its L3 read, while nothing else happened to it."""
-        if measure_speeds:
-            pipeline.instruments.append(self._note_commit)
 
     @classmethod
     def build(
@@ -149,9 +140,7 @@ class SchedulerSide:
         pipeline = BufferPipeline(pipeline_config, storage=storage, io=io, engine=engine)
         if log is not None:
             pipeline.instruments.append(log)
-        return cls(
-            pipeline, cache, granted, loads, io, storage, write_through, log, measure_speeds
-        )
+        return cls(pipeline, cache, granted, loads, io, storage, write_through, log, measure_speeds)
 
     # ------------------------------------------------------------------ vLLM's calls
 
@@ -241,8 +230,6 @@ class SchedulerSide:
             # a step with no forward: vLLM steps again at once, and a scheduler that spins keeps
             # the IO threads from the GIL; waiting for their next completion lets them run
             self.io.wait(IDLE_STEP_WAIT_S)
-        if self.measure_speeds:
-            self._report_running_read()
         self.pipeline.poll()
         tokens = scheduler_output.total_num_scheduled_tokens
         if self.measure_speeds and tokens:
@@ -296,31 +283,6 @@ class SchedulerSide:
             if published or rid not in self.requests:
                 load.handle.finish()
                 del self.landed[rid]
-                committed = self._committed.pop(rid, None)
-                if committed is not None and published:
-                    tokens = len(load.block_ids) * self.block_size
-                    self.pipeline.speeds.observe_load(tokens, time.perf_counter() - committed)
-
-    def _note_commit(self, event: TransitionEvent) -> None:
-        """Remember when a load's IO commit launched its read (its time runs to the ack), and
-        which reads are in flight."""
-        outcome, rid = event.outcome, event.request_id
-        self._reading.pop(rid, None)  # whatever happened to it, its read is no longer running
-        if "launch_read" in outcome.effects:
-            now = time.perf_counter()
-            self._committed[rid] = now
-            self._reading[rid] = (now, self.pipeline.live_records[rid].plan_tokens)
-        elif outcome.ended and outcome.reason != "filled":
-            self._committed.pop(rid, None)
-
-    def _report_running_read(self) -> None:
-        """Tell the speeds how long the oldest L3 read in flight has run so far."""
-        speeds = self.pipeline.speeds
-        if not self._reading:
-            speeds.observe_running_read(0, 0.0)
-            return
-        started, tokens = min(self._reading.values())
-        speeds.observe_running_read(tokens, time.perf_counter() - started)
 
     def _saves(self, scheduler_output: Any) -> list[SaveOrder]:
         """Every full block a scheduled request computes this step and L3 lacks."""

@@ -34,7 +34,7 @@ class ConnectorSettings(BaseModel):
     io_workers: int = Field(default=2, ge=1)
     dedup_inflight: bool = True
     decline_slower_loads: bool = True
-    """Time every load (IO commit to ack) and every forward, and let the IO commit decline a
+    """Time every forward (the pipeline times its L3 reads), and let the IO commit decline a
     span whose load would take longer than computing it (the spec's
     ``load_slower_than_compute``); false: every hit is loaded."""
     write_through: bool = True
