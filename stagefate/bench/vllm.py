@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..sim.trace import load_trace
@@ -216,17 +217,15 @@ def slow_l3_workloads() -> dict[str, dict[str, Any]]:
     }
 
 
-def _slow_l3_row(name: str, result: dict[str, Any], baseline: list[Any] | None) -> list[object]:
+def _slow_l3_row(
+    name: str | None, result: dict[str, Any], baseline: list[Any] | None
+) -> list[object]:
     ttfts = [1000 * t for t in result["ttfts"]]
-    same = "–"
-    if baseline is not None:
-        pairs = zip(result["outputs"], baseline, strict=True)
-        same = f"{sum(a == b for a, b in pairs)}/{len(baseline)}"
     books = result.get("stagefate")
     stats = books["stats"] if books else {}
     return [
         name,
-        same,
+        _same_outputs(result, baseline),
         f"{statistics.mean(ttfts):.0f}",
         f"{percentile(ttfts, 0.5):.0f}",
         f"{percentile(ttfts, 0.99):.0f}",
@@ -241,24 +240,37 @@ def slow_l3_sections() -> list[str]:
     decision, one after the other."""
     parts = []
     for title, workload in slow_l3_workloads().items():
-        rows, failures, baseline = [], [], None
-        for name, connector, settings in SLOW_L3_ROWS:
-            arguments = {
-                "connector": connector,
-                "settings": settings,
-                "max_tokens": MAX_TOKENS,
-                "l3_read_seconds": SLOW_READ_S,
-                **workload,
-            }
-            try:
-                result = vllm.run_in_vllm("workload", arguments, timeout=900)
-            except RuntimeError as error:
-                failures.append(f"- {name} did not run here: `{_failure(error)}`")
-                continue
-            rows.append(_slow_l3_row(name, result, baseline if connector else None))
-            baseline = baseline if baseline is not None else result["outputs"]
+        runs = [
+            (name, {"connector": connector, "settings": settings, **workload})
+            for name, connector, settings in SLOW_L3_ROWS
+        ]
+        arguments = {"max_tokens": MAX_TOKENS, "l3_read_seconds": SLOW_READ_S}
+        rows, failures = _side_by_side(runs, arguments, _slow_l3_row, timeout=900)
         parts += [f"### {title}", table(_SLOW_L3_HEADERS, rows), *failures]
     return parts
+
+
+Row = list[object]
+
+
+def _side_by_side(
+    runs: Sequence[tuple[str | None, dict[str, Any]]],
+    shared: dict[str, Any],
+    row_of: Callable[[str | None, dict[str, Any], list[Any] | None], Row],
+    timeout: int,
+) -> tuple[list[Row], list[str]]:
+    """Each run's row, one after the other (the first run's outputs are the others'
+    baseline), and a line for each that did not run here."""
+    rows, failures, baseline = [], [], None
+    for name, arguments in runs:
+        try:
+            result = vllm.run_in_vllm("workload", {**shared, **arguments}, timeout=timeout)
+        except RuntimeError as error:
+            failures.append(f"- {name} did not run here: `{_failure(error)}`")
+            continue
+        rows.append(row_of(name, result, baseline))
+        baseline = baseline if baseline is not None else result["outputs"]
+    return rows, failures
 
 
 def workloads(limit: int) -> dict[str, list[list[list[int]]]]:
@@ -271,12 +283,16 @@ def workloads(limit: int) -> dict[str, list[list[list[int]]]]:
     }
 
 
+def _same_outputs(result: dict[str, Any], baseline: list[Any] | None) -> str:
+    """How many outputs equal the baseline's (no connector's), as ``n/total``."""
+    if baseline is None:
+        return "–"
+    pairs = zip(result["outputs"], baseline, strict=True)
+    return f"{sum(a == b for a, b in pairs)}/{len(baseline)}"
+
+
 def _row(name: str | None, result: dict[str, Any], baseline: list[Any] | None) -> list[object]:
     metrics = result["metrics"]
-    same = "–"
-    if baseline is not None:
-        pairs = zip(result["outputs"], baseline, strict=True)
-        same = f"{sum(a == b for a, b in pairs)}/{len(baseline)}"
     books = result.get("stagefate")
     read: list[object] = ["–", "–", "–"]
     if books:
@@ -287,7 +303,7 @@ def _row(name: str | None, result: dict[str, Any], baseline: list[Any] | None) -
     ttft = metrics.get("ttft_sum", 0.0) / max(metrics.get("ttft_count", 0.0), 1.0) * 1000
     return [
         name or "none",
-        same,
+        _same_outputs(result, baseline),
         *read,
         result["loaded_blocks"],
         result["duplicate_blocks"],
@@ -319,21 +335,9 @@ def run(limit: int = 300) -> Section:
         "(`stagefate.targets.vllm.copy_per_request`).",
     ]
     for title, batches in workloads(limit).items():
-        rows, failures, baseline = [], [], None
-        for connector in CONNECTORS:
-            arguments = {
-                "connector": connector,
-                "batches": batches,
-                "kv_blocks": KV_BLOCKS,
-                "max_tokens": MAX_TOKENS,
-            }
-            try:
-                result = vllm.run_in_vllm("workload", arguments, timeout=1800)
-            except RuntimeError as error:
-                failures.append(f"- {connector} did not run here: `{_failure(error)}`")
-                continue
-            rows.append(_row(connector, result, baseline))
-            baseline = baseline if baseline is not None else result["outputs"]
+        runs = [(connector, {"connector": connector}) for connector in CONNECTORS]
+        shared = {"batches": batches, "kv_blocks": KV_BLOCKS, "max_tokens": MAX_TOKENS}
+        rows, failures = _side_by_side(runs, shared, _row, timeout=1800)
         parts += [f"### {title}", table(_HEADERS, rows), *failures]
     parts += slow_l3_sections()
     parts += convoy_sections()
