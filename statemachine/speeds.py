@@ -7,9 +7,11 @@ batch. So both are measured while serving: the pipeline times its own L3 reads
 (:meth:`LoadSpeeds.observe_load`, from the completions a timing executor such as
 :class:`~stagefate.runtime.ThreadedIO` gives: tokens read, seconds from submission to done),
 and the engine reports its forwards (:meth:`LoadSpeeds.observe_forward`: tokens computed,
-seconds). The pipeline takes a :class:`SpeedEstimate` at the start of every pass; the spec's
-``load_slower_than_compute`` guard reads it. The read is what a load costs beyond computing:
-either way the request then waits for admission and a forward.
+seconds). The spec's ``load_slower_than_compute`` guard reads a :class:`SpeedEstimate`: one rank
+the current one (kept until the next observation changes it, since the guard runs at every
+issue and commit), tensor-parallel ranks the one they agreed at the pass's start. The read is
+what a load costs beyond computing: either way the request then waits for admission and a
+forward.
 
 A load is modelled as a fixed latency plus a cost per token (a least-squares line over the
 recent reads, older ones weighing less); a forward as a cost per token. Until both have been
@@ -82,11 +84,14 @@ class LoadSpeeds:
         self._forward_seconds = 0.0
         self._forward_tokens = 0.0
         self._running: tuple[int, float] | None = None
+        self._estimate: SpeedEstimate | None = None
+        """The estimate of the observations so far; None once one changed them."""
 
     def observe_load(self, tokens: int, seconds: float) -> None:
         """An L3 read of ``tokens`` took ``seconds`` from its submission to its end."""
         if _usable(tokens, seconds, "observe_load"):
             self._loads.add(float(tokens), seconds, self.memory)
+            self._estimate = None
 
     def observe_forward(self, tokens: int, seconds: float) -> None:
         """A forward computing ``tokens`` tokens (a prefill's, or a batch's) took ``seconds``."""
@@ -94,22 +99,28 @@ class LoadSpeeds:
             keep = self.memory
             self._forward_seconds = keep * self._forward_seconds + seconds
             self._forward_tokens = keep * self._forward_tokens + tokens
+            self._estimate = None
 
     def observe_running_read(self, tokens: int, seconds: float) -> None:
         """The oldest L3 read in flight, of ``tokens``, has run ``seconds`` so far (reported
         every pass; ``tokens`` 0 when no read is in flight): a load takes at least that long."""
-        self._running = (
-            (tokens, seconds) if _usable(tokens, seconds, "observe_running_read") else None
-        )
+        running = (tokens, seconds) if _usable(tokens, seconds, "observe_running_read") else None
+        if running != self._running:  # reported every pass, mostly "none in flight"
+            self._running, self._estimate = running, None
 
     def forget(self) -> None:
         """Forget every observation (the estimate knows nothing again)."""
         self._loads = _WeightedLine()
         self._forward_seconds = self._forward_tokens = 0.0
-        self._running = None
+        self._running = self._estimate = None
 
     def estimate(self) -> SpeedEstimate:
         """The costs as observed so far."""
+        if self._estimate is None:
+            self._estimate = self._fitted()
+        return self._estimate
+
+    def _fitted(self) -> SpeedEstimate:
         compute = UNKNOWN
         if self._forward_tokens > 0:
             compute = _nanoseconds(self._forward_seconds / self._forward_tokens)
