@@ -57,6 +57,7 @@ from .world import (
     fuzz_config,
     l3_contents,
     mark,
+    measure,
 )
 
 REQUEST_IDS = tuple(f"r{i}" for i in range(5))
@@ -219,13 +220,7 @@ class PipelineFuzzer(RuleBasedStateMachine):
     def the_engine_measures_speeds(self, measured: str, tokens: int, seconds: float) -> None:
         """The engine reports a load's or a forward's time (or restarts its measuring), so
         the IO commit's ``load_slower_than_compute`` answers both ways."""
-        speeds = self.pipe.speeds
-        if measured == "load":
-            speeds.observe_load(tokens, seconds)
-        elif measured == "forward":
-            speeds.observe_forward(tokens, seconds)
-        else:
-            speeds.forget()
+        measure(self.pipe.speeds, measured, tokens, seconds)
 
     @rule()
     def reissue_due_retries(self) -> None:

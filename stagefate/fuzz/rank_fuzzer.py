@@ -52,6 +52,7 @@ from .invariants import (
     spec_invariant,
 )
 from .stepping import manual_io
+from .world import measure
 
 SEQUENCES = 2
 PAGES = 6
@@ -319,13 +320,8 @@ class RankFuzzer(RuleBasedStateMachine):
         """One rank's engine reports a load's or a forward's time (each rank times its own):
         the IO commits must decide on the estimate the ranks agreed."""
         here = self._here(rank)
-        if here is None:
-            return
-        speeds = here[1].speeds
-        if measured == "load":
-            speeds.observe_load(tokens, seconds)
-        else:
-            speeds.observe_forward(tokens, seconds)
+        if here is not None:
+            measure(here[1].speeds, measured, tokens, seconds)
 
     @rule(rank=st.integers(0, 3), pages=st.integers(1, 20))
     def one_rank_bounce_fills(self, rank: int, pages: int) -> None:

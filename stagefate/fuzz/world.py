@@ -20,6 +20,7 @@ import torch
 from ..runtime import MemoryStorage
 from ..statemachine.config import PipelineConfig
 from ..statemachine.pipeline import BufferPipeline
+from ..statemachine.speeds import LoadSpeeds
 
 NAMESPACES: tuple[str | None, ...] = (None, "tenant-b")
 """The namespaces (``cache_salt`` here, SGLang's ``extra_key``) requests are issued under."""
@@ -142,3 +143,14 @@ def write_marked(
     producer.device_pool.free(slots)
     if aux is not None and producer.aux_pool is not None:
         producer.aux_pool.free(aux)
+
+
+def measure(speeds: LoadSpeeds, measured: str, tokens: int, seconds: float) -> None:
+    """What a fuzzer's engine reports of its speeds: a read's time (``load``), a forward's
+    (``forward``), or that it starts measuring afresh (``nothing yet``)."""
+    if measured == "load":
+        speeds.observe_load(tokens, seconds)
+    elif measured == "forward":
+        speeds.observe_forward(tokens, seconds)
+    else:
+        speeds.forget()
