@@ -106,7 +106,8 @@ class Args:
     host_slack: int = 0
     """The agreed bounce room minus this rank's own (at most 0; tensor parallelism only)."""
     slower: bool = False
-    """At the IO commit: the measured speeds say the load would be slower than computing."""
+    """At the issue or the IO commit: the measured speeds say the load would be slower than
+    computing."""
 
 
 class Step(NamedTuple):
@@ -121,9 +122,9 @@ class Step(NamedTuple):
     """At the IO commit: the host room the ranks agreed minus this rank's own
     (:mod:`.modelcheck_ranks`; 0 on one rank)."""
     slower: bool = False
-    """At the IO commit (or the pass a completion or a poll runs): the speeds measured say
-    loads are slower than computing. Speeds change between any two passes, so the model draws
-    both answers at every commit."""
+    """At an issue or an IO commit (or the pass a completion or a poll runs): the speeds
+    measured say loads are slower than computing. Speeds change between any two steps, so the
+    model draws both answers at every issue and commit."""
 
 
 class Fired(NamedTuple):

@@ -127,7 +127,8 @@ class ModelChecker:
         self.pre_commit = spec.group("pre_commit")
         self.holds = spec.group("hold")
         self.draws_speeds = "load_slower_than_compute" in spec.guards
-        """Whether the IO commit reads the measured speeds: then it is drawn both ways."""
+        """Whether the issue and the IO commit read the measured speeds: then they are drawn
+        both ways."""
         self._levels = {
             name: (state.level("pin").value, state.level("bounce").value)
             for name, state in spec.states.items()

@@ -310,10 +310,6 @@ class LineWorld:
     def poll(self, loads_slower: bool = False) -> None:
         """One scheduling pass's ``poll`` (``loads_slower``: in a pass whose measured speeds
         say a load takes longer than computing its tokens)."""
-        self._pass(loads_slower)
-
-    def _pass(self, loads_slower: bool) -> None:
-        """One ``poll``, with :meth:`_speeds`."""
         with self._speeds(loads_slower):
             self.pipe.poll()
 
@@ -354,7 +350,7 @@ class LineWorld:
             self.io.fail(op_id)
         else:
             self.io.complete(op_id)
-        self._pass(loads_slower)
+        self.poll(loads_slower)
 
     def evict(self) -> None:
         """The line's last page leaves the device (the node is split there first)."""

@@ -68,16 +68,18 @@ PROOF_SETTINGS: dict[str, Any] = {"stagefate.decline_slower_loads": False}
 one-block read that measured slower than 32 tokens compute would rightly be declined (it was,
 once, in a loaded run), and a test asserting "all of it served" would then flake. So the speed
 decision is off in them; :func:`workload` (the benchmark, and the decision's own test) runs the
-connector as shipped."""
+connector as shipped (``build(..., as_shipped=True)``)."""
 
 
 def build(
     connector: str | None = STAGEFATE,
     settings: dict[str, Any] | None = None,
     policy: str = "fail",
+    as_shipped: bool = False,
     **options: Any,
 ) -> Any:
-    """The tiny model on vLLM, with ``connector`` (stagefate's, one of :data:`PEERS`, or none)."""
+    """The tiny model on vLLM, with ``connector`` (stagefate's, one of :data:`PEERS`, or none);
+    stagefate's with :data:`PROOF_SETTINGS` unless ``as_shipped``."""
     from vllm import LLM
     from vllm.config import KVTransferConfig
 
@@ -85,7 +87,7 @@ def build(
         if connector == STAGEFATE:
             extra: dict[str, Any] = {
                 "stagefate.storage": "memory",
-                **PROOF_SETTINGS,
+                **({} if as_shipped else PROOF_SETTINGS),
                 **(settings or {}),
             }
             module: dict[str, Any] = {"kv_connector_module_path": "stagefate.integrations.vllm"}
@@ -630,8 +632,7 @@ def workload(arguments: dict[str, Any]) -> dict[str, Any]:
     connector = arguments.get("connector")
     blocks = arguments.get("kv_blocks")
     options = {} if blocks is None else {"num_gpu_blocks_override": blocks}
-    shipped = {"stagefate.decline_slower_loads": True}  # the connector's own default
-    llm = build(connector, settings={**shipped, **(arguments.get("settings") or {})}, **options)
+    llm = build(connector, settings=arguments.get("settings"), as_shipped=True, **options)
     if arguments.get("warm"):
         generate(llm, arguments["warm"], arguments["max_tokens"])
         llm.reset_prefix_cache()
