@@ -5,7 +5,7 @@ It knows nothing of lifecycle states or the spec; the statemachine package drive
 
 from .copy import CopyEngine, CopyHandle
 from .hashing import Namespace, namespace_of, page_hashes, storage_key
-from .io import Completion, IOExecutor, IOOp, IOResult, ManualIO, ThreadedIO
+from .io import Completion, IOExecutor, IOOp, IOResult, ManualClock, ManualIO, ThreadedIO
 from .pools import AuxPool, DevicePool, HostPool, KVLayout, PoolError, SlotPool, resolve_device
 from .storage import FileStorage, MemoryStorage, Storage
 from .tokens import TokenKey, Tokens
@@ -23,6 +23,7 @@ __all__ = [
     "IOOp",
     "IOResult",
     "KVLayout",
+    "ManualClock",
     "ManualIO",
     "MatchResult",
     "MemoryStorage",

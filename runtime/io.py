@@ -57,8 +57,8 @@ class Completion(NamedTuple):
     aux_complete: bool = True
     error: str | None = None
     seconds: float | None = None
-    """How long a storage operation took from its submission (None: not timed, as
-    :class:`ManualIO` does not: a test decides when it completes)."""
+    """How long a storage operation took from its submission (None: not timed, as a
+    :class:`ManualIO` without a clock does not: a test decides when it completes)."""
 
 
 class IOExecutor(Protocol):
@@ -84,11 +84,14 @@ class IOExecutor(Protocol):
 
 @runtime_checkable
 class TimesReads(Protocol):
-    """An executor that knows how long its oldest read in flight has run (:class:`ThreadedIO`):
-    the pipeline's speed estimate takes it as a floor under a load's latency."""
+    """An executor that knows how long each read in flight has run (:class:`ThreadedIO`, and a
+    :class:`ManualIO` given a clock): the pipeline's speed estimate takes the oldest as a floor
+    under a load's latency, and ``give_up_slow_read`` compares a read's time so far with the
+    time computing its tokens would take."""
 
-    def oldest_read_running(self) -> tuple[int, float] | None:
-        """``(op_id, seconds since its submission)`` of the oldest read not yet done."""
+    def reads_running(self) -> dict[int, float]:
+        """Seconds since its submission of each read not yet done (queued or running), by
+        op id."""
         ...
 
 
@@ -109,20 +112,63 @@ def _completion(op: IOOp, result: IOResult, seconds: float | None = None) -> Com
     return Completion(op.op_id, op.kind, result.tokens, result.aux_complete, error, seconds)
 
 
-class ManualIO:
-    """Deterministic IO: operations wait in submission order until completed by hand."""
+class ManualClock:
+    """A clock that moves only when the test moves it (trio's ``MockClock``, reduced to what
+    stagefate times): a :class:`ManualIO` given one times its reads deterministically."""
 
-    def __init__(self) -> None:
+    def __init__(self, start: float = 0.0) -> None:
+        self.now = start
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        """Move the clock ``seconds`` forward."""
+        if not seconds >= 0.0:
+            raise ValueError(f"advance({seconds!r}): a clock moves forward only")
+        self.now += seconds
+
+
+class ManualIO:
+    """Deterministic IO: operations wait in submission order until completed by hand.
+
+    ``clock``: seconds from a clock the test moves (a :class:`ManualClock`); with one, reads
+    are timed by it (:class:`TimesReads`, and each completion's ``seconds``), as
+    :class:`ThreadedIO` times them by the wall clock. Without one nothing is timed.
+    """
+
+    def __init__(self, clock: Callable[[], float] | None = None) -> None:
         self._queued: dict[int, IOOp] = {}
         self._done: list[Completion] = []
         self._closed = False
+        self._clock = clock
+        self._submitted: dict[int, float] = {}
+        """When each read not yet done was submitted, by the clock (timed reads only)."""
 
     @property
     def closed(self) -> bool:
         return self._closed
 
+    @property
+    def clock(self) -> Callable[[], float] | None:
+        """The clock that times the reads (None: untimed)."""
+        return self._clock
+
     def submit(self, op: IOOp) -> None:
         self._queued[op.op_id] = op
+        if self._clock is not None and op.kind == "read":
+            self._submitted[op.op_id] = self._clock()
+
+    def reads_running(self) -> dict[int, float]:
+        if self._clock is None:
+            return {}
+        now = self._clock()
+        return {op_id: now - submitted for op_id, submitted in self._submitted.items()}
+
+    def _seconds(self, op: IOOp) -> float | None:
+        """How long ``op`` ran, by the clock (a read's only: the others are not timed)."""
+        submitted = self._submitted.pop(op.op_id, None)
+        return None if submitted is None or self._clock is None else self._clock() - submitted
 
     def pending(self) -> int:
         return len(self._queued)
@@ -147,7 +193,7 @@ class ManualIO:
         result = op.run(limit)
         if result.handle is not FINISHED:
             result.handle.wait()
-        self._done.append(_completion(op, result))
+        self._done.append(_completion(op, result, self._seconds(op)))
 
     def complete_short(self, op_id: int, tokens: int) -> None:
         self.complete(op_id, limit=tokens)
@@ -156,7 +202,7 @@ class ManualIO:
         """End operation ``op_id`` with an error, without running it."""
         op = self._queued_op(op_id)
         del self._queued[op_id]
-        self._done.append(Completion(op.op_id, op.kind, error=error))
+        self._done.append(Completion(op.op_id, op.kind, error=error, seconds=self._seconds(op)))
 
     def complete_all(self) -> None:
         """Complete every queued operation, oldest first (ones they submit wait for next time)."""
@@ -170,6 +216,7 @@ class ManualIO:
 
     def close(self) -> None:
         self._queued.clear()
+        self._submitted.clear()
         self._closed = True
 
 
@@ -216,14 +263,10 @@ class ThreadedIO:
         self._reads.pop(op.op_id, None)
         self._results.put(completion)
 
-    def oldest_read_running(self) -> tuple[int, float] | None:
-        """``(op_id, seconds since its submission)`` of the oldest read not yet done (queued
-        behind others or running)."""
+    def reads_running(self) -> dict[int, float]:
         reads = dict(self._reads)  # a copy: the worker threads remove theirs meanwhile
-        if not reads:
-            return None
-        op_id = min(reads, key=reads.__getitem__)
-        return op_id, time.perf_counter() - reads[op_id]
+        now = time.perf_counter()
+        return {op_id: now - submitted for op_id, submitted in reads.items()}
 
     def wait(self, timeout_s: float) -> bool:
         """Block (the GIL released) until a storage operation completes or ``timeout_s``

@@ -68,7 +68,7 @@ def _call(step: Step) -> str:
         stale = ["stale=True"] if what == "stale" else []
         return f"world.issue({', '.join([str(request), *stale, *slow])})"
     if kind in ("event", "live"):
-        return f"world.{what}({request})"
+        return f"world.{what}({', '.join([str(request), *slow])})"
     mode = {"short": ['"short"', f"pages={step.pages}"], "error": ['"error"']}.get(what, [])
     return f"world.complete({', '.join([str(request), *mode, *slow])})"
 

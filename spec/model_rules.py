@@ -80,6 +80,7 @@ GUARDS: dict[str, Guard] = {
         o is not None and o.state in mc.waiting_for_room for o in d.records
     ),
     "load_slower_than_compute": lambda mc, d, i, r, a: a.slower,
+    "read_outlasts_compute": lambda mc, d, i, r, a: a.slower,
     "span_oversize": lambda mc, d, i, r, a: mc.host_capacity < _read_pages(r),
     "host_short": lambda mc, d, i, r, a: d.host_free + a.host_slack < _read_pages(r),
     "read_empty": lambda mc, d, i, r, a: a.error or a.tokens == 0,

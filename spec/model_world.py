@@ -107,7 +107,7 @@ class Args:
     """The agreed bounce room minus this rank's own (at most 0; tensor parallelism only)."""
     slower: bool = False
     """At the issue or the IO commit: the measured speeds say the load would be slower than
-    computing."""
+    computing; at ``give_up_slow_read``: the read has run longer than computing would take."""
 
 
 class Step(NamedTuple):
@@ -123,8 +123,9 @@ class Step(NamedTuple):
     (:mod:`.modelcheck_ranks`; 0 on one rank)."""
     slower: bool = False
     """At an issue or an IO commit (or the pass a completion or a poll runs): the speeds
-    measured say loads are slower than computing. Speeds change between any two steps, so the
-    model draws both answers at every issue and commit."""
+    measured say loads are slower than computing; at ``give_up_slow_read``: the read in flight
+    has run longer than computing its tokens takes. Speeds change between any two steps, so
+    the model draws both answers at every issue, commit and give-up."""
 
 
 class Fired(NamedTuple):

@@ -129,6 +129,9 @@ class ModelChecker:
         self.draws_speeds = "load_slower_than_compute" in spec.guards
         """Whether the issue and the IO commit read the measured speeds: then they are drawn
         both ways."""
+        self.give_up = spec.calls.get("give_up_slow_read", ("",))[0]
+        """The event ``give_up_slow_read`` fires ("" for a design without the call): drawn both
+        ways, with the read outlasting computing and not."""
         self._levels = {
             name: (state.level("pin").value, state.level("bounce").value)
             for name, state in spec.states.items()
@@ -293,14 +296,7 @@ class ModelChecker:
         """The steps request ``i`` can take from ``slot`` (memoised: few distinct slots)."""
         record = slot.record
         if record is None:
-            if slot.issues >= self.bounds.issues_per_request:
-                return ()
-            issues = [Step("issue", i, "live")]
-            if below_want:
-                issues.append(Step("issue", i, "stale"))
-            if self.draws_speeds:  # speeds that say even the whole span loads too slowly
-                issues += [step._replace(slower=True) for step in issues]
-            return tuple(issues)
+            return self._issue_steps(i, slot, below_want)
         out: list[Step] = []
         state = record.state
         lock = self._first_event("try_lock_anchor")
@@ -326,6 +322,8 @@ class ModelChecker:
             event = self._first_event(call)
             if (state, event) in self._rows:
                 out.append(Step("event", i, event))
+        if (state, self.give_up) in self._rows:
+            out += [Step("event", i, self.give_up), Step("event", i, self.give_up, slower=True)]
         if record.op == "load":  # the copy into the device completes, or fails (never short)
             out += [Step("load", i, "full"), Step("load", i, "error")]
         elif record.op:  # L3 may have lost any tail of what is asked: every prefix is an outcome
@@ -333,6 +331,17 @@ class ModelChecker:
             out += [Step(record.op, i, "full"), Step(record.op, i, "error")]
             out += [Step(record.op, i, "short", pages) for pages in range(1, asked)]
         return tuple(out)
+
+    def _issue_steps(self, i: int, slot: Slot, below_want: bool) -> tuple[Step, ...]:
+        """The issues request ``i`` can make, its record having ended (or never begun)."""
+        if slot.issues >= self.bounds.issues_per_request:
+            return ()
+        issues = [Step("issue", i, "live")]
+        if below_want:
+            issues.append(Step("issue", i, "stale"))
+        if self.draws_speeds:  # speeds that say even the whole span loads too slowly
+            issues += [step._replace(slower=True) for step in issues]
+        return tuple(issues)
 
     def describe(self, step: Step) -> str:
         """``step`` for a counterexample."""
@@ -358,7 +367,9 @@ class ModelChecker:
             text = call.get(what, what) if kind == "event" else f"{kind} completes {what}"
         if what == "short":
             text += f" ({step.pages} page{'s' if step.pages > 1 else ''} found)"
-        if step.slower:
+        if step.slower and what == self.give_up:
+            text += ", the read has run longer than computing its tokens takes"
+        elif step.slower:
             text += ", loads measured slower than computing"
         return f"r{step.request}: {text}"
 

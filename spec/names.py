@@ -14,6 +14,7 @@ StateName = Literal[
     "parked",
     "reading",
     "abandoned",
+    "outrun",
     "staged",
     "trimmed",
     "consumed",
@@ -30,6 +31,7 @@ LiveStateName = Literal[
     "parked",
     "reading",
     "abandoned",
+    "outrun",
     "staged",
     "trimmed",
     "consumed",
@@ -66,9 +68,9 @@ WaitingForRoomState = Literal["parked"]
 """The ``waiting_for_room`` group: a hit waiting in the FIFO of parked hits for bounce room
 (parked_ahead asks whether one is; leaving it leaves the FIFO)."""
 
-OrphanedState = Literal["abandoned"]
-"""The ``orphaned`` group: its request is gone (aborted while reading): only the bounce and the
-read in flight are left, freed when the read completes."""
+OrphanedState = Literal["abandoned", "outrun"]
+"""The ``orphaned`` group: its request no longer waits for the read (aborted, or computing
+instead): only the bounce and the read in flight are left, freed when the read completes."""
 
 SplicedState = Literal["consumed"]
 """The ``spliced`` group: spliced into the device pool and the tree; the H2D copy of the tail is
@@ -84,6 +86,7 @@ EventName = Literal[
     "consume",
     "ack",
     "abort",
+    "give_up",
     "release_hold",
 ]
 """Every event."""
@@ -109,6 +112,7 @@ ReasonName = Literal[
     "filled",
     "load_failed",
     "aborted",
+    "outrun_by_compute",
     "released",
 ]
 """Every reason a record ends with."""
@@ -149,6 +153,7 @@ CounterName = Literal[
     "filled",
     "load_failed",
     "aborted",
+    "outrun_by_compute",
     "released",
 ]
 """Every counter (the declared, then one per reason)."""

@@ -158,6 +158,7 @@ ApiCall = Literal[
     "init_load_back",
     "release_staged_hold",
     "release_aborted_request",
+    "give_up_slow_read",
 ]
 """The scheduler's calls that fire events on a live record (``prefetch_from_storage`` fires
 ``issue_event``; ``poll`` fires its completions' events, then its own)."""

@@ -6,6 +6,8 @@ a test decides exactly when each storage read, existence query and H2D copy comp
 * :func:`manual_io` and :func:`step_io`: the pipeline's ManualIO, and one operation of it
   completed fully, short or failed (then a scheduling pass);
 * :func:`settle`: every queued operation completes and the scheduler polls, a few rounds;
+* :class:`~stagefate.runtime.ManualClock`: a clock the test moves, to time a ManualIO's reads
+  (the speeds the pipeline measures, a read that runs longer than computing would take);
 * :class:`Pair` / :func:`make_pair`: a producer and a consumer pipeline over one L3, with KV
   whose every slot carries a mark, so a test reads back which producer's bytes were spliced;
 * :func:`assert_quiescent`: nothing live, no pin, no hold, every slot back, the books closed;
@@ -37,7 +39,7 @@ from .fuzz.fuzzer import PipelineFuzzer, configured
 from .fuzz.gloo import run_ranks_over_gloo
 from .fuzz.stepping import manual_io
 from .fuzz.world import NAMESPACES, SEQUENCES, mark, write_marked
-from .runtime import MemoryStorage
+from .runtime import ManualClock, ManualIO, MemoryStorage
 from .runtime.prefix_tree import PrefixTree
 from .spec.model_world import Bounds
 from .spec.schema import LifecycleSpec, transition_text
@@ -50,6 +52,7 @@ __all__ = [
     "NAMESPACES",
     "SEQUENCES",
     "LineWorld",
+    "ManualClock",
     "Pair",
     "PipelineFuzzer",
     "assert_quiescent",
@@ -145,11 +148,15 @@ class Pair:
         settle(self.consumer, rounds)
 
 
-def make_pair(config: PipelineConfig) -> Pair:
-    """Two pipelines with ``config`` over one :class:`MemoryStorage`."""
+def make_pair(config: PipelineConfig, clock: ManualClock | None = None) -> Pair:
+    """Two pipelines with ``config`` over one :class:`MemoryStorage` (``clock``: the consumer's
+    reads are timed by it, on a :class:`~stagefate.runtime.ManualIO`)."""
     storage = MemoryStorage()
+    io = None if clock is None else ManualIO(clock)
     pair = Pair(
-        BufferPipeline(config, storage=storage), BufferPipeline(config, storage=storage), storage
+        BufferPipeline(config, storage=storage),
+        BufferPipeline(config, storage=storage, io=io),
+        storage,
     )
 
     def record(event: TransitionEvent) -> None:
@@ -258,7 +265,11 @@ class LineWorld:
         assert slots is not None
         producer.tree.insert(self.line, slots)
         producer.write_through(self.line, slots)
-        self.pipe = BufferPipeline(self.config, storage=self.storage, spec=spec)
+        self.clock = ManualClock()
+        """Times the reads (moved by :meth:`give_up` only)."""
+        self.pipe = BufferPipeline(
+            self.config, storage=self.storage, io=ManualIO(self.clock), spec=spec
+        )
         self.io = manual_io(self.pipe)
         self._log = StringIO()
         self._logged = 0
@@ -306,6 +317,14 @@ class LineWorld:
     def abort(self, request: int) -> None:
         """``release_aborted_request`` (the request was aborted)."""
         self.pipe.release_aborted_request(f"r{request}")
+
+    def give_up(self, request: int, loads_slower: bool = False) -> bool:
+        """``give_up_slow_read`` before keeping the request waiting (``loads_slower``: its read
+        has run a second, against forwards measured at a microsecond a token)."""
+        if loads_slower:
+            self.clock.advance(1.0)
+        with self._speeds(loads_slower):
+            return self.pipe.give_up_slow_read(f"r{request}")
 
     def poll(self, loads_slower: bool = False) -> None:
         """One scheduling pass's ``poll`` (``loads_slower``: in a pass whose measured speeds

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import zlib
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Sequence, Set
 from typing import cast
 
 from ..runtime import Completion
@@ -118,10 +118,12 @@ class RankAgreement:
     slack :meth:`completions` leaves in :attr:`host_slack` for the commit's ``host_short``, and
     so is the speed estimate the commit's ``load_slower_than_compute`` reads (each cost the
     smallest any rank measured; unknown where any rank has not measured it), in
-    :attr:`estimate`.
+    :attr:`estimate`, and the reads in flight that every rank found overdue (run longer than
+    computing their tokens takes there), which ``read_outlasts_compute`` reads, in
+    :attr:`overdue`.
     """
 
-    FACTS_PER_OP = 4
+    FACTS_PER_OP = 5
 
     def __init__(self, group: Group) -> None:
         self.lockstep = Lockstep(group)
@@ -130,6 +132,8 @@ class RankAgreement:
         """Agreed minus this rank's own free bounce (main, aux) at the pass's start; at most 0."""
         self.estimate = SpeedEstimate()
         """The speed estimate the ranks agreed at the pass's start."""
+        self.overdue: frozenset[int] = frozenset()
+        """The reads in flight every rank found overdue at the pass's start, by op id."""
 
     def completions(
         self,
@@ -137,6 +141,7 @@ class RankAgreement:
         in_flight: Sequence[int],
         room: Sequence[int],
         estimate: SpeedEstimate,
+        overdue: Set[int] = frozenset(),
     ) -> list[Completion]:
         """What to act on this pass: stale completions (their operation ended everywhere in
         lockstep, counted by the caller) and the agreed ones, in operation order."""
@@ -150,18 +155,22 @@ class RankAgreement:
         facts = [*room, *speeds]
         for op_id in in_flight:
             mine = local.get(op_id)
+            late = int(op_id in overdue)
             if mine is None:
-                facts += [0, 0, 0, 0]
+                facts += [0, 0, 0, 0, late]
             else:
                 failed = -1 if mine.error is not None else 0
-                facts += [1, mine.tokens, failed, int(mine.aux_complete)]
+                facts += [1, mine.tokens, failed, int(mine.aux_complete), late]
         agreed = self.lockstep.agree_facts(facts)
         self.host_slack = [a - r for a, r in zip(agreed[: len(room)], room, strict=True)]
         base = len(room) + len(speeds)
         self.estimate = SpeedEstimate.of_facts(agreed[len(room) : base])
+        late_everywhere = []
         for index, op_id in enumerate(in_flight):
             at = base + index * self.FACTS_PER_OP
-            done, tokens, failed, aux_complete = agreed[at : at + self.FACTS_PER_OP]
+            done, tokens, failed, aux_complete, late = agreed[at : at + self.FACTS_PER_OP]
+            if late:
+                late_everywhere.append(op_id)
             if not done:
                 continue
             mine = local.pop(op_id)
@@ -169,4 +178,5 @@ class RankAgreement:
             out.append(
                 Completion(op_id, mine.kind, tokens, bool(aux_complete), error, mine.seconds)
             )
+        self.overdue = frozenset(late_everywhere)
         return out

@@ -85,7 +85,7 @@ from .lockstep import RankAgreement
 from .machine import CompiledMachine, Outcome, bind, named_methods
 from .record import Instrument, Lookups, Record, TransitionEvent
 from .retry import RetryBook
-from .speeds import LoadSpeeds
+from .speeds import LoadSpeeds, SpeedEstimate
 from .stats import Stats
 
 if TYPE_CHECKING:  # the oracle runs on `transitions`, a tool: imported only when it is on
@@ -179,6 +179,7 @@ class BufferPipeline:
         )  # a missing group is named by the machine's completeness check just below
         self._spliced_ends = self.spec.reasons_leaving("spliced")
         _check_calls(self.spec)
+        self._give_up_event = self.spec.calls["give_up_slow_read"][-1]
         guards = bind(self, "_guard_", self.GUARDS)
         effects = bind(self, "_effect_", self.EFFECTS)
         self.machine: CompiledMachine[Record] = CompiledMachine(
@@ -302,7 +303,13 @@ class BufferPipeline:
         if agreement is not None:
             room = [self.host_pool.available(), self._host_aux_available()]
             estimate = self.speeds.estimate()
-            completions = agreement.completions(completions, sorted(self._ops), room, estimate)
+            running = self._reads_running()
+            overdue = {
+                op_id for op_id, record in self._ops.items() if _overdue(record, estimate, running)
+            }
+            completions = agreement.completions(
+                completions, sorted(self._ops), room, estimate, overdue
+            )
         for completion in completions:
             self._on_completion(completion)
         self._run_commits()
@@ -373,6 +380,19 @@ class BufferPipeline:
         record = self._records.get(req_id)
         if record is not None:
             self._call(record, "release_aborted_request")
+
+    def give_up_slow_read(self, req_id: str) -> bool:
+        """Asked before keeping a request waiting for its read in flight: should it compute
+        instead? True when the read has run longer than computing its tokens would take at the
+        measured forward speed (``read_outlasts_compute``): the record is then ``outrun``, the
+        request computes those tokens, and the read's bounce is freed when it lands. False,
+        changing nothing, otherwise (no read in flight, or the read may still win)."""
+        self._check_request_id(req_id)
+        record = self._records.get(req_id)
+        if record is None or not self.machine.allows(record.state, self._give_up_event):
+            return False
+        outcome = self._call(record, "give_up_slow_read")
+        return outcome.target != outcome.source
 
     def request_left(self, req_id: str) -> None:
         """The request left the waiting queue (admitted, or finished): its paced retries and a
@@ -624,13 +644,17 @@ class BufferPipeline:
             seconds = completion.seconds
             if completion.kind == "read" and seconds is not None and completion.error is None:
                 speeds.observe_load(completion.tokens, seconds)
-        if self._times_reads is not None:
-            running = self._times_reads.oldest_read_running()
-            record = None if running is None else self._ops.get(running[0])
-            if running is None or record is None:
-                speeds.observe_running_read(0, 0.0)
-            else:
-                speeds.observe_running_read(record.plan_tokens, running[1])
+        running = self._reads_running()
+        oldest = max(running, key=running.__getitem__, default=None)
+        record = None if oldest is None else self._ops.get(oldest)
+        if oldest is None or record is None:
+            speeds.observe_running_read(0, 0.0)
+        else:
+            speeds.observe_running_read(record.plan_tokens, running[oldest])
+
+    def _reads_running(self) -> dict[int, float]:
+        """Seconds each read in flight has run, by op id (none where the IO does not time)."""
+        return {} if self._times_reads is None else self._times_reads.reads_running()
 
     def _run_commits(self) -> None:
         for request_id in list(self._parked) if self._parked else ():
@@ -710,6 +734,14 @@ class BufferPipeline:
         estimate = self.speeds.estimate() if agreement is None else agreement.estimate
         # at issue the hit is not known yet: the whole span is what a read could bring
         return estimate.load_slower_than_compute(record.plan_tokens or record.span_tokens)
+
+    def _guard_read_outlasts_compute(self, record: Record) -> bool:
+        # each rank's reads run their own time: the ranks agreed at the pass's start which
+        # reads every one of them found overdue
+        agreement = self._agreement
+        if agreement is not None:
+            return record.op_id in agreement.overdue
+        return _overdue(record, self.speeds.estimate(), self._reads_running())
 
     def _guard_span_oversize(self, record: Record) -> bool:
         # capacities, not room: the ranks of a tensor-parallel group share one config
@@ -966,6 +998,12 @@ class BufferPipeline:
 BufferPipeline.GUARDS = named_methods(BufferPipeline, "_guard_")
 BufferPipeline.EFFECTS = named_methods(BufferPipeline, "_effect_")
 BufferPipeline.EXITS = named_methods(BufferPipeline, "_exit_")
+
+
+def _overdue(record: Record, estimate: SpeedEstimate, running: Mapping[int, float]) -> bool:
+    """Whether ``record``'s read in flight has run longer than computing its tokens takes."""
+    seconds = None if record.op_id is None else running.get(record.op_id)
+    return seconds is not None and estimate.computes_sooner(record.read_tokens, seconds)
 
 
 def _check_calls(spec: LifecycleSpec) -> None:

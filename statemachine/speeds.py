@@ -21,6 +21,12 @@ loads every hit as before. A read still running is evidence too
 so far, so the estimate's latency is never below it. That is what stops a burst of hits from all
 reading a slow L3 before the first of their reads has landed.
 
+The first reads of a slow L3 are committed before any read has been timed, and one that
+turns out slow must not hold its request longer than computing would: the scheduler asks
+``give_up_slow_read`` before keeping a request waiting, and a read that has run longer than
+computing its tokens takes (:meth:`SpeedEstimate.computes_sooner`) loses its request, which
+computes. That bounds what an unmeasured L3 costs a request at about twice its compute time.
+
 The estimate is three integers of nanoseconds, so that tensor-parallel ranks can agree one
 (the smallest of each, through the pass's agreement: docs/tensor-parallel.md) and every rank's
 guard answers alike.
@@ -54,6 +60,13 @@ class SpeedEstimate:
             return False
         load = self.load_latency_ns + self.load_ns_per_token * tokens
         return load > self.compute_ns_per_token * tokens
+
+    def computes_sooner(self, tokens: int, seconds: float) -> bool:
+        """Whether computing ``tokens`` would have taken less than ``seconds`` (a read that has
+        run that long loses to computing whenever it lands); False before a forward has been
+        measured."""
+        compute = self.compute_ns_per_token
+        return compute > UNKNOWN and tokens > 0 and compute * tokens < seconds * 1e9
 
     def as_facts(self) -> list[int]:
         """The three costs, in the order :meth:`of_facts` reads them."""

@@ -90,5 +90,9 @@ class Stats(BaseModel):
     policy), or fails the request"""
     aborted: int = 0
     """records that ended aborted: the request was aborted"""
+    outrun_by_compute: int = 0
+    """records that ended outrun_by_compute: its request stopped waiting for the read (it had run
+    as long as computing would take) and computed those tokens; the read, when it landed, was
+    freed unused"""
     released: int = 0
     """records that ended released: the scheduler released the staged hold"""

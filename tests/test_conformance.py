@@ -83,7 +83,7 @@ def test_invalid_event_names_request_state_and_event_on_both() -> None:
             fire()
         text = str(info.value)
         assert "'req-7'" in text and "'consume'" in text and "'reading'" in text
-        assert "allowed there: abort, read_done" in text
+        assert "allowed there: abort, give_up, read_done" in text
     assert rec.state == model.state == "reading"
     assert rec.world.log == []
 

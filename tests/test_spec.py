@@ -34,6 +34,7 @@ SECTION_3_STATES = {
     "parked",
     "reading",
     "abandoned",
+    "outrun",
     "staged",
     "trimmed",
     "consumed",

@@ -1,5 +1,7 @@
 """A load slower than computing is declined at the IO commit (``load_slower_than_compute``),
-from the speeds the engine measured: the estimate itself, then the decision in the pipeline."""
+from the speeds the engine measured: the estimate itself, then the decision in the pipeline;
+and a read that has run longer than computing would take loses its request
+(``give_up_slow_read``)."""
 
 from __future__ import annotations
 
@@ -7,8 +9,9 @@ import math
 
 import pytest
 
+from stagefate.runtime import ManualClock
 from stagefate.statemachine.speeds import UNKNOWN, LoadSpeeds, SpeedEstimate
-from stagefate.testing import Pair, assert_quiescent, make_pair
+from stagefate.testing import Pair, assert_quiescent, make_pair, step_io
 
 from .harness import config, seq_of
 
@@ -172,3 +175,66 @@ def test_fast_loads_are_read_as_before() -> None:
     consumer.release_staged_hold("r")
     assert consumer.stats.declined_slower_than_compute == 0
     assert_quiescent(consumer)
+
+
+# ---------------------------------------------------------------------- giving up a slow read
+
+
+def _reading(forward_s_per_token: float | None) -> tuple[Pair, ManualClock, list[int]]:
+    """``r``'s read of an 8-page span in flight on a consumer whose reads a manual clock times
+    (``forward_s_per_token``: the forward speed the engine measured, if any)."""
+    clock = ManualClock()
+    pair = make_pair(config(), clock)
+    seq = seq_of(8, 1)
+    pair.publish(seq, mark=3.0)
+    consumer = pair.consumer
+    if forward_s_per_token is not None:
+        consumer.speeds.observe_forward(8, 8 * forward_s_per_token)
+    consumer.prefetch_from_storage("r", seq, 0)
+    step_io(consumer, "exists")  # the hit, then the commit: the read is in flight
+    assert consumer.state("r") == "reading"
+    return pair, clock, seq
+
+
+@pytest.mark.invariant("exactly_once_end", "hold_release")
+def test_a_read_that_ran_longer_than_computing_loses_its_request_and_lands_unused() -> None:
+    pair, clock, _ = _reading(forward_s_per_token=1e-3)
+    consumer = pair.consumer
+    computing = consumer.live_records["r"].read_tokens * 1e-3  # what computing them takes
+    assert not consumer.give_up_slow_read("r")  # just launched: it may still win
+    clock.advance(0.9 * computing)
+    assert not consumer.give_up_slow_read("r")
+    assert consumer.state("r") == "reading"
+    clock.advance(0.2 * computing)  # computing would have been done by now
+    assert consumer.give_up_slow_read("r")
+    assert pair.outcomes[-1] == ("r", "reading", "outrun", None)
+    assert not consumer.prefetch_pending("r")  # the scheduler admits it and computes
+    assert not consumer.has_hold("r")
+    assert consumer.pinned_tokens == 0
+    assert consumer.host_pool.available() < consumer.host_pool.capacity  # the read writes it
+    assert not consumer.give_up_slow_read("r")  # asked again: nothing to decide
+    step_io(consumer, "read")  # the read lands: its bounce is freed, nothing spliced
+    assert pair.outcomes[-1] == ("r", "outrun", "released", "outrun_by_compute")
+    stats = consumer.stats
+    assert (stats.outrun_by_compute, stats.l3_reads, stats.l3_reads_wasted) == (1, 1, 1)
+    assert_quiescent(consumer)
+
+
+def test_nothing_is_given_up_before_a_forward_is_measured() -> None:
+    pair, clock, _ = _reading(forward_s_per_token=None)
+    clock.advance(3600.0)
+    assert not pair.consumer.give_up_slow_read("r")
+    assert pair.consumer.state("r") == "reading"
+
+
+@pytest.mark.invariant("dedup_waiters")
+def test_a_request_waiting_on_a_read_given_up_is_due_at_once() -> None:
+    pair, clock, seq = _reading(forward_s_per_token=1e-3)
+    consumer = pair.consumer
+    consumer.prefetch_from_storage("s", seq, 0)  # the same span: it waits on r's read
+    step_io(consumer, "exists")
+    assert consumer.waiting_on("s") == "r" and consumer.prefetch_pending("s")
+    clock.advance(1.0)
+    assert consumer.give_up_slow_read("r")
+    assert consumer.waiting_on("s") is None
+    assert consumer.due_retries(["s"]) == ["s"]  # it issues again and decides afresh

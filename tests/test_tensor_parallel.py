@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import pathlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Sequence, Set
 
 import pytest
 import torch
@@ -252,9 +252,9 @@ def test_a_rank_acting_on_its_own_hit_count_is_named_at_the_next_pass() -> None:
     assert agreement is not None
     agreed = agreement.completions
 
-    def trusting_itself(drained, in_flight, room, estimate):  # type: ignore[no-untyped-def]
+    def trusting_itself(drained, in_flight, room, estimate, overdue):  # type: ignore[no-untyped-def]
         mine = {c.op_id: c for c in drained}
-        return [mine.get(c.op_id, c) for c in agreed(drained, in_flight, room, estimate)]
+        return [mine.get(c.op_id, c) for c in agreed(drained, in_flight, room, estimate, overdue)]
 
     agreement.completions = trusting_itself  # type: ignore[method-assign]
     ranks.issue(seq)
@@ -371,9 +371,10 @@ class _KeepsItsOwn(RankAgreement):
         in_flight: Sequence[int],
         room: Sequence[int],
         estimate: SpeedEstimate,
+        overdue: Set[int] = frozenset(),
     ) -> list[Completion]:
         self.mine.update((c.op_id, c) for c in drained)
-        agreed = super().completions(drained, in_flight, room, estimate)
+        agreed = super().completions(drained, in_flight, room, estimate, overdue)
         return self.misagree(agreed, set(in_flight))
 
     def misagree(self, agreed: list[Completion], live: set[int]) -> list[Completion]:
@@ -409,10 +410,28 @@ class TrustsItsOwnSpeeds(RankAgreement):
         in_flight: Sequence[int],
         room: Sequence[int],
         estimate: SpeedEstimate,
+        overdue: Set[int] = frozenset(),
     ) -> list[Completion]:
-        agreed = super().completions(drained, in_flight, room, estimate)
+        agreed = super().completions(drained, in_flight, room, estimate, overdue)
         if self.lockstep.group.rank != 0:
             self.estimate = estimate
+        return agreed
+
+
+class TrustsItsOwnClock(RankAgreement):
+    """Planted: every rank but 0 gives up on the reads its own clock finds overdue."""
+
+    def completions(
+        self,
+        drained: Sequence[Completion],
+        in_flight: Sequence[int],
+        room: Sequence[int],
+        estimate: SpeedEstimate,
+        overdue: Set[int] = frozenset(),
+    ) -> list[Completion]:
+        agreed = super().completions(drained, in_flight, room, estimate, overdue)
+        if self.lockstep.group.rank != 0:
+            self.overdue = frozenset(overdue)
         return agreed
 
 
@@ -448,6 +467,8 @@ def test_the_rank_fuzzer_finds_nothing_in_the_clean_pipeline(tp: int) -> None:
         (MaxWhereMinIsDue, {"rank_bytes"}, 2000),
         # found in about 7 s: a rank that measured slower loads declines what the others read
         (TrustsItsOwnSpeeds, {"lockstep"}, 300),
+        # a rank whose clock ran further gives up a read the others still wait for
+        (TrustsItsOwnClock, {"lockstep"}, 300),
     ],
 )
 def test_the_rank_fuzzer_catches_a_planted_agreement_bug(

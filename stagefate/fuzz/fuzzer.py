@@ -30,7 +30,7 @@ from hypothesis.stateful import (
     rule,
 )
 
-from ..runtime import MemoryStorage, RadixTree, Storage, page_hashes
+from ..runtime import ManualClock, ManualIO, MemoryStorage, RadixTree, Storage, page_hashes
 from ..runtime.hashing import namespace_of, storage_key
 from ..runtime.prefix_tree import Node, TreeFactory, alloc_evicting
 from ..spec import load_spec
@@ -79,6 +79,7 @@ REQUEST = st.sampled_from(REQUEST_IDS)
 SPEC = load_spec()
 _HOLDS = tuple(sorted(SPEC.group("hold")))
 _LOCKABLE = tuple(sorted(SPEC.group("lockable")))
+_PENDING = tuple(sorted(SPEC.group("pending")))
 _NO_CONSUME = tuple(sorted(SPEC.group("pending")))
 """States in which ``init_load_back`` must be refused: the prefetch has staged nothing yet."""
 _LIVE = tuple(sorted(name for name, state in SPEC.states.items() if not state.terminal))
@@ -127,7 +128,14 @@ class PipelineFuzzer(RuleBasedStateMachine):
         self.storage = type(self).storage_factory(cfg)
         keys, pages = l3_contents(window)
         self.storage.batch_set(keys, pages)
-        self.pipe = BufferPipeline(cfg, storage=self.storage, tree_factory=type(self).tree_factory)
+        self.clock = ManualClock()
+        """Times the reads; moved by :meth:`time_passes`."""
+        self.pipe = BufferPipeline(
+            cfg,
+            storage=self.storage,
+            io=ManualIO(self.clock),
+            tree_factory=type(self).tree_factory,
+        )
         self.pipe.instruments.append(record_edge)
         self.log = None if self.log_path is None else TransitionLog.open(self.log_path)
         if self.log is not None:
@@ -221,6 +229,17 @@ class PipelineFuzzer(RuleBasedStateMachine):
         """The engine reports a load's or a forward's time (or restarts its measuring), so
         the IO commit's ``load_slower_than_compute`` answers both ways."""
         measure(self.pipe.speeds, measured, tokens, seconds)
+
+    @rule(seconds=st.sampled_from([1e-4, 0.01, 1.0]))
+    def time_passes(self, seconds: float) -> None:
+        """The reads in flight run longer (the speeds' floor, and ``give_up_slow_read``)."""
+        self.clock.advance(seconds)
+
+    @precondition(lambda self: self._in_states(_PENDING))
+    @rule(request_id=REQUEST)
+    def give_up_slow_read(self, request_id: str) -> None:
+        """The scheduler, about to keep a request waiting, asks whether it should compute."""
+        self.pipe.give_up_slow_read(self._pick(request_id, _PENDING))
 
     @rule()
     def reissue_due_retries(self) -> None:

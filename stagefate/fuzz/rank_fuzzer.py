@@ -36,7 +36,7 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from ..runtime import FileStorage, MemoryStorage, Storage
+from ..runtime import FileStorage, ManualClock, ManualIO, MemoryStorage, Storage
 from ..runtime.hashing import ROOT_NAMESPACE, page_hashes, rank_storage_keys
 from ..statemachine.config import PipelineConfig
 from ..statemachine.group import Group, LocalGroup, TorchGroup
@@ -90,7 +90,9 @@ def rank_config(rank: int, size: int) -> PipelineConfig:
 def _rank_pipeline(
     group: Group, size: int, storage: Storage, agreement: type[RankAgreement]
 ) -> BufferPipeline:
-    pipe = BufferPipeline(rank_config(group.rank, size), storage=storage, group=group)
+    # each rank times its reads by a clock of its own, which the fuzzer moves rank by rank
+    io = ManualIO(ManualClock())
+    pipe = BufferPipeline(rank_config(group.rank, size), storage=storage, io=io, group=group)
     pipe._agreement = agreement(group)  # the planted bugs' hook
     return pipe
 
@@ -322,6 +324,25 @@ class RankFuzzer(RuleBasedStateMachine):
         here = self._here(rank)
         if here is not None:
             measure(here[1].speeds, measured, tokens, seconds)
+
+    @rule(rank=st.integers(0, 3), seconds=st.sampled_from([1e-3, 0.1, 1.0]))
+    def one_rank_clock_moves(self, rank: int, seconds: float) -> None:
+        """Time passes on one rank alone (each rank's reads run their own time): a give-up
+        must wait until every rank finds the read overdue."""
+        here = self._here(rank)
+        if here is not None:
+            clock = manual_io(here[1]).clock
+            assert isinstance(clock, ManualClock)
+            clock.advance(seconds)
+
+    @precondition(lambda self: bool(self._live("pending")))
+    @rule()
+    def give_up_slow_reads(self) -> None:
+        """The scheduler asks, for every request waiting on a read, whether to compute."""
+        for request_id in self._live("pending"):
+            asked = [pipe.give_up_slow_read(request_id) for _rank, pipe, _ in self.local]
+            gave_up = self.cluster.gather(asked)
+            assert len(set(gave_up)) == 1, f"ranks disagree on giving up {request_id}: {gave_up}"
 
     @rule(rank=st.integers(0, 3), pages=st.integers(1, 20))
     def one_rank_bounce_fills(self, rank: int, pages: int) -> None:

@@ -1,7 +1,7 @@
 """Written by `stagefate check --emit-tests tests/generated` from spec/lifecycle.yaml.
 
 Do not edit: a spec change shows up here as a diff of tests. One test per modelled edge of the spec
-(99 of 101; not modelled: the branches guarded by aux_cut), and one per overlap of two neighbouring
+(103 of 105; not modelled: the branches guarded by aux_cut), and one per overlap of two neighbouring
 guards a program can meet (35, named ..__also__<guard>), each the model checker's shortest program
 of public calls that takes it (spec/witnesses.py), on the model's world made of real objects
 (stagefate.testing.LineWorld). After every step: the state the model predicts and the transitions
@@ -2773,6 +2773,98 @@ def test_abandoned__abort__else() -> None:
     world.abort(0)
     world.expect(device=0, host_free=0, pinned=0, r0="abandoned", r1=None, r2=None)
     world.fired("r0: (abandoned) --abort[else]--> abandoned")
+    world.finish()
+
+
+def test_reading__give_up__read_outlasts_compute() -> None:
+    """(reading) --give_up--> outrun
+
+    when read_outlasts_compute: the read in flight has run longer than computing its tokens
+    would take at the forward speed measured while serving (so waiting on can only lose); never
+    before a forward has been measured
+    """
+    world = LineWorld(BOUNDS)
+    world.issue(0)
+    world.expect(device=0, host_free=2, pinned=0, r0="no_anchor", r1=None, r2=None)
+    world.fired("r0: (issued) --lock[root_prefix]--> no_anchor")
+    world.complete(0, "short", pages=2)
+    world.expect(device=0, host_free=0, pinned=0, r0="reading", r1=None, r2=None)
+    world.fired(
+        "r0: (no_anchor) --hit[else]--> no_anchor",
+        "r0: (no_anchor) --commit[else]--> reading",
+    )
+    world.give_up(0, loads_slower=True)
+    world.expect(device=0, host_free=0, pinned=0, r0="outrun", r1=None, r2=None)
+    world.fired("r0: (reading) --give_up[read_outlasts_compute]--> outrun")
+    world.finish()
+
+
+def test_reading__give_up__else() -> None:
+    """(reading) --give_up--> reading
+
+    when otherwise
+    """
+    world = LineWorld(BOUNDS)
+    world.issue(0)
+    world.expect(device=0, host_free=2, pinned=0, r0="no_anchor", r1=None, r2=None)
+    world.fired("r0: (issued) --lock[root_prefix]--> no_anchor")
+    world.complete(0, "short", pages=2)
+    world.expect(device=0, host_free=0, pinned=0, r0="reading", r1=None, r2=None)
+    world.fired(
+        "r0: (no_anchor) --hit[else]--> no_anchor",
+        "r0: (no_anchor) --commit[else]--> reading",
+    )
+    world.give_up(0)
+    world.expect(device=0, host_free=0, pinned=0, r0="reading", r1=None, r2=None)
+    world.fired("r0: (reading) --give_up[else]--> reading")
+    world.finish()
+
+
+def test_outrun__read_done__else() -> None:
+    """(outrun) --read_done--> released (outrun_by_compute)
+
+    when otherwise
+    """
+    world = LineWorld(BOUNDS)
+    world.issue(0)
+    world.expect(device=0, host_free=2, pinned=0, r0="no_anchor", r1=None, r2=None)
+    world.fired("r0: (issued) --lock[root_prefix]--> no_anchor")
+    world.complete(0, "short", pages=2)
+    world.expect(device=0, host_free=0, pinned=0, r0="reading", r1=None, r2=None)
+    world.fired(
+        "r0: (no_anchor) --hit[else]--> no_anchor",
+        "r0: (no_anchor) --commit[else]--> reading",
+    )
+    world.give_up(0, loads_slower=True)
+    world.expect(device=0, host_free=0, pinned=0, r0="outrun", r1=None, r2=None)
+    world.fired("r0: (reading) --give_up[read_outlasts_compute]--> outrun")
+    world.complete(0)
+    world.expect(device=0, host_free=2, pinned=0, r0=None, r1=None, r2=None)
+    world.fired("r0: (outrun) --read_done[else]--> released (outrun_by_compute)")
+    world.finish()
+
+
+def test_outrun__abort__else() -> None:
+    """(outrun) --abort--> outrun
+
+    when otherwise
+    """
+    world = LineWorld(BOUNDS)
+    world.issue(0)
+    world.expect(device=0, host_free=2, pinned=0, r0="no_anchor", r1=None, r2=None)
+    world.fired("r0: (issued) --lock[root_prefix]--> no_anchor")
+    world.complete(0, "short", pages=2)
+    world.expect(device=0, host_free=0, pinned=0, r0="reading", r1=None, r2=None)
+    world.fired(
+        "r0: (no_anchor) --hit[else]--> no_anchor",
+        "r0: (no_anchor) --commit[else]--> reading",
+    )
+    world.give_up(0, loads_slower=True)
+    world.expect(device=0, host_free=0, pinned=0, r0="outrun", r1=None, r2=None)
+    world.fired("r0: (reading) --give_up[read_outlasts_compute]--> outrun")
+    world.abort(0)
+    world.expect(device=0, host_free=0, pinned=0, r0="outrun", r1=None, r2=None)
+    world.fired("r0: (outrun) --abort[else]--> outrun")
     world.finish()
 
 

@@ -26,7 +26,10 @@ Which vLLM call does what in the lifecycle (docs/vllm.md draws it):
   ``build_connector_meta`` to the ``update_connector_output`` after it, with the tokens the
   step scheduled (the pipeline times its L3 reads itself). The IO commit declines a span whose
   read would take longer than computing it (``load_slower_than_compute``), and vLLM computes
-  it.
+  it; a request whose read in flight has already run longer than computing its tokens takes
+  stops waiting for it (``give_up_slow_read``, asked each step before answering "not yet") and
+  vLLM computes those tokens too: what an L3 that turns out slow costs a request is bounded
+  by about twice its compute time.
 * ``request_finished`` (finished or aborted): ``release_aborted_request``; a load in flight
   ends when the worker reports it, and vLLM holds the blocks until then.
 """
@@ -174,7 +177,8 @@ class SchedulerSide:
             # local hit vLLM planned from, and drop a splice vLLM already allocated for)
             tokens = list(request.all_token_ids[: request.num_tokens - 1])
             state = pipe.prefetch_from_storage(rid, tokens, num_computed_tokens, *kept.namespace)
-        if pipe.prefetch_pending(rid):
+        # a read that has run longer than computing takes can only lose: vLLM computes
+        if pipe.prefetch_pending(rid) and not pipe.give_up_slow_read(rid):
             return None, False
         if state in self._hold:
             splice = pipe.staged_splice_tokens(rid, num_computed_tokens)

@@ -36,7 +36,9 @@ class ConnectorSettings(BaseModel):
     decline_slower_loads: bool = True
     """Time every forward (the pipeline times its L3 reads), and let the IO commit decline a
     span whose load would take longer than computing it (the spec's
-    ``load_slower_than_compute``); false: every hit is loaded."""
+    ``load_slower_than_compute``) and a request stop waiting for a read that has run longer
+    than computing its tokens takes (``give_up_slow_read``); false: every hit is loaded and
+    waited for."""
     write_through: bool = True
     """Store every full block vLLM computes in L3 under stagefate's page keys."""
     log: str | None = None
