@@ -228,7 +228,12 @@ class _Launched:
 
 @dataclass
 class ThreadedIO:
-    """Storage operations on ``workers`` threads; H2D loads launched on the caller's thread."""
+    """L3 reads on ``workers`` threads, existence queries on a thread of their own, H2D loads
+    launched on the caller's thread.
+
+    A query is a lookup and a read moves pages: behind a read of a slow L3 (one its request
+    stopped waiting for included, which still runs to its end) a query would wait for the
+    read, and its request with it, though L3 answers it at once."""
 
     workers: int = 2
     _results: queue.SimpleQueue[Completion] = field(default_factory=queue.SimpleQueue)
@@ -243,6 +248,7 @@ class ThreadedIO:
 
     def __post_init__(self) -> None:
         self._pool = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="stagefate-io")
+        self._queries = ThreadPoolExecutor(max_workers=1, thread_name_prefix="stagefate-query")
 
     def submit(self, op: IOOp) -> None:
         if op.kind == "load":
@@ -252,7 +258,8 @@ class ThreadedIO:
         submitted = time.perf_counter()
         if op.kind == "read":
             self._reads[op.op_id] = submitted
-        self._pool.submit(self._run, op, submitted)
+        lane = self._queries if op.kind == "exists" else self._pool
+        lane.submit(self._run, op, submitted)
 
     def _run(self, op: IOOp, submitted: float) -> None:
         try:
@@ -307,4 +314,5 @@ class ThreadedIO:
 
     def close(self) -> None:
         self._closed = True
+        self._queries.shutdown(wait=True)
         self._pool.shutdown(wait=True)

@@ -139,6 +139,11 @@ class MemoryStorage:
                 count += 1
             return count
 
+    def written_prefix(self, keys: Sequence[str]) -> int:
+        """How many of ``keys``, from the first, it holds (:class:`KnowsWrites`: it is in this
+        process, so knowing costs a dict lookup a key)."""
+        return self.batch_exists(keys)
+
     def batch_get(self, keys: Sequence[str]) -> list[torch.Tensor | None]:
         with self._lock:
             self.reads += len(keys)

@@ -596,3 +596,17 @@ def test_a_store_written_behind_tells_what_its_store_tells(tmp_path: Path) -> No
     assert isinstance(client, HoldsConnections)
     store.close()
     assert client.closed
+
+
+def test_an_existence_query_is_answered_while_every_read_thread_is_busy() -> None:
+    """Queries run on a thread of their own: a read of a slow L3 (one its request stopped
+    waiting for still runs to its end) never holds up an answer L3 has at once."""
+    io, go = ThreadedIO(workers=1), threading.Event()
+    io.submit(IOOp(1, "read", lambda _limit: (go.wait(5.0), IOResult(tokens=4))[1]))
+    io.submit(IOOp(2, "exists", lambda _limit: IOResult(tokens=8)))
+    assert io.wait(5.0) is True
+    assert [(c.op_id, c.tokens) for c in io.drain()] == [(2, 8)]  # the read still runs
+    assert set(io.reads_running()) == {1}
+    go.set()
+    io.close()
+    assert [(c.op_id, c.tokens) for c in io.drain()] == [(1, 4)] and io.pending() == 0

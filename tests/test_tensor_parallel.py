@@ -401,38 +401,39 @@ class MaxWhereMinIsDue(_KeepsItsOwn):
         return [c._replace(tokens=by_op.get(c.op_id, c.tokens)) for c in agreed]
 
 
-class TrustsItsOwnSpeeds(RankAgreement):
+class _TrustsItsOwnFacts(RankAgreement):
+    """Planted: every rank but 0 replaces a fact the ranks agreed with its own
+    (:meth:`keep_own`)."""
+
+    def completions(
+        self,
+        drained: Sequence[Completion],
+        in_flight: Sequence[int],
+        room: Sequence[int],
+        estimate: SpeedEstimate,
+        overdue: Set[int] = frozenset(),
+    ) -> list[Completion]:
+        agreed = super().completions(drained, in_flight, room, estimate, overdue)
+        if self.lockstep.group.rank != 0:
+            self.keep_own(estimate, overdue)
+        return agreed
+
+    def keep_own(self, estimate: SpeedEstimate, overdue: Set[int]) -> None:
+        raise NotImplementedError
+
+
+class TrustsItsOwnSpeeds(_TrustsItsOwnFacts):
     """Planted: every rank but 0 decides its IO commits on the speeds it measured itself."""
 
-    def completions(
-        self,
-        drained: Sequence[Completion],
-        in_flight: Sequence[int],
-        room: Sequence[int],
-        estimate: SpeedEstimate,
-        overdue: Set[int] = frozenset(),
-    ) -> list[Completion]:
-        agreed = super().completions(drained, in_flight, room, estimate, overdue)
-        if self.lockstep.group.rank != 0:
-            self.estimate = estimate
-        return agreed
+    def keep_own(self, estimate: SpeedEstimate, overdue: Set[int]) -> None:
+        self.estimate = estimate
 
 
-class TrustsItsOwnClock(RankAgreement):
+class TrustsItsOwnClock(_TrustsItsOwnFacts):
     """Planted: every rank but 0 gives up on the reads its own clock finds overdue."""
 
-    def completions(
-        self,
-        drained: Sequence[Completion],
-        in_flight: Sequence[int],
-        room: Sequence[int],
-        estimate: SpeedEstimate,
-        overdue: Set[int] = frozenset(),
-    ) -> list[Completion]:
-        agreed = super().completions(drained, in_flight, room, estimate, overdue)
-        if self.lockstep.group.rank != 0:
-            self.overdue = frozenset(overdue)
-        return agreed
+    def keep_own(self, estimate: SpeedEstimate, overdue: Set[int]) -> None:
+        self.overdue = frozenset(overdue)
 
 
 def _fuzz(tp: int, agreement: type[RankAgreement], examples: int) -> None:

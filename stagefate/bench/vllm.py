@@ -14,7 +14,8 @@ environment (one process per connector, back to back; :mod:`stagefate.targets.vl
 * **a slow L3** (:func:`slow_l3_workloads`): every L3 read takes :data:`SLOW_READ_S` more,
   on two shapes (distinct documents asked about again, two at a time; the multi-turn
   conversations), with stagefate deciding from the speeds it measures and with that decision
-  off (``stagefate.decline_slower_loads=false``): a load slower than computing is declined;
+  off (``stagefate.decline_slower_loads=false``): a load slower than computing is declined, and
+  a request stops waiting for a read that has run longer than computing its tokens takes;
 * **convoys** (:func:`convoys`): 10 and 50 requests sharing a 60-block prefix, and 30 whose
   prefixes of one base are 20, 40 and 60 blocks, arriving together with L3 warm and vLLM's
   cache cold (vLLM's own pool size), with stagefate's in-flight dedup on and off; TTFT p50,
@@ -197,6 +198,7 @@ _SLOW_L3_HEADERS = (
     "TTFT p99 (ms)",
     "L3 reads",
     "declined: slower than computing",
+    "reads given up: computed instead",
     "blocks loaded",
 )
 
@@ -231,6 +233,7 @@ def _slow_l3_row(
         f"{percentile(ttfts, 0.99):.0f}",
         stats.get("l3_reads", "–"),
         stats.get("declined_slower_than_compute", "–"),
+        stats.get("outrun_by_compute", "–"),
         result["loaded_blocks"],
     ]
 

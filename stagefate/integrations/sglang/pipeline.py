@@ -52,7 +52,9 @@ What the spec does not decide, and what the adapter does about it:
   take and drops the hold after ``max_staged_admission_defers`` deferrals; the adapter keeps
   that count and releases the lifecycle's hold at the same point.
 * **Stop policy.** Only ``wait_complete``: a request waits for its prefetch. ``best_effort`` and
-  ``timeout`` end a prefetch from outside the lifecycle, which the spec has no event for yet.
+  ``timeout`` end a prefetch on a rule of their own (at once; a deadline of a fixed base plus a
+  cost per token), which the spec's ``give_up`` (a read that has run longer than computing its
+  tokens takes, from measured speeds) does not state; they are not mapped onto it.
 
 A read-side method of SGLang's pipeline the cache would call only from its own prefetch path
 (``try_lock_anchor``, ``allocate_and_queue_prefetch``, ``stage_completed_prefetch``, ...)

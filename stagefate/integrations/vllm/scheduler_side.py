@@ -43,7 +43,7 @@ from typing import Any
 from ...runtime.engine import EngineCache, GrantedSlots, SharedHostPool
 from ...runtime.hashing import Namespace, page_hashes, rank_storage_keys
 from ...runtime.io import ThreadedIO
-from ...runtime.storage import Storage
+from ...runtime.storage import KnowsWrites, Storage
 from ...statemachine.pipeline import BufferPipeline
 from ...transition_log import TransitionLog
 from .prefix_cache import VllmPrefixCache, block_slots, namespace_of_request
@@ -109,6 +109,8 @@ class SchedulerSide:
         self.pipeline, self.cache, self.granted, self.loads = pipeline, cache, granted, loads
         self.io = io
         self.storage, self.write_through, self.log = storage, write_through, log
+        self._remembered_writes = storage if isinstance(storage, KnowsWrites) else None
+        """The store, where it knows what it holds cheaply: a save skips those blocks."""
         self.block_size = cache.page_size
         self._hold = pipeline.spec.group("hold")
         self.requests: dict[str, _Request] = {}
@@ -289,7 +291,8 @@ class SchedulerSide:
                 del self.landed[rid]
 
     def _saves(self, scheduler_output: Any) -> list[SaveOrder]:
-        """Every full block a scheduled request computes this step and L3 lacks."""
+        """Every full block a scheduled request computes this step and L3 lacks (past those a
+        store that knows its writes holds already, from the first)."""
         if not self.write_through or self.kv_cache_manager is None:
             return []
         orders = []
@@ -317,6 +320,10 @@ class SchedulerSide:
             kept.chain = (end // size, digests[-1])
             block_ids = self.kv_cache_manager.get_block_ids(rid)[0][first : end // size]
             keys = [self._storage_key(d) for d in digests[: len(block_ids)]]
-            orders.append(SaveOrder(keys, block_ids[: len(keys)]))
+            # a request that computed what L3 holds (declined, or given up) stores only the rest
+            writes = self._remembered_writes
+            held = 0 if writes is None else writes.written_prefix(keys)
+            if held < len(keys):
+                orders.append(SaveOrder(keys[held:], block_ids[held : len(keys)]))
             kept.saved = end
         return orders

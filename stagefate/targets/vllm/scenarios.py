@@ -31,6 +31,7 @@ from typing import Any
 
 import torch
 
+from stagefate.runtime.io import ThreadedIO
 from stagefate.targets.vllm.environment import COPY_PER_REQUEST, PEERS, STAGEFATE
 from stagefate.targets.workloads import BLOCK, conversations
 
@@ -144,11 +145,24 @@ def scheduler_connector(llm: Any) -> Any:
     return core.scheduler.connector
 
 
+SETTLE_S = 10.0
+"""The longest :func:`books` waits for the storage operations still in flight to land."""
+
+
 def books(llm: Any) -> dict[str, Any]:
-    """Where the connector's and vLLM's books stand (after the prefix cache was reset)."""
+    """Where the connector's and vLLM's books stand (after the prefix cache was reset), once
+    the reads still in flight landed: a read its request stopped waiting for (``outrun``)
+    may land after every request finished, and vLLM's idle engine makes no step to poll it."""
     side = scheduler_connector(llm).scheduler
     pipe = side.pipeline
+    io, orphaned = pipe.io, pipe.spec.group("orphaned")
+    deadline = time.monotonic() + SETTLE_S
     pipe.poll()
+    while any(r.state in orphaned for r in pipe.live_records.values()):
+        if time.monotonic() > deadline or not isinstance(io, ThreadedIO):
+            break  # the books then show what is still in flight
+        io.wait(0.05)
+        pipe.poll()
     pool = side.cache.pool
     llm.reset_prefix_cache()
     return {
