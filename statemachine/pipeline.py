@@ -299,11 +299,11 @@ class BufferPipeline:
         self.polls += 1
         agreement = self._agreement
         completions = self.io.drain()
-        self._time_reads(completions)
+        running = self._reads_running()
+        self._time_reads(completions, running)
         if agreement is not None:
             room = [self.host_pool.available(), self._host_aux_available()]
             estimate = self.speeds.estimate()
-            running = self._reads_running()
             overdue = {
                 op_id for op_id, record in self._ops.items() if _overdue(record, estimate, running)
             }
@@ -636,7 +636,7 @@ class BufferPipeline:
         record.arg_completion = completion
         self._fire(record, self.spec.completions[completion.kind])
 
-    def _time_reads(self, drained: Sequence[Completion]) -> None:
+    def _time_reads(self, drained: Sequence[Completion], running: Mapping[int, float]) -> None:
         """This rank's timed reads into the speeds: those that landed (their tokens and
         seconds) and the oldest one still running (a floor)."""
         speeds = self.speeds
@@ -644,7 +644,6 @@ class BufferPipeline:
             seconds = completion.seconds
             if completion.kind == "read" and seconds is not None and completion.error is None:
                 speeds.observe_load(completion.tokens, seconds)
-        running = self._reads_running()
         oldest = max(running, key=running.__getitem__, default=None)
         record = None if oldest is None else self._ops.get(oldest)
         if oldest is None or record is None:

@@ -158,9 +158,10 @@ def books(llm: Any) -> dict[str, Any]:
     io, orphaned = pipe.io, pipe.spec.group("orphaned")
     deadline = time.monotonic() + SETTLE_S
     pipe.poll()
-    while any(r.state in orphaned for r in pipe.live_records.values()):
-        if time.monotonic() > deadline or not isinstance(io, ThreadedIO):
-            break  # the books then show what is still in flight
+    # past the deadline the books show what is still in flight
+    while isinstance(io, ThreadedIO) and time.monotonic() < deadline:
+        if not any(r.state in orphaned for r in pipe.live_records.values()):
+            break
         io.wait(0.05)
         pipe.poll()
     pool = side.cache.pool
