@@ -297,6 +297,27 @@ class BufferPipeline:
         agreed of them (:class:`~.lockstep.RankAgreement`)."""
         self._check_open()
         self.polls += 1
+        self._fire_completions()
+        self._run_commits()
+
+    def fire_completions(self) -> None:
+        """Fire the IO completions that have arrived, and run no IO commit (the next
+        :meth:`poll` runs them): an existence query answered a miss ends its record now, one
+        answered a hit waits for its commit, a read that landed is staged.
+
+        For a scheduler that waits a moment for a query it just issued, in the middle of a
+        scheduling pass, where starting reads (the commits) is the pass's end's business. One
+        rank only: under tensor parallelism completions fire at :meth:`poll`, where the ranks
+        agree on them."""
+        self._check_open()
+        if self._agreement is not None:
+            raise RuntimeError(
+                "fire_completions() is refused under tensor parallelism: the ranks agree on "
+                "completions only at poll(), which every rank calls each pass; call poll()"
+            )
+        self._fire_completions()
+
+    def _fire_completions(self) -> None:
         agreement = self._agreement
         completions = self.io.drain()
         running = self._reads_running()
@@ -312,7 +333,6 @@ class BufferPipeline:
             )
         for completion in completions:
             self._on_completion(completion)
-        self._run_commits()
 
     def staged_splice_tokens(self, req_id: str, device_prefix_len: int) -> int:
         """Tokens a plan at ``device_prefix_len`` would splice (0: unusable); changes nothing."""
@@ -476,6 +496,15 @@ class BufferPipeline:
         """No record owns a page key and no request waits on one (so whenever nothing is live;
         a checker asserts it at quiescence)."""
         return self._dedup.is_empty()
+
+    def storage_query_pending(self, req_id: str) -> bool:
+        """The request's existence query is in flight: L3 has not answered yet."""
+        record = self._records.get(req_id)
+        return (
+            record is not None
+            and record.state in self._lockable_states
+            and record.op_id is not None
+        )
 
     def has_hold(self, req_id: str) -> bool:
         """The request holds a staged span in the bounce that admission may plan, consume or

@@ -454,6 +454,35 @@ def test_a_hit_larger_than_the_whole_bounce_is_declined_not_parked() -> None:
     assert_quiescent(pair.consumer)
 
 
+def test_fire_completions_answers_queries_and_leaves_the_commits_to_poll() -> None:
+    """A scheduler that waits for the query it just issued, mid-pass: a miss ends at once, a
+    hit waits (no read starts until the pass's poll), and an abort in between ends it clean."""
+    pair = make_pair(config(page_size=4))
+    consumer = pair.consumer
+    held, missing, aborted = seq_of(3, 4, start=100), seq_of(3, 4, start=200), seq_of(3, 4, 300)
+    pair.publish(held, mark=5)
+    pair.publish(aborted, mark=6)
+    for name, seq in (("held", held), ("missing", missing), ("aborted", aborted)):
+        consumer.prefetch_from_storage(name, seq, 0)
+        assert consumer.storage_query_pending(name)
+    consumer.io.complete_all()  # type: ignore[attr-defined]
+    consumer.fire_completions()
+    assert ("missing", "no_anchor", "released", "revoked_full_miss") in pair.outcomes
+    assert [consumer.state(n) for n in ("held", "missing", "aborted")] == [
+        "no_anchor",
+        None,
+        "no_anchor",
+    ]
+    assert not any(map(consumer.storage_query_pending, ("held", "missing", "aborted")))
+    assert consumer.stats.l3_reads == 0 and consumer.io.pending() == 0  # no commit ran
+    consumer.release_aborted_request("aborted")
+    consumer.poll()
+    assert [consumer.state(n) for n in ("held", "aborted")] == ["reading", None]
+    pair.settle()
+    assert consumer.state("held") == "staged" and consumer.release_staged_hold("held")
+    assert_quiescent(consumer)
+
+
 def test_parked_hits_commit_first_in_fifo_order() -> None:
     pair = make_pair(config(host_tokens=8))
     consumer = pair.consumer

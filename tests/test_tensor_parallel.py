@@ -276,6 +276,16 @@ def test_a_rank_that_skips_a_pass_is_named_instead_of_hanging() -> None:
         groups[0].run(pipes[0].poll, lambda: None)
 
 
+def test_completions_fire_only_at_a_pass_every_rank_makes() -> None:
+    ranks, seq = _published()
+    ranks.issue(seq)
+    with pytest.raises(RuntimeError, match=r"refused under tensor parallelism.*call poll\(\)"):
+        ranks.consumers[0].fire_completions()
+    assert ranks.states() == ["no_anchor"] * TP  # nothing fired on either rank
+    ranks.poll(2)
+    ranks.assert_lockstep()
+
+
 def test_l3_keys_carry_the_rank() -> None:
     ranks, seq = _published()
     digest = page_hashes(seq, 1, ROOT_NAMESPACE)[0]

@@ -220,6 +220,11 @@ class PipelineFuzzer(RuleBasedStateMachine):
     def poll(self) -> None:
         self.pipe.poll()
 
+    @rule()
+    def fire_completions(self) -> None:
+        """Mid-pass, the scheduler fires what has landed and leaves the commits to its poll."""
+        self.pipe.fire_completions()
+
     @rule(
         measured=st.sampled_from(["load", "forward", "nothing yet"]),
         tokens=st.sampled_from([4, 16, 64]),
