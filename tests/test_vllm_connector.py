@@ -257,6 +257,26 @@ def test_multi_turn_outputs_are_identical_and_the_loaded_kv_is_used() -> None:
 
 @pytest.mark.slow
 @needs_vllm
+def test_an_existence_answer_within_the_pass_saves_a_step() -> None:
+    """A prompt L3 lacks is computed in the step that asks L3 about it, once the answer comes
+    within the pass's ``query_wait_ms`` (ample here, so the test never races the IO thread);
+    with 0 the answer is read at the pass's end and the request waits a step. A prompt L3
+    holds gains the step too: its read starts at the end of the first pass, not the second."""
+    steps = {}
+    for wait in (0, 1000):
+        settings = {"stagefate.query_wait_ms": wait}
+        result = vllm_env.run_in_vllm("first_token_steps", {"settings": settings})
+        books = result["books"]
+        assert books["queries_answered_in_pass"] == (books["queries"] if wait else 0)
+        assert books["stats"]["filled"] == 1  # the held prompt was loaded either way
+        _closed(books)
+        steps[wait] = result["steps"]
+    assert steps[0]["fresh"] == 2 and steps[1000]["fresh"] == 1
+    assert steps[1000]["held"] == steps[0]["held"] - 1
+
+
+@pytest.mark.slow
+@needs_vllm
 def test_requests_sharing_a_prefix_arriving_together_read_it_once() -> None:
     result = vllm_env.run_in_vllm("shared", {"requests": 20})
     before, books = result["before"], result["books"]

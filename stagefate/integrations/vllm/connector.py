@@ -190,7 +190,14 @@ def _scheduler_side(
     atexit.register(host.unlink)  # vLLM may exit without shutdown(): /dev/shm keeps nothing
     log = None if settings.log is None else TransitionLog.open(settings.log, line_buffered=True)
     side = SchedulerSide.build(
-        config, cache, storage, host, settings.write_through, log, settings.decline_slower_loads
+        config,
+        cache,
+        storage,
+        host,
+        settings.write_through,
+        log,
+        settings.decline_slower_loads,
+        settings.query_wait_ms / 1000,
     )
     if settings.metrics_port is not None:
         _serve_metrics(side, settings, str(vllm_config.kv_transfer_config.engine_id))

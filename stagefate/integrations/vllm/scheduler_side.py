@@ -4,7 +4,9 @@ Which vLLM call does what in the lifecycle (docs/vllm.md draws it):
 
 * ``get_num_new_matched_tokens`` (a waiting request, its block-aligned local hit): the first
   call of an attempt issues the prefetch of the uncomputed tail (``prefetch_from_storage``: the
-  lock re-matches the anchor in vLLM's prefix cache and pins its blocks); it answers ``None``
+  lock re-matches the anchor in vLLM's prefix cache and pins its blocks) and waits for L3's
+  existence answer within what is left of the pass's ``query_wait_s`` (a miss answers 0 at
+  once: vLLM computes the request in this step); it answers ``None``
   ("ask again next step") while the prefetch is pending, including while it waits for a sibling
   that is reading its span's head (woken, it issues again, for the rest), and the hit with
   ``load_async=True`` once the span is staged in the bounce buffer (``staged_splice_tokens``
@@ -105,6 +107,7 @@ class SchedulerSide:
         write_through: bool,
         log: TransitionLog | None,
         measure_speeds: bool = True,
+        query_wait_s: float = 0.0,
     ) -> None:
         self.pipeline, self.cache, self.granted, self.loads = pipeline, cache, granted, loads
         self.io = io
@@ -126,6 +129,13 @@ class SchedulerSide:
         self.measure_speeds = measure_speeds
         self._forward: tuple[float, int] | None = None
         """(when, tokens) of the step whose forward runs now, when speeds are measured."""
+        self.query_wait_s = query_wait_s
+        self._query_wait_left = query_wait_s
+        """What this scheduling pass may still wait for existence answers."""
+        self.queries = 0
+        """Existence queries issued from ``get_num_new_matched_tokens``."""
+        self.queries_answered_in_pass = 0
+        """Those answered (and acted on) in the pass that issued them."""
 
     @classmethod
     def build(
@@ -137,6 +147,7 @@ class SchedulerSide:
         write_through: bool,
         log: TransitionLog | None,
         measure_speeds: bool = True,
+        query_wait_s: float = 0.0,
     ) -> SchedulerSide:
         granted = GrantedSlots(pipeline_config.layout, host_pool.device)
         loads = HandedLoads()
@@ -145,7 +156,18 @@ class SchedulerSide:
         pipeline = BufferPipeline(pipeline_config, storage=storage, io=io, engine=engine)
         if log is not None:
             pipeline.instruments.append(log)
-        return cls(pipeline, cache, granted, loads, io, storage, write_through, log, measure_speeds)
+        return cls(
+            pipeline,
+            cache,
+            granted,
+            loads,
+            io,
+            storage,
+            write_through,
+            log,
+            measure_speeds,
+            query_wait_s,
+        )
 
     # ------------------------------------------------------------------ vLLM's calls
 
@@ -178,7 +200,8 @@ class SchedulerSide:
             # (a span ending a block later would find the live match one block past the
             # local hit vLLM planned from, and drop a splice vLLM already allocated for)
             tokens = list(request.all_token_ids[: request.num_tokens - 1])
-            state = pipe.prefetch_from_storage(rid, tokens, num_computed_tokens, *kept.namespace)
+            pipe.prefetch_from_storage(rid, tokens, num_computed_tokens, *kept.namespace)
+            state = self._answered_in_this_pass(rid)
         # a read that has run longer than computing takes can only lose: vLLM computes
         if pipe.prefetch_pending(rid) and not pipe.give_up_slow_read(rid):
             return None, False
@@ -240,6 +263,7 @@ class SchedulerSide:
         tokens = scheduler_output.total_num_scheduled_tokens
         if self.measure_speeds and tokens:
             self._forward = (time.perf_counter(), tokens)
+        self._query_wait_left = self.query_wait_s  # the next pass's
         meta = StagefateMetadata(self._outbox, self._saves(scheduler_output), self._unloadable)
         self._outbox, self._unloadable = [], {}
         return meta
@@ -278,6 +302,27 @@ class SchedulerSide:
             self.log.close()
 
     # ------------------------------------------------------------------ helpers
+
+    def _answered_in_this_pass(self, rid: str) -> str | None:
+        """The request's state once L3 answered the query just issued, waiting for the answer
+        within what is left of this pass's ``query_wait_s``: a miss then ends now and vLLM
+        computes the request in this schedule. Only completions fire here; a hit's read starts
+        at the pass's end (the IO commits run in ``build_connector_meta``'s poll, after vLLM
+        has admitted what it admits)."""
+        pipe = self.pipeline
+        if not pipe.storage_query_pending(rid):
+            return pipe.state(rid)  # it ended at the issue: L3 was not asked
+        self.queries += 1
+        while pipe.storage_query_pending(rid) and self._query_wait_left > 0:
+            started = time.perf_counter()
+            landed = self.io.wait(self._query_wait_left)
+            self._query_wait_left -= time.perf_counter() - started
+            if not landed:
+                break
+            pipe.fire_completions()
+        if not pipe.storage_query_pending(rid):
+            self.queries_answered_in_pass += 1
+        return pipe.state(rid)
 
     def _ack_published(self) -> None:
         """A landed load is acknowledged once vLLM published its blocks in the prefix cache

@@ -39,6 +39,10 @@ class ConnectorSettings(BaseModel):
     ``load_slower_than_compute``) and a request stop waiting for a read that has run longer
     than computing its tokens takes (``give_up_slow_read``); false: every hit is loaded and
     waited for."""
+    query_wait_ms: float = Field(default=2.0, ge=0.0)
+    """The longest one scheduling pass waits, in all, for the L3 existence queries it issues:
+    an answer that comes within it is acted on in the same pass (a miss is computed in this
+    schedule, not the next). 0: every answer is read at the pass's end."""
     write_through: bool = True
     """Store every full block vLLM computes in L3 under stagefate's page keys."""
     log: str | None = None

@@ -177,6 +177,8 @@ def books(llm: Any) -> dict[str, Any]:
         "in_flight": len(side.in_flight),
         "stats": pipe.stats.model_dump(),
         "load_errors": side.load_errors,
+        "queries": side.queries,
+        "queries_answered_in_pass": side.queries_answered_in_pass,
     }
 
 
@@ -565,6 +567,30 @@ def computed_meanwhile(_: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def first_token_steps(arguments: dict[str, Any]) -> dict[str, Any]:
+    """How many engine steps each request takes to its first token, stepping vLLM by hand: a
+    prompt L3 holds (vLLM's cache emptied) and one nobody has seen, arriving together."""
+    from vllm import SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    held, fresh = (conversations(1, 1, seed=seed)[0][0] for seed in (11, 12))
+    llm = build(settings=arguments.get("settings"))
+    generate(llm, [held])  # its KV reaches L3
+    llm.reset_prefix_cache()
+    engine = llm.llm_engine
+    params = SamplingParams(temperature=0, max_tokens=1, ignore_eos=True, detokenize=False)
+    for name, prompt in (("held", held), ("fresh", fresh)):
+        engine.add_request(name, TokensPrompt(prompt_token_ids=prompt), params)
+    steps: dict[str, int] = {}
+    for step in range(1, 50):
+        for out in engine.step():
+            if out.outputs[0].token_ids:
+                steps.setdefault(out.request_id.split("-")[0], step)
+        if len(steps) == 2:
+            break
+    return {"steps": steps, "books": books(llm)}
+
+
 def instance(arguments: dict[str, Any]) -> dict[str, Any]:
     """One vLLM instance (a process of its own) serving ``prompts`` over the L3 at
     ``storage``: run twice over one L3, the second serves what the first computed.
@@ -693,6 +719,7 @@ def main() -> None:
         "workload": workload,
         "instance": instance,
         "computed_meanwhile": computed_meanwhile,
+        "first_token_steps": first_token_steps,
         "server": server,
         "check": check,
         "compare": compare,
