@@ -271,8 +271,23 @@ def test_an_existence_answer_within_the_pass_saves_a_step() -> None:
         assert books["stats"]["filled"] == 1  # the held prompt was loaded either way
         _closed(books)
         steps[wait] = result["steps"]
-    assert steps[0]["fresh"] == 2 and steps[1000]["fresh"] == 1
-    assert steps[1000]["held"] == steps[0]["held"] - 1
+    assert steps[0] == {"fresh": 2, "held": 3} and steps[1000] == {"fresh": 1, "held": 2}
+
+
+@pytest.mark.slow
+@needs_vllm
+def test_a_synchronous_load_is_computed_in_the_step_that_admits_it() -> None:
+    """A staged span offered as a synchronous load (the default) is copied before the forward
+    of the step vLLM admits it in; offered asynchronously, vLLM admits it a step after the copy.
+    Either way the load is filled and everything is given back."""
+    steps = {}
+    for synchronous in (False, True):
+        settings = {"stagefate.synchronous_loads": synchronous, "stagefate.query_wait_ms": 1000}
+        result = vllm_env.run_in_vllm("first_token_steps", {"settings": settings})
+        assert result["books"]["stats"]["filled"] == 1
+        _closed(result["books"])
+        steps[synchronous] = result["steps"]
+    assert steps[False] == {"fresh": 1, "held": 3} and steps[True] == {"fresh": 1, "held": 2}
 
 
 @pytest.mark.slow
@@ -588,8 +603,10 @@ def test_the_worker_reports_a_load_once_its_copy_is_done(tmp_path: Path, device:
 
     worker.paged.write_from_host = held  # type: ignore[method-assign]
     # (a LoadOrder's fields: the metadata classes import vLLM, which this tier lacks)
-    order = SimpleNamespace(request_id="r1", host_slots=np.arange(8, 16), block_ids=[3, 1])
-    worker.start_load_kv(SimpleNamespace(loads=[order], unloadable={}))  # type: ignore[arg-type]
+    order = SimpleNamespace(
+        request_id="r1", host_slots=np.arange(8, 16), block_ids=[3, 1], synchronous=False
+    )
+    worker.start_load_kv(_orders(order))
     assert worker.get_finished() == set()  # the copy is not done: vLLM must not run it yet
     copying.append("released")
     assert worker.get_finished() == {"r1"}
@@ -601,19 +618,61 @@ def test_the_worker_reports_a_load_once_its_copy_is_done(tmp_path: Path, device:
     bounce.unlink()
 
 
-def test_a_load_that_cannot_start_is_reported_finished_with_its_blocks_in_error(
-    tmp_path: Path,
+def _orders(*loads: Any, unloadable_blocks: tuple[int, ...] = ()) -> Any:
+    """A step's metadata as the worker reads it (the metadata classes import vLLM, which this
+    tier lacks)."""
+    from types import SimpleNamespace
+
+    return SimpleNamespace(loads=list(loads), unloadable={}, unloadable_blocks=[*unloadable_blocks])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_synchronous_load_is_in_the_blocks_when_start_load_kv_returns(
+    tmp_path: Path, device: str
 ) -> None:
+    """vLLM runs the step's forward right after ``start_load_kv`` for a synchronous load: the
+    KV is in the blocks by then, the load is never in ``get_finished`` (vLLM would take it for
+    an asynchronous load's), and the step's worker metadata names it once."""
+    from types import SimpleNamespace
+
+    from stagefate.integrations.vllm.worker_side import WorkerSide
+
+    bounce = SharedHostPool(LAYOUT, 16, tmp_path / "bounce")
+    bounce.kv.copy_(torch.randn(bounce.kv.shape).to(LAYOUT.dtype))
+    worker = WorkerSide(LAYOUT, BLOCK, MemoryStorage(), tmp_path / "bounce", 16)
+    worker.register_kv_caches(_caches("split", device=device))
+    assert worker.paged is not None
+    order = SimpleNamespace(
+        request_id="r1", host_slots=np.arange(4, 8), block_ids=[2], synchronous=True
+    )
+    worker.start_load_kv(_orders(order, unloadable_blocks=(5,)))
+    assert torch.equal(worker.paged.pages([2])[0].cpu(), bounce.kv[:, :, 4:8])
+    assert worker.get_finished() == set() and worker.get_block_ids_with_load_errors() == {5}
+    assert worker.synchronous_loads_made() == {"r1"}
+    assert worker.synchronous_loads_made() == set()
+    bounce.unlink()
+
+
+@pytest.mark.parametrize("synchronous", [False, True])
+def test_a_load_that_cannot_start_is_reported_with_its_blocks_in_error(
+    tmp_path: Path, synchronous: bool
+) -> None:
+    """Asynchronous: reported finished, as vLLM's contract asks. Synchronous: its blocks in
+    error, and named in the step's worker metadata so the scheduler side ends it failed."""
     from types import SimpleNamespace
 
     from stagefate.integrations.vllm.worker_side import WorkerSide
 
     worker = WorkerSide(LAYOUT, BLOCK, MemoryStorage(), tmp_path / "missing", 16)
     worker.register_kv_caches(_caches("split"))
-    order = SimpleNamespace(request_id="r1", host_slots=np.arange(4), block_ids=[2])
+    order = SimpleNamespace(
+        request_id="r1", host_slots=np.arange(4), block_ids=[2], synchronous=synchronous
+    )
     # (there is no bounce file to map: the load cannot start)
-    worker.start_load_kv(SimpleNamespace(loads=[order], unloadable={}))  # type: ignore[arg-type]
-    assert worker.get_finished() == {"r1"} and worker.get_block_ids_with_load_errors() == {2}
+    worker.start_load_kv(_orders(order))
+    assert worker.get_block_ids_with_load_errors() == {2}
+    assert worker.get_finished() == (set() if synchronous else {"r1"})
+    assert worker.synchronous_loads_made() == ({"r1"} if synchronous else set())
 
 
 def test_a_failed_write_through_is_counted_not_raised(tmp_path: Path) -> None:

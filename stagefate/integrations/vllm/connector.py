@@ -31,7 +31,7 @@ from ...transition_log import TransitionLog
 from .prefix_cache import VllmPrefixCache
 from .scheduler_side import SchedulerSide
 from .settings import ConnectorSettings, model_layout
-from .transfer import StagefateMetadata
+from .transfer import StagefateMetadata, SynchronousLoadsMade
 from .worker_side import WorkerSide
 
 _MEMORY_STORES: dict[str, MemoryStorage] = {}
@@ -114,7 +114,7 @@ class StagefateConnector(KVConnectorBase_V1):
         self._worker_side().start_load_kv(self._metadata())
 
     def wait_for_layer_load(self, layer_name: str) -> None:
-        return None  # loads are whole before the request is scheduled (load_async)
+        return None  # whole when start_load_kv returns, or before vLLM schedules (async)
 
     def save_kv_layer(
         self, layer_name: str, kv_layer: torch.Tensor, attn_metadata: Any, **kwargs: Any
@@ -129,6 +129,10 @@ class StagefateConnector(KVConnectorBase_V1):
 
     def get_block_ids_with_load_errors(self) -> set[int]:
         return self._worker_side().get_block_ids_with_load_errors()
+
+    def build_connector_worker_meta(self) -> SynchronousLoadsMade | None:
+        made = self._worker_side().synchronous_loads_made()
+        return SynchronousLoadsMade(made) if made else None
 
     def _metadata(self) -> StagefateMetadata:
         meta = self._get_connector_metadata()
@@ -198,6 +202,7 @@ def _scheduler_side(
         log,
         settings.decline_slower_loads,
         settings.query_wait_ms / 1000,
+        settings.synchronous_loads,
     )
     if settings.metrics_port is not None:
         _serve_metrics(side, settings, str(vllm_config.kv_transfer_config.engine_id))

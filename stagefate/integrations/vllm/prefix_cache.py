@@ -12,8 +12,10 @@ scheduler reads, at every decision.
   is ``free_blocks`` (tail first, vLLM's own eviction order for a request's blocks).
 * ``insert_leaf`` adds nothing to vLLM's cache: the splice's blocks are the ones vLLM allocated
   for the request, and vLLM publishes them itself once their load is reported
-  (``delay_cache_blocks``). The node it returns is the path through those blocks, so the pin
-  the spec moves onto the spliced tail keeps them alive until the copy is acknowledged.
+  (``delay_cache_blocks``), or, for a synchronous load, when it allocates them (hidden from
+  the match while the splice is planned: :meth:`VllmPrefixCache.loading_into`). The node it
+  returns is the path through those blocks, so the pin the spec moves onto the spliced tail
+  keeps them alive until the copy is acknowledged.
 * ``evict`` frees nothing: vLLM evicts when it allocates; the pipeline's ``make_room`` then
   finds the splice fits or not in what vLLM granted.
 * The LoRA adapter is the namespace's ``extra_key`` (:func:`lora_extra_key`) and vLLM's cache
@@ -25,7 +27,8 @@ from __future__ import annotations
 
 import json
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -127,6 +130,8 @@ class VllmPrefixCache:
         self._chains: OrderedDict[tuple[bytes, Namespace], tuple[bytes, ...]] = OrderedDict()
         self._pins: dict[int, int] = {}
         """Block id -> references the pipeline holds on it (every one is given back)."""
+        self._not_yet_loaded: frozenset[int] = frozenset()
+        """Blocks vLLM published for a synchronous load the splice is being planned into."""
 
     def bind(self, block_pool: BlockPool) -> None:
         self._pool = block_pool
@@ -190,11 +195,24 @@ class VllmPrefixCache:
         hashes: list[bytes] = []
         for block_hash in self.block_hashes(tokens, namespace_of(extra_key, cache_salt)):
             found = pool.get_cached_block(block_hash, [self._group])
-            if not found:
+            if not found or found[0].block_id in self._not_yet_loaded:
                 break
             blocks.append(found[0])
             hashes.append(found[0].block_hash)
         return Match(BlockPath(tuple(blocks), tuple(hashes), self.page_size))
+
+    @contextmanager
+    def loading_into(self, block_ids: Sequence[int]) -> Iterator[None]:
+        """While a synchronous load is spliced: vLLM published the blocks it allocated for the
+        external tokens when it allocated them (it caches at once what it loads in the step),
+        so a match would find the span on the device already and the plan decline it; within
+        this block those blocks do not match, as an asynchronous load's are not published
+        until their load is reported."""
+        self._not_yet_loaded = frozenset(block_ids)
+        try:
+            yield
+        finally:
+            self._not_yet_loaded = frozenset()
 
     def insert_leaf(
         self,

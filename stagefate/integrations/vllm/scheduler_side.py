@@ -6,24 +6,29 @@ Which vLLM call does what in the lifecycle (docs/vllm.md draws it):
   call of an attempt issues the prefetch of the uncomputed tail (``prefetch_from_storage``: the
   lock re-matches the anchor in vLLM's prefix cache and pins its blocks) and waits for L3's
   existence answer within what is left of the pass's ``query_wait_s`` (a miss answers 0 at
-  once: vLLM computes the request in this step); it answers ``None``
-  ("ask again next step") while the prefetch is pending, including while it waits for a sibling
-  that is reading its span's head (woken, it issues again, for the rest), and the hit with
-  ``load_async=True`` once the span is staged in the bounce buffer (``staged_splice_tokens``
-  against the local hit vLLM has now, so a span vLLM computed meanwhile is trimmed, or declined
-  when it covers it all). An attempt that ended with nothing staged answers 0: vLLM computes.
+  once: vLLM computes the request in this step); it answers ``None`` ("ask again next
+  step") while the prefetch is pending, including while it waits for a sibling that is
+  reading its span's head (woken, it issues again, for the rest), and the hit once the span
+  is staged in the bounce buffer (``staged_splice_tokens`` against the local hit vLLM has now,
+  so a span vLLM computed meanwhile is trimmed, or declined when it covers it all): as a
+  synchronous load by default (vLLM computes the request in the step that admits it), else
+  with ``load_async=True``. An attempt that ended with nothing staged answers 0: vLLM
+  computes.
 * ``update_state_after_alloc`` (vLLM allocated the request's blocks): ``plan_staged_splice`` at
   the local hit, then ``init_load_back`` into exactly the blocks vLLM allocated for the
-  external tokens (granted to the pipeline's device pool); the copy goes to the worker.
+  external tokens (granted to the pipeline's device pool; for a synchronous load, hidden from
+  the match while planned, since vLLM published them at allocation); the copy goes to the
+  worker.
 * ``build_connector_meta`` (once per step): ``poll()`` (IO completions, the IO commits), the
   loads and the write-through saves for the worker.
-* ``update_connector_output`` (the worker's report): a load reported failed has its pages
+* ``update_connector_output`` (the worker's report: the synchronous loads it made, in its
+  worker metadata, and the asynchronous ones finished): a load reported failed has its pages
   deleted from L3, so no request is offered them again until they are stored anew (under
   vLLM's ``recompute`` policy the request computes them and writes them through again); one
-  reported finished is acknowledged
-  (its handle completes and ``poll()`` fires the ``ack``) once vLLM has published its blocks in
-  the prefix cache, one schedule later, so a sibling always sees the span somewhere: owned by
-  the loading record, or cached on the device.
+  made is acknowledged (its handle completes and ``poll()`` fires the ``ack``) once vLLM has
+  published its blocks in the prefix cache (an asynchronous load's one schedule later), so a
+  sibling always sees the span somewhere: owned by the loading record, or cached on the
+  device.
 * Speeds (unless ``stagefate.decline_slower_loads`` is false): a forward is timed from
   ``build_connector_meta`` to the ``update_connector_output`` after it, with the tokens the
   step scheduled (the pipeline times its L3 reads itself). The IO commit declines a span whose
@@ -49,7 +54,14 @@ from ...runtime.storage import KnowsWrites, Storage
 from ...statemachine.pipeline import BufferPipeline
 from ...transition_log import TransitionLog
 from .prefix_cache import VllmPrefixCache, block_slots, namespace_of_request
-from .transfer import HandedLoads, LoadHandle, LoadOrder, SaveOrder, StagefateMetadata
+from .transfer import (
+    HandedLoads,
+    LoadHandle,
+    LoadOrder,
+    SaveOrder,
+    StagefateMetadata,
+    SynchronousLoadsMade,
+)
 
 IDLE_STEP_WAIT_S = 0.005
 """The longest a step with no forward waits for the IO threads: CPython's switch interval, the
@@ -108,6 +120,7 @@ class SchedulerSide:
         log: TransitionLog | None,
         measure_speeds: bool = True,
         query_wait_s: float = 0.0,
+        synchronous_loads: bool = False,
     ) -> None:
         self.pipeline, self.cache, self.granted, self.loads = pipeline, cache, granted, loads
         self.io = io
@@ -124,6 +137,7 @@ class SchedulerSide:
         """Request -> its load the worker reported, until vLLM publishes the blocks."""
         self._outbox: list[LoadOrder] = []
         self._unloadable: dict[str, list[int]] = {}
+        self._unloadable_blocks: list[int] = []
         self._storage_key, _ = rank_storage_keys(0, 1)
         self.load_errors = 0
         self.measure_speeds = measure_speeds
@@ -136,6 +150,7 @@ class SchedulerSide:
         """Existence queries issued from ``get_num_new_matched_tokens``."""
         self.queries_answered_in_pass = 0
         """Those answered (and acted on) in the pass that issued them."""
+        self.synchronous_loads = synchronous_loads
 
     @classmethod
     def build(
@@ -148,6 +163,7 @@ class SchedulerSide:
         log: TransitionLog | None,
         measure_speeds: bool = True,
         query_wait_s: float = 0.0,
+        synchronous_loads: bool = False,
     ) -> SchedulerSide:
         granted = GrantedSlots(pipeline_config.layout, host_pool.device)
         loads = HandedLoads()
@@ -167,6 +183,7 @@ class SchedulerSide:
             log,
             measure_speeds,
             query_wait_s,
+            synchronous_loads,
         )
 
     # ------------------------------------------------------------------ vLLM's calls
@@ -211,7 +228,7 @@ class SchedulerSide:
                 pipe.plan_staged_splice(rid, num_computed_tokens)
                 return 0, False
             kept.offered = (num_computed_tokens, splice)
-            return splice, True
+            return splice, not self.synchronous_loads
         return 0, False
 
     def update_state_after_alloc(self, request: Any, blocks: Any, num_external_tokens: int) -> None:
@@ -230,27 +247,33 @@ class SchedulerSide:
         size = self.block_size
         block_ids: list[int] = blocks.get_block_ids()[0]
         tail_ids = block_ids[local // size : (local + num_external_tokens) // size]
-        kv, _ = self.pipeline.plan_staged_splice(rid, local)
+        synchronous = self.synchronous_loads
         slots = None
-        if kv == num_external_tokens == offered:
-            record = self.pipeline.live_records[rid]
-            first_page = (local - record.matched_len) // size
-            keys = list(record.span_keys[first_page : first_page + len(tail_ids)])
-            self.granted.grant(block_slots(tail_ids, size))
-            try:
-                slots = self.pipeline.init_load_back(
-                    rid, block_slots(block_ids[: local // size], size)
-                )
-            finally:
-                self.granted.revoke()
-        else:
-            self.pipeline.release_staged_hold(rid)
-        if slots is None or not len(slots):
-            self._unloadable[rid] = tail_ids  # vLLM waits for a load: it fails, vLLM recovers
+        with self.cache.loading_into(tail_ids if synchronous else ()):
+            kv, _ = self.pipeline.plan_staged_splice(rid, local)
+            if kv == num_external_tokens == offered:
+                record = self.pipeline.live_records[rid]
+                first_page = (local - record.matched_len) // size
+                keys = list(record.span_keys[first_page : first_page + len(tail_ids)])
+                self.granted.grant(block_slots(tail_ids, size))
+                try:
+                    slots = self.pipeline.init_load_back(
+                        rid, block_slots(block_ids[: local // size], size)
+                    )
+                finally:
+                    self.granted.revoke()
+            else:
+                self.pipeline.release_staged_hold(rid)
+        if slots is None or not len(slots):  # vLLM expects a load: it fails, vLLM recovers
+            if synchronous:
+                self._unloadable_blocks += tail_ids
+            else:
+                self._unloadable[rid] = tail_ids
             return
         load = self.loads.claim()
         self.in_flight[rid] = _Load(load.handle, keys, tail_ids, local)
-        self._outbox.append(LoadOrder(rid, load.host_slots, tail_ids))
+        self._outbox.append(LoadOrder(rid, load.host_slots, tail_ids, synchronous))
+
         kept.saved = max(kept.saved, local + num_external_tokens)
 
     def build_connector_meta(self, scheduler_output: Any) -> StagefateMetadata:
@@ -264,8 +287,10 @@ class SchedulerSide:
         if self.measure_speeds and tokens:
             self._forward = (time.perf_counter(), tokens)
         self._query_wait_left = self.query_wait_s  # the next pass's
-        meta = StagefateMetadata(self._outbox, self._saves(scheduler_output), self._unloadable)
-        self._outbox, self._unloadable = [], {}
+        meta = StagefateMetadata(
+            self._outbox, self._saves(scheduler_output), self._unloadable, self._unloadable_blocks
+        )
+        self._outbox, self._unloadable, self._unloadable_blocks = [], {}, []
         return meta
 
     def update_connector_output(self, connector_output: Any) -> None:
@@ -274,7 +299,11 @@ class SchedulerSide:
             self.pipeline.speeds.observe_forward(tokens, time.perf_counter() - started)
             self._forward = None
         failed = set(connector_output.invalid_block_ids or ())
-        for rid in connector_output.finished_recving or ():
+        # the worker made the step's synchronous loads before its forward, and reports an
+        # asynchronous one once its copy is done
+        made = connector_output.kv_connector_worker_meta
+        made = made.request_ids if isinstance(made, SynchronousLoadsMade) else ()
+        for rid in [*made, *(connector_output.finished_recving or ())]:
             load = self.in_flight.pop(rid, None)
             if load is None:
                 continue

@@ -43,6 +43,10 @@ class ConnectorSettings(BaseModel):
     """The longest one scheduling pass waits, in all, for the L3 existence queries it issues:
     an answer that comes within it is acted on in the same pass (a miss is computed in this
     schedule, not the next). 0: every answer is read at the pass's end."""
+    synchronous_loads: bool = True
+    """A staged span is loaded in the step that admits its request (vLLM's synchronous load:
+    the worker copies bounce → blocks before that step's forward); false: asynchronously
+    (``load_kv_async``), the request scheduled a step after its copy."""
     write_through: bool = True
     """Store every full block vLLM computes in L3 under stagefate's page keys."""
     log: str | None = None

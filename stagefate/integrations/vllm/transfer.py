@@ -14,7 +14,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
-from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorMetadata
+from vllm.distributed.kv_transfer.kv_connector.v1.base import (
+    KVConnectorMetadata,
+    KVConnectorWorkerMetadata,
+)
 
 from ...runtime.copy import CopyEngine, CopyHandle
 from ...runtime.pools import Indices, SlotPool, as_array
@@ -27,6 +30,9 @@ class LoadOrder:
     request_id: str
     host_slots: np.ndarray
     block_ids: list[int]
+    synchronous: bool = False
+    """vLLM scheduled the request in this step (``load_kv_async=False``): the copy is done
+    before the forward, and reported only if it failed (its blocks as load errors)."""
 
 
 @dataclass(frozen=True)
@@ -45,9 +51,26 @@ class StagefateMetadata(KVConnectorMetadata):
     loads: list[LoadOrder] = field(default_factory=list)
     saves: list[SaveOrder] = field(default_factory=list)
     unloadable: dict[str, list[int]] = field(default_factory=dict)
-    """Requests offered a load the scheduler side could not make after all (the plan or the
-    splice refused it once vLLM had allocated): the worker reports their blocks as load errors
-    and the requests as finished, so vLLM recomputes them (or fails them, by its policy)."""
+    """Requests offered an asynchronous load the scheduler side could not make after all (the
+    plan or the splice refused it once vLLM had allocated): the worker reports their blocks as
+    load errors and the requests as finished, so vLLM recomputes them (or fails them, by its
+    policy)."""
+    unloadable_blocks: list[int] = field(default_factory=list)
+    """The same for synchronous loads: their blocks are reported as load errors only (vLLM
+    scheduled those requests in this step and recomputes the blocks after it)."""
+
+
+@dataclass
+class SynchronousLoadsMade(KVConnectorWorkerMetadata):
+    """The worker's word on one step: the synchronous loads it made before the forward (a
+    failed one's blocks are among the step's load errors). vLLM hands it to the scheduler side
+    with that step's output, whatever order its steps are scheduled in."""
+
+    request_ids: frozenset[str]
+
+    def aggregate(self, other: KVConnectorWorkerMetadata) -> KVConnectorWorkerMetadata:
+        assert isinstance(other, SynchronousLoadsMade)
+        return SynchronousLoadsMade(self.request_ids | other.request_ids)
 
 
 class LoadHandle:

@@ -384,12 +384,14 @@ def evicted_while_queued(arguments: dict[str, Any]) -> dict[str, Any]:
 
 def abort(_: dict[str, Any]) -> dict[str, Any]:
     """A request aborted while its load is in flight: spliced into the blocks vLLM allocated,
-    its copy handed to the worker, its ``ack`` not fired (vLLM still waits for the KV)."""
+    its copy handed to the worker, its ``ack`` not fired (vLLM still waits for the KV). An
+    asynchronous load, whose copy outlives its step: a synchronous one is made and reported
+    within the step that admits it."""
     from vllm import SamplingParams
     from vllm.inputs import TokensPrompt
 
     prompt = conversations(1, 1)[0][0]
-    llm = build()
+    llm = build(settings={"stagefate.synchronous_loads": False})
     generate(llm, [prompt])
     llm.reset_prefix_cache()
     engine, side = llm.llm_engine, scheduler_connector(llm).scheduler
@@ -569,7 +571,9 @@ def computed_meanwhile(_: dict[str, Any]) -> dict[str, Any]:
 
 def first_token_steps(arguments: dict[str, Any]) -> dict[str, Any]:
     """How many engine steps each request takes to its first token, stepping vLLM by hand: a
-    prompt L3 holds (vLLM's cache emptied) and one nobody has seen, arriving together."""
+    prompt L3 holds (vLLM's cache emptied) and one nobody has seen, arriving together. The
+    in-memory L3 is given 50 ms between steps (it needs microseconds), so the count is the
+    connector's and vLLM's steps, not how the IO threads happened to be scheduled."""
     from vllm import SamplingParams
     from vllm.inputs import TokensPrompt
 
@@ -583,6 +587,7 @@ def first_token_steps(arguments: dict[str, Any]) -> dict[str, Any]:
         engine.add_request(name, TokensPrompt(prompt_token_ids=prompt), params)
     steps: dict[str, int] = {}
     for step in range(1, 50):
+        time.sleep(0.05)
         for out in engine.step():
             if out.outputs[0].token_ids:
                 steps.setdefault(out.request_id.split("-")[0], step)
