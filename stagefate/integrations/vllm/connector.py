@@ -201,7 +201,7 @@ def _scheduler_side(
         settings.write_through,
         log,
         settings.decline_slower_loads,
-        settings.query_wait_ms / 1000,
+        settings.l3_wait_ms / 1000,
         settings.synchronous_loads,
     )
     if settings.metrics_port is not None:

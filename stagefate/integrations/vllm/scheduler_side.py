@@ -4,9 +4,10 @@ Which vLLM call does what in the lifecycle (docs/vllm.md draws it):
 
 * ``get_num_new_matched_tokens`` (a waiting request, its block-aligned local hit): the first
   call of an attempt issues the prefetch of the uncomputed tail (``prefetch_from_storage``: the
-  lock re-matches the anchor in vLLM's prefix cache and pins its blocks) and waits for L3's
-  existence answer within what is left of the pass's ``query_wait_s`` (a miss answers 0 at
-  once: vLLM computes the request in this step); it answers ``None`` ("ask again next
+  lock re-matches the anchor in vLLM's prefix cache and pins its blocks) and waits, within
+  what is left of the pass's ``l3_wait_s``, for L3's existence answer (a miss answers 0 at
+  once: vLLM computes the request in this step) and for a hit's read (the pass's IO commits
+  run at once; a span staged in time is offered now); it answers ``None`` ("ask again next
   step") while the prefetch is pending, including while it waits for a sibling that is
   reading its span's head (woken, it issues again, for the rest), and the hit once the span
   is staged in the bounce buffer (``staged_splice_tokens`` against the local hit vLLM has now,
@@ -44,6 +45,7 @@ Which vLLM call does what in the lifecycle (docs/vllm.md draws it):
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -119,7 +121,7 @@ class SchedulerSide:
         write_through: bool,
         log: TransitionLog | None,
         measure_speeds: bool = True,
-        query_wait_s: float = 0.0,
+        l3_wait_s: float = 0.0,
         synchronous_loads: bool = False,
     ) -> None:
         self.pipeline, self.cache, self.granted, self.loads = pipeline, cache, granted, loads
@@ -129,6 +131,7 @@ class SchedulerSide:
         """The store, where it knows what it holds cheaply: a save skips those blocks."""
         self.block_size = cache.page_size
         self._hold = pipeline.spec.group("hold")
+        self._pending = pipeline.spec.group("pending")
         self.requests: dict[str, _Request] = {}
         self.kv_cache_manager: Any = None
         self.in_flight: dict[str, _Load] = {}
@@ -143,13 +146,15 @@ class SchedulerSide:
         self.measure_speeds = measure_speeds
         self._forward: tuple[float, int] | None = None
         """(when, tokens) of the step whose forward runs now, when speeds are measured."""
-        self.query_wait_s = query_wait_s
-        self._query_wait_left = query_wait_s
-        """What this scheduling pass may still wait for existence answers."""
+        self.l3_wait_s = l3_wait_s
+        self._l3_wait_left = l3_wait_s
+        """What this scheduling pass may still wait for L3 (answers and reads)."""
         self.queries = 0
         """Existence queries issued from ``get_num_new_matched_tokens``."""
         self.queries_answered_in_pass = 0
         """Those answered (and acted on) in the pass that issued them."""
+        self.staged_in_pass = 0
+        """Hits whose read landed in the pass that asked about them (loaded into its step)."""
         self.synchronous_loads = synchronous_loads
 
     @classmethod
@@ -162,7 +167,7 @@ class SchedulerSide:
         write_through: bool,
         log: TransitionLog | None,
         measure_speeds: bool = True,
-        query_wait_s: float = 0.0,
+        l3_wait_s: float = 0.0,
         synchronous_loads: bool = False,
     ) -> SchedulerSide:
         granted = GrantedSlots(pipeline_config.layout, host_pool.device)
@@ -182,7 +187,7 @@ class SchedulerSide:
             write_through,
             log,
             measure_speeds,
-            query_wait_s,
+            l3_wait_s,
             synchronous_loads,
         )
 
@@ -218,7 +223,10 @@ class SchedulerSide:
             # local hit vLLM planned from, and drop a splice vLLM already allocated for)
             tokens = list(request.all_token_ids[: request.num_tokens - 1])
             pipe.prefetch_from_storage(rid, tokens, num_computed_tokens, *kept.namespace)
-            state = self._answered_in_this_pass(rid)
+            state = self._settled_in_this_pass(rid)
+            if state is None and pipe.prefetch_pending(rid):  # declined: a sibling reads it
+                kept.waiting = True
+                return None, False
         # a read that has run longer than computing takes can only lose: vLLM computes
         if pipe.prefetch_pending(rid) and not pipe.give_up_slow_read(rid):
             return None, False
@@ -286,7 +294,7 @@ class SchedulerSide:
         tokens = scheduler_output.total_num_scheduled_tokens
         if self.measure_speeds and tokens:
             self._forward = (time.perf_counter(), tokens)
-        self._query_wait_left = self.query_wait_s  # the next pass's
+        self._l3_wait_left = self.l3_wait_s  # the next pass's
         meta = StagefateMetadata(
             self._outbox, self._saves(scheduler_output), self._unloadable, self._unloadable_blocks
         )
@@ -332,26 +340,36 @@ class SchedulerSide:
 
     # ------------------------------------------------------------------ helpers
 
-    def _answered_in_this_pass(self, rid: str) -> str | None:
-        """The request's state once L3 answered the query just issued, waiting for the answer
-        within what is left of this pass's ``query_wait_s``: a miss then ends now and vLLM
-        computes the request in this schedule. Only completions fire here; a hit's read starts
-        at the pass's end (the IO commits run in ``build_connector_meta``'s poll, after vLLM
-        has admitted what it admits)."""
+    def _settled_in_this_pass(self, rid: str) -> str | None:
+        """The request's state once L3 has done what it can for it within what is left of the
+        pass's ``l3_wait_s``: its existence answer (a miss ends now, and vLLM computes the
+        request in this step) and, for a hit, its read (the pass's IO commits run at once, and
+        a span staged now is loaded into this step)."""
         pipe = self.pipeline
         if not pipe.storage_query_pending(rid):
             return pipe.state(rid)  # it ended at the issue: L3 was not asked
         self.queries += 1
-        while pipe.storage_query_pending(rid) and self._query_wait_left > 0:
-            started = time.perf_counter()
-            landed = self.io.wait(self._query_wait_left)
-            self._query_wait_left -= time.perf_counter() - started
-            if not landed:
-                break
-            pipe.fire_completions()
-        if not pipe.storage_query_pending(rid):
-            self.queries_answered_in_pass += 1
+        self._wait_in_pass(lambda: pipe.storage_query_pending(rid))
+        if pipe.storage_query_pending(rid):
+            return pipe.state(rid)
+        self.queries_answered_in_pass += 1
+        if pipe.prefetch_pending(rid) and self._l3_wait_left > 0:
+            pipe.poll()  # the IO commits: this hit's read starts now, or it is declined
+            # (until the record leaves pending: one that ends waiting on a sibling is not
+            # waited for here, and is told "not yet")
+            self._wait_in_pass(lambda: pipe.state(rid) in self._pending)
+            self.staged_in_pass += pipe.has_hold(rid)
         return pipe.state(rid)
+
+    def _wait_in_pass(self, waiting: Callable[[], bool]) -> None:
+        """Fire IO completions as they land while ``waiting()`` and the pass's wait lasts."""
+        while waiting() and self._l3_wait_left > 0:
+            started = time.perf_counter()
+            landed = self.io.wait(self._l3_wait_left)
+            self._l3_wait_left -= time.perf_counter() - started
+            if not landed:
+                return
+            self.pipeline.fire_completions()
 
     def _ack_published(self) -> None:
         """A landed load is acknowledged once vLLM published its blocks in the prefix cache

@@ -39,10 +39,11 @@ class ConnectorSettings(BaseModel):
     ``load_slower_than_compute``) and a request stop waiting for a read that has run longer
     than computing its tokens takes (``give_up_slow_read``); false: every hit is loaded and
     waited for."""
-    query_wait_ms: float = Field(default=2.0, ge=0.0)
-    """The longest one scheduling pass waits, in all, for the L3 existence queries it issues:
-    an answer that comes within it is acted on in the same pass (a miss is computed in this
-    schedule, not the next). 0: every answer is read at the pass's end."""
+    l3_wait_ms: float = Field(default=2.0, ge=0.0)
+    """The longest one scheduling pass waits, in all, for L3 on behalf of the requests it asks
+    about: their existence answers, and the reads of their hits (the IO commits then run at
+    once). What lands within it is acted on in that pass: a miss is computed in this step, a
+    staged hit loaded into it. 0: answers and reads are acted on at the pass's end."""
     synchronous_loads: bool = True
     """A staged span is loaded in the step that admits its request (vLLM's synchronous load:
     the worker copies bounce → blocks before that step's forward); false: asynchronously

@@ -179,6 +179,7 @@ def books(llm: Any) -> dict[str, Any]:
         "load_errors": side.load_errors,
         "queries": side.queries,
         "queries_answered_in_pass": side.queries_answered_in_pass,
+        "staged_in_pass": side.staged_in_pass,
     }
 
 
@@ -241,7 +242,7 @@ def shared(arguments: dict[str, Any]) -> dict[str, Any]:
     rng = random.Random(2)
     prefix = [rng.randrange(3, 1000) for _ in range(8 * BLOCK)]
     prompts = [prefix + [rng.randrange(3, 1000) for _ in range(100)] for _ in range(count)]
-    llm = build()
+    llm = build(settings=arguments.get("settings"))
     generate(llm, prompts[:1])  # the prefix reaches L3 through the first request
     llm.reset_prefix_cache()
     side = scheduler_connector(llm).scheduler
@@ -360,7 +361,7 @@ def evicted_while_queued(arguments: dict[str, Any]) -> dict[str, Any]:
     from stagefate.runtime.hashing import ROOT_NAMESPACE, page_hashes, rank_storage_keys
 
     chats = conversations(24, 2, seed=3)
-    llm = build(num_gpu_blocks_override=arguments["kv_blocks"])
+    llm = build(settings=arguments.get("settings"), num_gpu_blocks_override=arguments["kv_blocks"])
     side = scheduler_connector(llm).scheduler
     generate(llm, [chat[0] for chat in chats])
     second = [chat[1] for chat in chats]
