@@ -54,6 +54,7 @@ from ...runtime.hashing import Namespace, page_hashes, rank_storage_keys
 from ...runtime.io import ThreadedIO
 from ...runtime.storage import KnowsWrites, Storage
 from ...statemachine.pipeline import BufferPipeline
+from ...statemachine.record import TransitionEvent
 from ...transition_log import TransitionLog
 from .prefix_cache import VllmPrefixCache, block_slots, namespace_of_request
 from .transfer import (
@@ -156,6 +157,7 @@ class SchedulerSide:
         self.staged_in_pass = 0
         """Hits whose read landed in the pass that asked about them (loaded into its step)."""
         self.synchronous_loads = synchronous_loads
+        pipeline.instruments.append(self._note_sibling_waits)
 
     @classmethod
     def build(
@@ -339,6 +341,16 @@ class SchedulerSide:
             self.log.close()
 
     # ------------------------------------------------------------------ helpers
+
+    def _note_sibling_waits(self, event: TransitionEvent) -> None:
+        """A request declined because a sibling reads its span's head waits for that sibling,
+        whichever call ended it (a poll at the pass's end included): woken, it issues again for
+        the rest. Without this, one declined at a pass's end and woken before vLLM asked it
+        again took its attempt for ended and computed what L3 held."""
+        if event.outcome.reason == "declined_inflight":
+            kept = self.requests.get(event.request_id)
+            if kept is not None:
+                kept.waiting = True
 
     def _settled_in_this_pass(self, rid: str) -> str | None:
         """The request's state once L3 has done what it can for it within what is left of the
