@@ -206,8 +206,7 @@ class SchedulerSide:
         state = pipe.state(rid)
         if state is None:
             if pipe.prefetch_pending(rid):  # on a sibling reading this span's head
-                kept.waiting = True
-                return None, False
+                return None, False  # (marked waiting when declined: _note_sibling_waits)
             # woken: the sibling's ownership shrank (its head is on the device, or it ended),
             # so this request issues again, for the rest
             woken = kept.waiting and bool(pipe.due_retries([rid]))
@@ -226,10 +225,8 @@ class SchedulerSide:
             tokens = list(request.all_token_ids[: request.num_tokens - 1])
             pipe.prefetch_from_storage(rid, tokens, num_computed_tokens, *kept.namespace)
             state = self._settled_in_this_pass(rid)
-            if state is None and pipe.prefetch_pending(rid):  # declined: a sibling reads it
-                kept.waiting = True
-                return None, False
-        # a read that has run longer than computing takes can only lose: vLLM computes
+        # pending (its read in flight, or declined now for a sibling's read): not yet; but a
+        # read that has run longer than computing takes can only lose: vLLM computes
         if pipe.prefetch_pending(rid) and not pipe.give_up_slow_read(rid):
             return None, False
         if state in self._hold:
@@ -283,7 +280,6 @@ class SchedulerSide:
         load = self.loads.claim()
         self.in_flight[rid] = _Load(load.handle, keys, tail_ids, local)
         self._outbox.append(LoadOrder(rid, load.host_slots, tail_ids, synchronous))
-
         kept.saved = max(kept.saved, local + num_external_tokens)
 
     def build_connector_meta(self, scheduler_output: Any) -> StagefateMetadata:
